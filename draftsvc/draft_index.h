@@ -1,0 +1,220 @@
+// DraftIndex: draftsvc's in-memory state. Per namespace, a global counted
+// trie of accepted outputs; per open session, a private prompt trie and the
+// context tail. Every change to a global trie is described to a MutationSink
+// (the RocksDB store) so that disk follows memory; nothing here waits for it.
+//
+// Thread-safety: all methods are safe to call concurrently. Retrieval takes
+// the namespace's reader lock; Append/Prune take its writer lock. The
+// Restore* methods are for the single-threaded rebuild before serving.
+#ifndef LOOKAHEAD_DRAFTSVC_DRAFT_INDEX_H_
+#define LOOKAHEAD_DRAFTSVC_DRAFT_INDEX_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "draftsvc/draft_tree_builder.h"
+#include "draftsvc/token_trie.h"
+#include "draftsvc/trie_mutation.h"
+
+namespace lookahead::draftsvc {
+
+struct IndexOptions {
+  // Window length - 1 used when a session asks for branch_length 0: every
+  // run of branch_length + 1 tokens becomes a trie path, and drafts are at
+  // most this deep. 8 is the Lookahead paper's default; deeper windows cost
+  // (W+1)W/2 node updates per token and are rarely accepted to the end.
+  int32_t default_branch_length = 8;
+  // Largest branch_length a session or retrieval may ask for.
+  int32_t max_branch_length = 32;
+  // Nodes a namespace's global trie may hold before it is pruned. 4M nodes
+  // is ~100 MiB at ~25 bytes/node: room for ~1M distinct output windows,
+  // far above the paper's 16 x decoding_length per branch root heuristic
+  // for a few thousand active roots. More keeps rarer continuations, costs
+  // memory and restart time.
+  int64_t capacity_nodes = int64_t{4} << 20;
+  // Pruning (automatic or Prune with target 0) keeps this fraction of
+  // capacity_nodes, the most frequent nodes. Lower: rarer prunes, each
+  // dropping more. In (0, 1].
+  double low_water = 0.75;
+  // Whether a prune halves the survivors' counts (rounding up), so that old
+  // frequent branches decay and new ones can overtake them (Ant's
+  // decay-and-drop). Costs one kSetCount mutation per survivor with count >= 2.
+  bool prune_halves_counts = true;
+  // A prompt-trie node's score is its count times this. A continuation seen
+  // in the session's own prompt (copying from the context, the main win in
+  // RAG-like traffic) then outranks output branches seen up to 4 times.
+  float prompt_boost = 4.0f;
+  // Limits on requests (INVALID_ARGUMENT beyond them).
+  int32_t max_prompt_tokens = 32768;  // Per OpenSession.
+  int32_t max_step_tokens = 4096;     // Per Append.
+  int32_t max_decoding_length = 256;  // Draft tree node budget.
+  int32_t max_vocab_size = 1 << 22;   // Token ids must fit 22 bits.
+  // Open sessions at once (RESOURCE_EXHAUSTED beyond). Each holds its prompt
+  // trie (~25 bytes x ~(branch_length+1) x prompt tokens, at most).
+  int64_t max_sessions = 16384;
+};
+
+struct OpenResult {
+  std::string name_space;    // After defaulting ("" -> "default").
+  int64_t prompt_nodes = 0;  // Nodes in the session's prompt trie.
+};
+
+struct PruneResult {
+  int64_t removed_nodes = 0;
+  int64_t remaining_nodes = 0;
+};
+
+struct NamespaceStats {
+  std::string name_space;
+  int32_t vocab_size = 0;
+  int64_t output_nodes = 0;  // Global trie nodes (root excluded).
+  int64_t capacity = 0;
+  int64_t open_sessions = 0;
+  int64_t prompt_nodes = 0;  // Summed over open sessions' prompt tries.
+  int64_t prunes = 0;
+  int64_t memory_bytes = 0;  // Global trie only.
+};
+
+class DraftIndex {
+ public:
+  // `sink` may be null (nothing persisted); not owned; must outlive this.
+  explicit DraftIndex(IndexOptions options, MutationSink* sink);
+  ~DraftIndex();
+  DraftIndex(const DraftIndex&) = delete;
+  DraftIndex& operator=(const DraftIndex&) = delete;
+
+  // Returns the namespace actually used: "" -> "default"; else INVALID_
+  // ARGUMENT unless 1..128 chars of [A-Za-z0-9_.-].
+  static absl::StatusOr<std::string> CanonicalNamespace(absl::string_view ns);
+
+  // ---- Rebuild from disk (before serving) ----
+  // Creates namespace `ns` with `vocab_size` (no-op if it exists with the
+  // same vocab; FAILED_PRECONDITION if with another).
+  absl::Status RestoreNamespace(absl::string_view ns, int32_t vocab_size);
+  // Sets count(path) = count in ns's global trie, creating the node.
+  // REQUIRES: RestoreNamespace(ns) done; path's parent exists (call in key
+  // order: parents before children); count >= 1. Emits no mutations.
+  absl::Status RestoreNode(absl::string_view ns, absl::Span<const int32_t> path,
+                           int64_t count);
+
+  // ---- Sessions ----
+  // Opens `session_id` (1..256 bytes) in namespace `ns` (created on first
+  // use with `vocab_size`), building its private prompt trie from every
+  // window of branch_length + 1 prompt tokens (shorter windows at the end of
+  // the prompt included). branch_length 0 = default_branch_length.
+  // Errors: INVALID_ARGUMENT (ids, namespace, empty/oversized prompt, token
+  // out of [0, vocab_size), vocab_size out of [1, max_vocab_size],
+  // branch_length out of [0, max_branch_length]); ALREADY_EXISTS;
+  // FAILED_PRECONDITION (vocab_size != namespace's); RESOURCE_EXHAUSTED.
+  absl::StatusOr<OpenResult> OpenSession(absl::string_view session_id,
+                                         absl::string_view ns,
+                                         int32_t vocab_size,
+                                         absl::Span<const int32_t> prompt_tokens,
+                                         int32_t branch_length);
+
+  // Appends accepted tokens (0..max_step_tokens; may be empty) to the
+  // session's output: updates its context tail and inserts into the global
+  // trie every output window (branch_length + 1 consecutive OUTPUT tokens,
+  // never prompt tokens) whose last token arrives now; prunes the namespace
+  // if it passes capacity. Iff it returns OK, `on_durable` (may be null)
+  // runs exactly once: when every mutation batch it submitted is durable, or
+  // with the first error; immediately (before returning) if nothing needed
+  // persisting. It may run on a store thread while the namespace lock is
+  // held: it must not call back into this DraftIndex synchronously.
+  // Errors (nothing changed): NOT_FOUND; INVALID_ARGUMENT (too many tokens,
+  // a token out of range: names its index, value and bound).
+  absl::Status Append(absl::string_view session_id,
+                      absl::Span<const int32_t> tokens,
+                      std::function<void(absl::Status)> on_durable);
+
+  // Draft tree for the session's next position: at most decoding_length
+  // (0..max_decoding_length; 0 -> empty tree) nodes, at most branch_length
+  // deep (0 = the session's; else 1..max_branch_length). Never waits for
+  // disk. Errors: NOT_FOUND; INVALID_ARGUMENT naming the limit.
+  absl::StatusOr<DraftTree> Retrieve(absl::string_view session_id,
+                                     int32_t decoding_length,
+                                     int32_t branch_length, DraftMode mode);
+
+  // Closes the session: inserts its trailing output windows shorter than
+  // branch_length + 1 (length >= 2; as Ant's final stream_put does) and
+  // drops its prompt trie. `on_durable` as in Append. NOT_FOUND if unknown.
+  absl::Status CloseSession(absl::string_view session_id,
+                            std::function<void(absl::Status)> on_durable =
+                                nullptr);
+
+  // ---- Admin ----
+  // Prunes ns's global trie down to target_nodes (0 = low_water x
+  // capacity): keeps the most frequent nodes (ties: shallower first, so the
+  // kept set stays closed under ancestors), drops the rest, halves the
+  // survivors' counts if prune_halves_counts, and submits the kDeleteSubtree
+  // / kSetCount mutations. No-op (no decay) if already at or below target.
+  // Errors: NOT_FOUND (unknown ns), INVALID_ARGUMENT (target < 0, bad name).
+  absl::StatusOr<PruneResult> Prune(absl::string_view ns, int64_t target_nodes,
+                                    std::function<void(absl::Status)>
+                                        on_durable = nullptr);
+
+  // Stats of every namespace (ns_filter empty) or of that one, by name.
+  std::vector<NamespaceStats> Stats(absl::string_view ns_filter) const;
+  // In-memory bytes per trie node over all tries (global and prompt).
+  double BytesPerNode() const;
+
+  // Calls fn(path, count) for every node of ns's global trie in key order
+  // (lexicographic by token path: parents before children). Holds the
+  // namespace's reader lock: fn must not call into this DraftIndex.
+  // NOT_FOUND if ns is unknown.
+  absl::Status ForEachNode(
+      absl::string_view ns,
+      const std::function<void(absl::Span<const int32_t> path, int64_t count)>&
+          fn) const;
+
+  const IndexOptions& options() const { return options_; }
+
+ private:
+  struct Namespace;
+  struct Session;
+
+  // Returns the namespace or null. Namespaces are never destroyed before
+  // the index, so the pointer stays valid.
+  Namespace* FindNamespace(absl::string_view canonical) const;
+  absl::StatusOr<std::shared_ptr<Session>> FindSession(
+      absl::string_view session_id) const;
+  // Inserts `windows` into ns's trie, prunes it if over capacity and
+  // submits the mutations with `on_durable`. Returns false iff nothing was
+  // submitted (on_durable not consumed: the caller runs it after unlocking).
+  // REQUIRES: ns->mu held for writing.
+  bool InsertWindowsLocked(Namespace* ns,
+                           absl::Span<const absl::Span<const int32_t>> windows,
+                           std::function<void(absl::Status)>& on_durable);
+  // Prunes ns's trie to `target` nodes, appending the mutations' batches.
+  // REQUIRES: ns->mu held for writing.
+  TokenTrie::PruneStats PruneLocked(Namespace* ns, int64_t target,
+                                    std::vector<TrieMutationBatch>* batches);
+  // Submits `batches` in order; on_durable runs once all are durable.
+  // Returns false iff `batches` is empty (on_durable untouched).
+  // REQUIRES: ns->mu held for writing.
+  bool SubmitLocked(Namespace* ns, std::vector<TrieMutationBatch> batches,
+                    std::function<void(absl::Status)>& on_durable);
+
+  const IndexOptions options_;
+  MutationSink* const sink_;  // May be null.
+
+  mutable absl::Mutex mu_;  // Guards the two maps (not what they point to).
+  absl::flat_hash_map<std::string, std::unique_ptr<Namespace>> namespaces_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lookahead::draftsvc
+
+#endif  // LOOKAHEAD_DRAFTSVC_DRAFT_INDEX_H_

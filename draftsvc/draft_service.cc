@@ -1,0 +1,396 @@
+#include "draftsvc/draft_service.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/grpc_status.h"
+#include "proto/draft.grpc.pb.h"
+#include "proto/draft.pb.h"
+
+namespace lookahead::draftsvc {
+namespace {
+
+namespace v1 = ::lookahead::v1;
+
+// Feeds a full store scan into the index.
+class IndexRestorer : public TrieScanVisitor {
+ public:
+  explicit IndexRestorer(DraftIndex& index) : index_(index) {}
+
+  absl::Status OnNamespace(absl::string_view name_space,
+                           int32_t vocab_size) override {
+    ++stats.namespaces;
+    return index_.RestoreNamespace(name_space, vocab_size);
+  }
+  absl::Status OnNode(absl::string_view name_space,
+                      absl::Span<const int32_t> path,
+                      int64_t count) override {
+    ++stats.nodes;
+    return index_.RestoreNode(name_space, path, count);
+  }
+
+  RebuildStats stats;
+
+ private:
+  DraftIndex& index_;
+};
+
+// Counts down the durability callbacks of one RPC plus the RPC's own
+// arrival; the last arrival builds the final status and finishes the
+// reactor, so it is finished exactly once and only after its response is
+// complete. Shared by the RPC handler and the callbacks.
+class FinishLatch {
+ public:
+  // `finish` gets every non-OK arrival as (entry, status), in arrival order.
+  using FinishFn = std::function<grpc::Status(
+      absl::Span<const std::pair<int, absl::Status>> failures)>;
+
+  FinishLatch(grpc::ServerUnaryReactor* reactor, FinishFn finish)
+      : reactor_(reactor), finish_(std::move(finish)) {}
+
+  // One more arrival to wait for.
+  void Expect() {
+    absl::MutexLock lock(&mu_);
+    ++pending_;
+  }
+  // A callback for entry `entry` reports `status`.
+  void Arrive(int entry, absl::Status status) {
+    std::vector<std::pair<int, absl::Status>> failures;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!status.ok()) failures_.emplace_back(entry, std::move(status));
+      if (--pending_ > 0) return;
+      failures.swap(failures_);
+    }
+    reactor_->Finish(finish_(failures));
+  }
+
+ private:
+  grpc::ServerUnaryReactor* const reactor_;
+  const FinishFn finish_;
+  absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_) = 1;  // The RPC's own arrival.
+  std::vector<std::pair<int, absl::Status>> failures_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status NotPersisted(const absl::Status& s) {
+  return absl::Status(
+      s.code(), absl::StrCat("applied in memory but not persisted: ",
+                             s.message()));
+}
+
+grpc::Status FirstFailureOrOk(
+    absl::Span<const std::pair<int, absl::Status>> failures) {
+  if (failures.empty()) return grpc::Status::OK;
+  return ToGrpcStatus(NotPersisted(failures.front().second));
+}
+
+void SetEntryError(const absl::Status& s, v1::SessionDraft* draft) {
+  draft->set_code(static_cast<int32_t>(s.code()));
+  draft->set_message(std::string(s.message()));
+  draft->clear_tree();
+}
+
+void ToProto(const DraftTree& tree, v1::DraftTree* out) {
+  const int n = static_cast<int>(tree.nodes.size());
+  out->mutable_tokens()->Reserve(n);
+  out->mutable_parents()->Reserve(n);
+  out->mutable_depths()->Reserve(n);
+  out->mutable_sources()->Reserve(n);
+  out->mutable_scores()->Reserve(n);
+  for (const DraftNode& node : tree.nodes) {
+    out->add_tokens(node.token);
+    out->add_parents(node.parent);
+    out->add_depths(node.depth);
+    out->add_sources(node.source == DraftSource::kPrompt
+                         ? v1::DRAFT_SOURCE_PROMPT
+                         : v1::DRAFT_SOURCE_OUTPUT);
+    out->add_scores(node.score);
+  }
+}
+
+// Maps the wire mode; INVALID_ARGUMENT for values this server does not know.
+absl::StatusOr<DraftMode> FromProto(int mode) {
+  switch (mode) {
+    case v1::DRAFT_MODE_UNSPECIFIED:
+    case v1::DRAFT_MODE_TRIE_HIERARCHICAL:
+      return DraftMode::kHierarchical;
+    case v1::DRAFT_MODE_TRIE_PARALLEL:
+      return DraftMode::kParallel;
+    case v1::DRAFT_MODE_OFF:
+      return DraftMode::kOff;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown draft mode ", mode));
+  }
+}
+
+}  // namespace
+
+class DraftServer::Service final : public v1::DraftService::CallbackService {
+ public:
+  Service(const DraftServerOptions& options, DraftIndex& index,
+          TrieStore& store, const RebuildStats& rebuild)
+      : options_(options), index_(index), store_(store), rebuild_(rebuild) {}
+
+  grpc::ServerUnaryReactor* OpenSession(
+      grpc::CallbackServerContext* context,
+      const v1::OpenSessionRequest* request,
+      v1::OpenSessionResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    absl::StatusOr<OpenResult> opened = index_.OpenSession(
+        request->session_id(), request->namespace_(), request->vocab_size(),
+        request->prompt_tokens(), request->branch_length());
+    if (!opened.ok()) {
+      reactor->Finish(ToGrpcStatus(opened.status()));
+      return reactor;
+    }
+    response->set_namespace_(opened->name_space);
+    response->set_prompt_nodes(opened->prompt_nodes);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
+                                 const v1::StepRequest* request,
+                                 v1::StepResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    absl::Status valid = ValidateStepRequest(*request);
+    if (!valid.ok()) {
+      reactor->Finish(ToGrpcStatus(valid));
+      return reactor;
+    }
+    const int n = request->steps_size();
+    // Every entry exists before any callback can run: callbacks only touch
+    // the response through the latch's final arrival.
+    response->mutable_drafts()->Reserve(n);
+    for (const v1::SessionStep& step : request->steps()) {
+      response->add_drafts()->set_session_id(step.session_id());
+    }
+    auto latch = std::make_shared<FinishLatch>(
+        reactor,
+        [response](absl::Span<const std::pair<int, absl::Status>> failures) {
+          for (const auto& [entry, status] : failures) {
+            v1::SessionDraft* draft = response->mutable_drafts(entry);
+            if (draft->code() == 0) SetEntryError(NotPersisted(status), draft);
+          }
+          return grpc::Status::OK;
+        });
+    const bool sync = options_.store.sync;
+    for (int i = 0; i < n; ++i) {
+      const v1::SessionStep& step = request->steps(i);
+      v1::SessionDraft* draft = response->mutable_drafts(i);
+      absl::StatusOr<DraftMode> mode = ValidateSessionStep(step);
+      if (!mode.ok()) {
+        SetEntryError(mode.status(), draft);
+        continue;
+      }
+      std::function<void(absl::Status)> on_durable;
+      if (sync) {
+        latch->Expect();
+        on_durable = [latch, i](absl::Status s) { latch->Arrive(i, s); };
+      }
+      absl::Status appended = index_.Append(
+          step.session_id(), step.accepted_tokens(), std::move(on_durable));
+      if (!appended.ok()) {
+        if (sync) latch->Arrive(i, absl::OkStatus());  // Will not run.
+        SetEntryError(appended, draft);
+        continue;
+      }
+      if (*mode == DraftMode::kOff) continue;
+      absl::StatusOr<DraftTree> tree = index_.Retrieve(
+          step.session_id(), step.decoding_length(), step.branch_length(),
+          *mode);
+      if (!tree.ok()) {
+        SetEntryError(tree.status(), draft);
+        continue;
+      }
+      ToProto(*tree, draft->mutable_tree());
+    }
+    latch->Arrive(-1, absl::OkStatus());
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* CloseSession(
+      grpc::CallbackServerContext* context,
+      const v1::CloseSessionRequest* request,
+      v1::CloseSessionResponse* /*response*/) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    auto latch = std::make_shared<FinishLatch>(reactor, FirstFailureOrOk);
+    std::function<void(absl::Status)> on_durable;
+    if (options_.store.sync) {
+      latch->Expect();
+      on_durable = [latch](absl::Status s) { latch->Arrive(0, s); };
+    }
+    absl::Status closed =
+        index_.CloseSession(request->session_id(), std::move(on_durable));
+    if (!closed.ok()) {
+      reactor->Finish(ToGrpcStatus(closed));  // The latch never finishes.
+      return reactor;
+    }
+    latch->Arrive(-1, absl::OkStatus());
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::StatsRequest* request,
+                                  v1::StatsResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (!request->namespace_().empty()) {
+      absl::StatusOr<std::string> ns =
+          DraftIndex::CanonicalNamespace(request->namespace_());
+      if (!ns.ok()) {
+        reactor->Finish(ToGrpcStatus(ns.status()));
+        return reactor;
+      }
+    }
+    std::vector<NamespaceStats> stats = index_.Stats(request->namespace_());
+    if (!request->namespace_().empty() && stats.empty()) {
+      reactor->Finish(ToGrpcStatus(absl::NotFoundError(
+          absl::StrCat("unknown namespace \"", request->namespace_(), "\""))));
+      return reactor;
+    }
+    for (const NamespaceStats& s : stats) {
+      v1::NamespaceStats* out = response->add_namespaces();
+      out->set_namespace_(s.name_space);
+      out->set_vocab_size(s.vocab_size);
+      out->set_output_nodes(s.output_nodes);
+      out->set_capacity(s.capacity);
+      out->set_open_sessions(s.open_sessions);
+      out->set_prompt_nodes(s.prompt_nodes);
+      out->set_prunes(s.prunes);
+    }
+    response->set_bytes_per_node(index_.BytesPerNode());
+    response->set_disk_bytes(store_.DiskBytes());
+    response->set_pending_batches(store_.PendingBatches());
+    response->set_rebuild_seconds(rebuild_.seconds);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Prune(grpc::CallbackServerContext* context,
+                                  const v1::PruneRequest* request,
+                                  v1::PruneResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    auto latch = std::make_shared<FinishLatch>(reactor, FirstFailureOrOk);
+    std::function<void(absl::Status)> on_durable;
+    if (options_.store.sync) {
+      latch->Expect();
+      on_durable = [latch](absl::Status s) { latch->Arrive(0, s); };
+    }
+    absl::StatusOr<PruneResult> pruned = index_.Prune(
+        request->namespace_(), request->target_nodes(), std::move(on_durable));
+    if (!pruned.ok()) {
+      reactor->Finish(ToGrpcStatus(pruned.status()));
+      return reactor;
+    }
+    response->set_removed_nodes(pruned->removed_nodes);
+    response->set_remaining_nodes(pruned->remaining_nodes);
+    latch->Arrive(-1, absl::OkStatus());
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* context,
+                                  const v1::FlushRequest* /*request*/,
+                                  v1::FlushResponse* /*response*/) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    store_.Flush(
+        [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+    return reactor;
+  }
+
+ private:
+  // Request-level checks: batch size and duplicate ids.
+  absl::Status ValidateStepRequest(const v1::StepRequest& request) const {
+    if (request.steps_size() > options_.max_step_sessions) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Step has ", request.steps_size(),
+                       " entries; at most ", options_.max_step_sessions,
+                       " are allowed"));
+    }
+    absl::flat_hash_map<absl::string_view, int> first_entry;
+    for (int i = 0; i < request.steps_size(); ++i) {
+      auto [it, inserted] =
+          first_entry.emplace(request.steps(i).session_id(), i);
+      if (!inserted) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "session_id \"", request.steps(i).session_id(),
+            "\" appears twice in one Step (entries ", it->second, " and ", i,
+            ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Per-entry checks done before anything changes, so that a bad retrieval
+  // argument never leaves the insertion half done.
+  absl::StatusOr<DraftMode> ValidateSessionStep(
+      const v1::SessionStep& step) const {
+    const IndexOptions& limits = index_.options();
+    if (step.decoding_length() < 0 ||
+        step.decoding_length() > limits.max_decoding_length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "decoding_length ", step.decoding_length(), " outside [0, ",
+          limits.max_decoding_length, "]"));
+    }
+    if (step.branch_length() < 0 ||
+        step.branch_length() > limits.max_branch_length) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("branch_length ", step.branch_length(), " outside [0, ",
+                       limits.max_branch_length, "]"));
+    }
+    return FromProto(step.mode());
+  }
+
+  const DraftServerOptions& options_;
+  DraftIndex& index_;
+  TrieStore& store_;
+  const RebuildStats& rebuild_;
+};
+
+absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
+    const DraftServerOptions& options) {
+  if (options.max_step_sessions < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_step_sessions must be >= 1, got ", options.max_step_sessions));
+  }
+  auto server = std::unique_ptr<DraftServer>(new DraftServer());
+  server->options_ = options;
+  absl::StatusOr<std::unique_ptr<TrieStore>> store =
+      TrieStore::Open(options.db_path, options.store);
+  if (!store.ok()) return store.status();
+  server->store_ = std::move(*store);
+  server->index_ =
+      std::make_unique<DraftIndex>(options.index, server->store_.get());
+
+  const absl::Time start = absl::Now();
+  IndexRestorer restorer(*server->index_);
+  absl::Status scanned = server->store_->Scan(restorer);
+  if (!scanned.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot rebuild the tries from trie store ",
+                     options.db_path, ": ", scanned.message()));
+  }
+  server->rebuild_ = restorer.stats;
+  server->rebuild_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  server->service_ = std::make_unique<Service>(
+      server->options_, *server->index_, *server->store_, server->rebuild_);
+  return server;
+}
+
+DraftServer::~DraftServer() {
+  // Drain the store while the index its callbacks may refer to is alive.
+  if (store_ != nullptr) store_->Close().IgnoreError();
+}
+
+grpc::Service* DraftServer::service() { return service_.get(); }
+
+absl::Status DraftServer::Close() { return store_->Close(); }
+
+}  // namespace lookahead::draftsvc

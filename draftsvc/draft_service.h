@@ -1,0 +1,84 @@
+// DraftServer: draftsvc's serving state and its gRPC face. Owns the RocksDB
+// TrieStore, the in-memory DraftIndex that persists into it, and the
+// lookahead.v1.DraftService implementation (gRPC callback API) over both.
+// Open() rebuilds the index from a full scan of the store and times it.
+//
+// Thread-safety: the service handles RPCs concurrently; no reaction blocks
+// on disk (in sync mode an RPC that changed the trie finishes from the
+// store's durability callback). Close() and destruction require that the
+// grpc::Server using service() has been shut down.
+#ifndef LOOKAHEAD_DRAFTSVC_DRAFT_SERVICE_H_
+#define LOOKAHEAD_DRAFTSVC_DRAFT_SERVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "draftsvc/draft_index.h"
+#include "draftsvc/trie_store.h"
+#include <grpcpp/impl/service_type.h>
+
+namespace lookahead::draftsvc {
+
+struct DraftServerOptions {
+  // RocksDB directory of the global tries (created if missing).
+  std::string db_path;
+  // Durability: store.sync = true makes Step/CloseSession/Prune answer only
+  // after their trie mutations are fsynced.
+  TrieStoreOptions store;
+  IndexOptions index;
+  // Most entries in one Step request (INVALID_ARGUMENT beyond). Default 1024:
+  // far above a verifier's batch, small enough to bound one RPC's work.
+  int32_t max_step_sessions = 1024;
+};
+
+// What Open() found on disk.
+struct RebuildStats {
+  int64_t namespaces = 0;
+  int64_t nodes = 0;
+  double seconds = 0;  // Wall time of the scan and restore.
+};
+
+class DraftServer {
+ public:
+  // Opens the store at options.db_path, rebuilds the index from it and
+  // prepares the service. Store errors pass through (UNAVAILABLE when the
+  // directory is locked, FAILED_PRECONDITION when corrupt); a store whose
+  // content the index rejects gives FAILED_PRECONDITION naming the path.
+  static absl::StatusOr<std::unique_ptr<DraftServer>> Open(
+      const DraftServerOptions& options);
+
+  DraftServer(const DraftServer&) = delete;
+  DraftServer& operator=(const DraftServer&) = delete;
+  ~DraftServer();
+
+  // The lookahead.v1.DraftService to register with a grpc::ServerBuilder.
+  // Owned by this object.
+  grpc::Service* service();
+
+  const RebuildStats& rebuild_stats() const { return rebuild_; }
+  DraftIndex& index() { return *index_; }
+  TrieStore& store() { return *store_; }
+
+  // Writes everything accepted so far durably and closes the store.
+  // REQUIRES: the grpc::Server using service() is shut down.
+  absl::Status Close();
+
+ private:
+  class Service;
+  DraftServer() = default;
+
+  DraftServerOptions options_;
+  RebuildStats rebuild_;
+  // Declaration order is destruction order in reverse: the service goes
+  // first, the store (the index's sink) last.
+  std::unique_ptr<TrieStore> store_;
+  std::unique_ptr<DraftIndex> index_;
+  std::unique_ptr<Service> service_;
+};
+
+}  // namespace lookahead::draftsvc
+
+#endif  // LOOKAHEAD_DRAFTSVC_DRAFT_SERVICE_H_

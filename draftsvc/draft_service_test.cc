@@ -1,0 +1,541 @@
+// DraftService over real gRPC on loopback, with a real RocksDB store in
+// TEST_TMPDIR: happy paths, every kind of bad input (code + message), the
+// sync-mode durability promise, disk-follows-memory under random traffic
+// with pruning, and restarts.
+#include "draftsvc/draft_service.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/draft.grpc.pb.h"
+#include "proto/draft.pb.h"
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+namespace lookahead::draftsvc {
+namespace {
+
+namespace v1 = ::lookahead::v1;
+using ::testing::HasSubstr;
+using NodeMap = std::map<std::pair<std::string, std::vector<int32_t>>, int64_t>;
+
+constexpr int32_t kVocab = 1000;
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::filesystem::path dir =
+      std::filesystem::path(base != nullptr ? base : "/tmp") /
+      absl::StrCat("draft_service_test_", name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+class StoreCollector : public TrieScanVisitor {
+ public:
+  absl::Status OnNamespace(absl::string_view, int32_t) override {
+    return absl::OkStatus();
+  }
+  absl::Status OnNode(absl::string_view ns, absl::Span<const int32_t> path,
+                      int64_t count) override {
+    nodes[{std::string(ns), std::vector<int32_t>(path.begin(), path.end())}] =
+        count;
+    return absl::OkStatus();
+  }
+  NodeMap nodes;
+};
+
+// A DraftServer behind a real gRPC server on 127.0.0.1, plus a client stub.
+class ServiceHarness {
+ public:
+  static absl::StatusOr<std::unique_ptr<ServiceHarness>> Start(
+      const DraftServerOptions& options) {
+    auto draft = DraftServer::Open(options);
+    if (!draft.ok()) return draft.status();
+    auto h = std::unique_ptr<ServiceHarness>(new ServiceHarness());
+    h->draft = std::move(*draft);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(h->draft->service());
+    h->server = builder.BuildAndStart();
+    if (h->server == nullptr || port == 0) {
+      return absl::InternalError("cannot start the gRPC server");
+    }
+    h->stub = v1::DraftService::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    return h;
+  }
+  ~ServiceHarness() {
+    server->Shutdown();
+    server->Wait();
+    EXPECT_TRUE(draft->Close().ok());
+  }
+
+  grpc::Status Open(const std::string& id, const std::string& ns,
+                    std::vector<int32_t> prompt, int32_t vocab = kVocab,
+                    v1::OpenSessionResponse* response = nullptr) {
+    v1::OpenSessionRequest request;
+    request.set_session_id(id);
+    request.set_namespace_(ns);
+    request.set_vocab_size(vocab);
+    for (int32_t t : prompt) request.add_prompt_tokens(t);
+    v1::OpenSessionResponse ignored;
+    grpc::ClientContext context;
+    return stub->OpenSession(&context, request,
+                             response != nullptr ? response : &ignored);
+  }
+  grpc::Status Step(const v1::StepRequest& request,
+                    v1::StepResponse* response) {
+    grpc::ClientContext context;
+    return stub->Step(&context, request, response);
+  }
+  // One-entry Step; returns the entry.
+  v1::SessionDraft StepOne(const std::string& id, std::vector<int32_t> tokens,
+                           int32_t decoding_length, int32_t branch_length = 0,
+                           int mode = v1::DRAFT_MODE_UNSPECIFIED) {
+    v1::StepRequest request;
+    v1::SessionStep* s = request.add_steps();
+    s->set_session_id(id);
+    for (int32_t t : tokens) s->add_accepted_tokens(t);
+    s->set_decoding_length(decoding_length);
+    s->set_branch_length(branch_length);
+    s->set_mode(static_cast<v1::DraftMode>(mode));
+    v1::StepResponse response;
+    grpc::Status status = Step(request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    if (response.drafts_size() != 1) return v1::SessionDraft();
+    return response.drafts(0);
+  }
+  grpc::Status Close(const std::string& id) {
+    v1::CloseSessionRequest request;
+    request.set_session_id(id);
+    v1::CloseSessionResponse response;
+    grpc::ClientContext context;
+    return stub->CloseSession(&context, request, &response);
+  }
+  grpc::Status Stats(const std::string& ns, v1::StatsResponse* response) {
+    v1::StatsRequest request;
+    request.set_namespace_(ns);
+    grpc::ClientContext context;
+    return stub->Stats(&context, request, response);
+  }
+  grpc::Status Prune(const std::string& ns, int64_t target,
+                     v1::PruneResponse* response) {
+    v1::PruneRequest request;
+    request.set_namespace_(ns);
+    request.set_target_nodes(target);
+    grpc::ClientContext context;
+    return stub->Prune(&context, request, response);
+  }
+  grpc::Status Flush() {
+    v1::FlushRequest request;
+    v1::FlushResponse response;
+    grpc::ClientContext context;
+    return stub->Flush(&context, request, &response);
+  }
+  NodeMap MemoryNodes(const std::string& ns) {
+    NodeMap nodes;
+    absl::Status s = draft->index().ForEachNode(
+        ns, [&](absl::Span<const int32_t> path, int64_t count) {
+          nodes[{ns, std::vector<int32_t>(path.begin(), path.end())}] = count;
+        });
+    EXPECT_TRUE(s.ok()) << s;
+    return nodes;
+  }
+  NodeMap DiskNodes() {
+    StoreCollector c;
+    absl::Status s = draft->store().Scan(c);
+    EXPECT_TRUE(s.ok()) << s;
+    return c.nodes;
+  }
+
+  std::unique_ptr<DraftServer> draft;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<v1::DraftService::Stub> stub;
+
+ private:
+  ServiceHarness() = default;
+};
+
+// Checks the DraftTree invariants of draft.proto.
+void ExpectWellFormed(const v1::DraftTree& tree, int budget) {
+  const int n = tree.tokens_size();
+  EXPECT_LE(n, budget);
+  ASSERT_EQ(tree.parents_size(), n);
+  ASSERT_EQ(tree.depths_size(), n);
+  ASSERT_EQ(tree.sources_size(), n);
+  ASSERT_EQ(tree.scores_size(), n);
+  for (int i = 0; i < n; ++i) {
+    const int p = tree.parents(i);
+    ASSERT_LT(p, i);
+    ASSERT_GE(p, -1);
+    EXPECT_EQ(tree.depths(i), p < 0 ? 1 : tree.depths(p) + 1);
+    EXPECT_GE(tree.tokens(i), 0);
+    EXPECT_LT(tree.tokens(i), kVocab);
+  }
+}
+
+class DraftServiceTest : public ::testing::Test {
+ protected:
+  DraftServerOptions Options(const std::string& name, bool sync) {
+    DraftServerOptions o;
+    o.db_path = dir_.empty() ? (dir_ = TempDir(name)) : dir_;
+    o.store.sync = sync;
+    o.index.capacity_nodes = int64_t{1} << 30;
+    o.index.default_branch_length = 4;
+    o.index.max_branch_length = 8;
+    o.index.max_step_tokens = 16;
+    o.index.max_prompt_tokens = 64;
+    o.index.max_decoding_length = 32;
+    o.max_step_sessions = 8;
+    return o;
+  }
+  std::unique_ptr<ServiceHarness> StartOrDie(const DraftServerOptions& o) {
+    auto h = ServiceHarness::Start(o);
+    EXPECT_TRUE(h.ok()) << h.status();
+    return h.ok() ? std::move(*h) : nullptr;
+  }
+  std::string dir_;
+};
+
+TEST_F(DraftServiceTest, DraftsComeFromPromptAndOutputAndSurviveRestart) {
+  DraftServerOptions options = Options("happy", /*sync=*/true);
+  const std::vector<int32_t> pattern = {11, 12, 13, 14, 15, 16};
+  int64_t output_nodes = 0;
+  {
+    auto h = StartOrDie(options);
+    ASSERT_NE(h, nullptr);
+    v1::OpenSessionResponse opened;
+    ASSERT_TRUE(h->Open("s1", "", {7, 8, 9, 10, 7, 8}, kVocab, &opened).ok());
+    EXPECT_EQ(opened.namespace_(), "default");
+    EXPECT_GT(opened.prompt_nodes(), 0);
+    // The prompt alone predicts 9 after "7 8".
+    v1::SessionDraft d = h->StepOne("s1", {}, 8);
+    EXPECT_EQ(d.code(), 0) << d.message();
+    ExpectWellFormed(d.tree(), 8);
+    ASSERT_GT(d.tree().tokens_size(), 0);
+    EXPECT_EQ(d.tree().tokens(0), 9);
+    EXPECT_EQ(d.tree().sources(0), v1::DRAFT_SOURCE_PROMPT);
+    // Outputs repeating a pattern go to the global trie.
+    for (int rep = 0; rep < 3; ++rep) {
+      d = h->StepOne("s1", pattern, 8);
+      EXPECT_EQ(d.code(), 0) << d.message();
+      ExpectWellFormed(d.tree(), 8);
+    }
+    // Sync mode: acknowledged means already on disk.
+    EXPECT_EQ(h->draft->store().PendingBatches(), 0);
+    EXPECT_EQ(*h->draft->store().GetCount("default", {11, 12}), 3);
+    ASSERT_TRUE(h->Close("s1").ok());
+    v1::StatsResponse stats;
+    ASSERT_TRUE(h->Stats("", &stats).ok());
+    ASSERT_EQ(stats.namespaces_size(), 1);
+    output_nodes = stats.namespaces(0).output_nodes();
+    EXPECT_GT(output_nodes, 0);
+    EXPECT_EQ(stats.namespaces(0).vocab_size(), kVocab);
+    EXPECT_GT(stats.bytes_per_node(), 0);
+    EXPECT_GT(stats.disk_bytes(), 0);
+    EXPECT_EQ(h->DiskNodes(), h->MemoryNodes("default"));
+  }
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->draft->rebuild_stats().nodes, output_nodes);
+  v1::StatsResponse stats;
+  ASSERT_TRUE(h->Stats("default", &stats).ok());
+  ASSERT_EQ(stats.namespaces_size(), 1);
+  EXPECT_EQ(stats.namespaces(0).output_nodes(), output_nodes);
+  EXPECT_GE(stats.rebuild_seconds(), 0);
+  // A new session whose context ends in "12 13" gets the pattern's
+  // continuation from the rebuilt global trie.
+  ASSERT_TRUE(h->Open("s2", "default", {12, 13}).ok());
+  v1::SessionDraft d = h->StepOne("s2", {}, 8, 0,
+                                  v1::DRAFT_MODE_TRIE_HIERARCHICAL);
+  ASSERT_EQ(d.code(), 0) << d.message();
+  ExpectWellFormed(d.tree(), 8);
+  ASSERT_GT(d.tree().tokens_size(), 0);
+  EXPECT_EQ(d.tree().tokens(0), 14);
+  EXPECT_EQ(d.tree().sources(0), v1::DRAFT_SOURCE_OUTPUT);
+  // OFF gives an empty tree; decoding_length 0 too.
+  EXPECT_EQ(h->StepOne("s2", {}, 8, 0, v1::DRAFT_MODE_OFF).tree().tokens_size(),
+            0);
+  EXPECT_EQ(h->StepOne("s2", {}, 0).tree().tokens_size(), 0);
+  // Parallel mode: chains hang off the root; still well formed.
+  d = h->StepOne("s2", {}, 8, 0, v1::DRAFT_MODE_TRIE_PARALLEL);
+  ASSERT_EQ(d.code(), 0) << d.message();
+  ExpectWellFormed(d.tree(), 8);
+}
+
+TEST_F(DraftServiceTest, BadRequestsFailWithCodeAndMessageAndLoseNothing) {
+  DraftServerOptions options = Options("bad_input", /*sync=*/false);
+  NodeMap before;
+  {
+    auto h = StartOrDie(options);
+    ASSERT_NE(h, nullptr);
+    ASSERT_TRUE(h->Open("good", "ns", {1, 2, 3}).ok());
+    ASSERT_EQ(h->StepOne("good", {5, 6, 7, 8, 9, 5, 6, 7}, 4).code(), 0);
+    ASSERT_TRUE(h->Flush().ok());
+    before = h->DiskNodes();
+    ASSERT_FALSE(before.empty());
+
+    // --- OpenSession.
+    grpc::Status s = h->Open("x", "ns", {});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("prompt"));
+    s = h->Open("x", "ns", std::vector<int32_t>(65, 1));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("64"));
+    s = h->Open("x", "ns", {1, kVocab});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat(kVocab)));
+    s = h->Open("x", "ns", {1, -3});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("-3"));
+    s = h->Open("x", "bad/ns", {1});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("outside [A-Za-z0-9_.-]"));
+    s = h->Open("", "ns", {1});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("session"));
+    s = h->Open("x", "ns", {1}, /*vocab=*/kVocab + 1);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat(kVocab)));
+    s = h->Open("good", "ns", {1});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+    EXPECT_THAT(s.error_message(), HasSubstr("good"));
+
+    // --- Step: request-level errors fail the RPC.
+    v1::StepRequest request;
+    v1::StepResponse response;
+    s = h->Step(request, &response);  // Empty batch: fine, empty answer.
+    EXPECT_TRUE(s.ok());
+    EXPECT_EQ(response.drafts_size(), 0);
+    request.add_steps()->set_session_id("good");
+    request.add_steps()->set_session_id("other");
+    request.add_steps()->set_session_id("good");
+    s = h->Step(request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("\"good\" appears twice in one Step (entries 0 "
+                          "and 2)"));
+    request.Clear();
+    for (int i = 0; i < 9; ++i) {
+      request.add_steps()->set_session_id(absl::StrCat("s", i));
+    }
+    s = h->Step(request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("9 entries; at most 8"));
+
+    // --- Step: per-session errors go into the entries; others succeed.
+    request.Clear();
+    auto add = [&](const std::string& id, std::vector<int32_t> tokens,
+                   int decoding, int branch = 0, int mode = 0) {
+      v1::SessionStep* e = request.add_steps();
+      e->set_session_id(id);
+      for (int32_t t : tokens) e->add_accepted_tokens(t);
+      e->set_decoding_length(decoding);
+      e->set_branch_length(branch);
+      e->set_mode(static_cast<v1::DraftMode>(mode));
+    };
+    ASSERT_TRUE(h->Open("b1", "ns", {1, 2}).ok());
+    ASSERT_TRUE(h->Open("b2", "ns", {1, 2}).ok());
+    ASSERT_TRUE(h->Open("b3", "ns", {1, 2}).ok());
+    ASSERT_TRUE(h->Open("b4", "ns", {1, 2}).ok());
+    ASSERT_TRUE(h->Open("b5", "ns", {1, 2}).ok());
+    add("nobody", {1}, 4);                        // 0
+    add("b1", std::vector<int32_t>(17, 1), 4);    // 1
+    add("b2", {3, kVocab}, 4);                    // 2
+    add("b3", {3}, -1);                           // 3
+    add("b4", {3}, 33);                           // 4
+    add("b5", {3}, 4, -2);                        // 5
+    add("good", {}, 4, 0, 99);                    // 6
+    add("b1", {}, 4);                             // duplicate -> whole RPC
+    s = h->Step(request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    request.mutable_steps()->RemoveLast();
+    add("x-ok", {}, 4);
+    ASSERT_TRUE(h->Open("x-ok", "ns", {5, 6}).ok());
+    s = h->Step(request, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(response.drafts_size(), 8);
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(response.drafts(i).session_id(), request.steps(i).session_id());
+    }
+    EXPECT_EQ(response.drafts(0).code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(response.drafts(0).message(), HasSubstr("nobody"));
+    EXPECT_EQ(response.drafts(1).code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(response.drafts(1).message(), HasSubstr("16"));
+    EXPECT_EQ(response.drafts(2).code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(response.drafts(2).message(), HasSubstr(absl::StrCat(kVocab)));
+    EXPECT_EQ(response.drafts(3).code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(response.drafts(3).message(),
+                HasSubstr("decoding_length -1 outside [0, 32]"));
+    EXPECT_EQ(response.drafts(4).code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(response.drafts(4).message(),
+                HasSubstr("decoding_length 33 outside [0, 32]"));
+    EXPECT_EQ(response.drafts(5).code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(response.drafts(5).message(),
+                HasSubstr("branch_length -2 outside [0, 8]"));
+    EXPECT_EQ(response.drafts(6).code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(response.drafts(6).message(), HasSubstr("unknown draft mode 99"));
+    EXPECT_EQ(response.drafts(7).code(), 0) << response.drafts(7).message();
+    EXPECT_GT(response.drafts(7).tree().tokens_size(), 0);
+    for (int i = 0; i < 7; ++i) {
+      EXPECT_EQ(response.drafts(i).tree().tokens_size(), 0) << i;
+    }
+
+    // --- CloseSession, Prune, Stats.
+    s = h->Close("nobody");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(), HasSubstr("nobody"));
+    v1::PruneResponse pruned;
+    s = h->Prune("ns", -5, &pruned);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("-5"));
+    s = h->Prune("nowhere", 0, &pruned);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(), HasSubstr("nowhere"));
+    v1::StatsResponse stats;
+    s = h->Stats("nowhere", &stats);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(), HasSubstr("unknown namespace \"nowhere\""));
+    s = h->Stats("bad ns", &stats);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+    // Nothing already stored was lost or changed by the failed calls (the
+    // rejected entries inserted nothing).
+    ASSERT_TRUE(h->Flush().ok());
+    EXPECT_EQ(h->DiskNodes(), before);
+    EXPECT_EQ(h->MemoryNodes("ns"), before);
+  }
+  // ... and the data is still there after a restart.
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->MemoryNodes("ns"), before);
+}
+
+TEST_F(DraftServiceTest, LockedOrCorruptDbFailsToOpenWithoutCrashing) {
+  DraftServerOptions options = Options("locked", /*sync=*/false);
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->Open("s", "ns", {1, 2, 3}).ok());
+  ASSERT_EQ(h->StepOne("s", {4, 5, 6}, 2).code(), 0);
+  auto second = DraftServer::Open(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr(options.db_path));
+  EXPECT_THAT(second.status().message(), HasSubstr("another process"));
+  // The running server is unaffected.
+  EXPECT_EQ(h->StepOne("s", {4, 5, 6}, 2).code(), 0);
+  ASSERT_TRUE(h->Flush().ok());
+  NodeMap before = h->DiskNodes();
+  h.reset();
+
+  // A file where the directory should be.
+  DraftServerOptions file_options = options;
+  file_options.db_path = TempDir("not_a_dir");
+  { std::ofstream(file_options.db_path) << "x"; }
+  auto bad = DraftServer::Open(file_options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(bad.status().message(), HasSubstr(file_options.db_path));
+
+  // Corrupt CURRENT: clear error, and the files are left alone.
+  const std::string current = options.db_path + "/CURRENT";
+  std::string saved;
+  {
+    std::ifstream in(current);
+    std::getline(in, saved);
+  }
+  { std::ofstream(current, std::ios::trunc) << "garbage"; }
+  bad = DraftServer::Open(options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(bad.status().message(), HasSubstr("corrupt"));
+  EXPECT_THAT(bad.status().message(), HasSubstr(options.db_path));
+  { std::ofstream(current, std::ios::trunc) << saved << "\n"; }
+  h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->DiskNodes(), before);
+}
+
+// Random traffic from several client threads with a small capacity, so that
+// pruning (deletes + count decay) happens: after each round the store must
+// equal the in-memory tries exactly, and a restart must rebuild them.
+TEST_F(DraftServiceTest, DiskFollowsMemoryUnderRandomTrafficAndPruning) {
+  for (bool sync : {false, true}) {
+    SCOPED_TRACE(sync ? "sync" : "periodic");
+    dir_.clear();
+    DraftServerOptions options =
+        Options(sync ? "random_sync" : "random_periodic", sync);
+    options.index.capacity_nodes = 150;
+    std::unique_ptr<ServiceHarness> h = StartOrDie(options);
+    ASSERT_NE(h, nullptr);
+    const std::vector<std::string> namespaces = {"alpha", "beta"};
+    int64_t beta_prunes = 0;
+    for (int round = 0; round < 4; ++round) {
+      std::vector<std::thread> clients;
+      for (int c = 0; c < 3; ++c) {
+        clients.emplace_back([&, c] {
+          std::mt19937 rng(round * 10 + c + (sync ? 100 : 0));
+          const std::string id = absl::StrCat("r", round, "c", c);
+          const std::string& ns = namespaces[c % 2];
+          std::vector<int32_t> prompt(8);
+          for (auto& t : prompt) t = rng() % 30;
+          ASSERT_TRUE(h->Open(id, ns, prompt).ok());
+          for (int step = 0; step < 40; ++step) {
+            std::vector<int32_t> tokens(rng() % 6);
+            for (auto& t : tokens) t = rng() % 30;
+            v1::SessionDraft d = h->StepOne(id, tokens, 1 + rng() % 16);
+            ASSERT_EQ(d.code(), 0) << d.message();
+            ExpectWellFormed(d.tree(), 16);
+          }
+          ASSERT_TRUE(h->Close(id).ok());
+        });
+      }
+      for (auto& t : clients) t.join();
+      v1::PruneResponse pruned;
+      ASSERT_TRUE(h->Prune("alpha", 100, &pruned).ok());
+      ASSERT_TRUE(h->Flush().ok());
+      NodeMap memory = h->MemoryNodes("alpha");
+      NodeMap beta = h->MemoryNodes("beta");
+      memory.insert(beta.begin(), beta.end());
+      ASSERT_EQ(h->DiskNodes(), memory) << "round " << round;
+      v1::StatsResponse stats;
+      ASSERT_TRUE(h->Stats("", &stats).ok());
+      EXPECT_EQ(stats.pending_batches(), 0);
+      for (const v1::NamespaceStats& ns : stats.namespaces()) {
+        if (ns.namespace_() == "beta") {
+          beta_prunes += ns.prunes();  // Counted since the last restart.
+          EXPECT_LE(ns.output_nodes(), 150);
+        }
+      }
+      if (round % 2 == 1) {
+        h.reset();
+        h = StartOrDie(options);
+        ASSERT_NE(h, nullptr);
+        NodeMap rebuilt = h->MemoryNodes("alpha");
+        NodeMap rebuilt_beta = h->MemoryNodes("beta");
+        rebuilt.insert(rebuilt_beta.begin(), rebuilt_beta.end());
+        ASSERT_EQ(rebuilt, memory);
+      }
+    }
+    EXPECT_GT(beta_prunes, 0);  // Capacity was exceeded: automatic prunes.
+  }
+}
+
+}  // namespace
+}  // namespace lookahead::draftsvc

@@ -1,0 +1,183 @@
+// draftsvc: serves lookahead.v1.DraftService over gRPC, with the standard
+// health service and server reflection. SIGTERM/SIGINT shut it down
+// gracefully: in-flight RPCs finish, queued trie writes are flushed and
+// fsynced, RocksDB is closed.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <pthread.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "draftsvc/draft_service.h"
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/security/server_credentials.h>
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 50061, "Port to listen on; 0 picks a free one.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written here (atomically) once serving.");
+ABSL_FLAG(std::string, db_path, "",
+          "RocksDB directory of the global tries. Default: "
+          "$HOME/.cache/lookahead/draftsvc-db.");
+ABSL_FLAG(bool, sync, false,
+          "fsync every write batch and answer Step/CloseSession/Prune only "
+          "once their changes are durable. Else the WAL is fsynced every "
+          "--sync_interval_ms (a power loss may lose that much).");
+ABSL_FLAG(int, sync_interval_ms, 100,
+          "WAL fsync period without --sync; 0 = only on Flush/shutdown.");
+ABSL_FLAG(int, max_group_mutations, 65536,
+          "Most trie mutations one group commit writes.");
+ABSL_FLAG(int64_t, capacity_nodes, int64_t{4} << 20,
+          "Nodes a namespace's global trie may hold before it is pruned.");
+ABSL_FLAG(double, low_water, 0.75,
+          "Pruning keeps this fraction of --capacity_nodes.");
+ABSL_FLAG(bool, prune_halves_counts, true,
+          "Halve survivors' counts on each prune (decay).");
+ABSL_FLAG(int, branch_length, 8,
+          "Default window length - 1 (and draft depth) for sessions that "
+          "ask for 0.");
+ABSL_FLAG(int, max_branch_length, 32, "Largest branch_length allowed.");
+ABSL_FLAG(double, prompt_boost, 4.0,
+          "Score multiplier of prompt-trie evidence.");
+ABSL_FLAG(int, max_prompt_tokens, 32768, "Most prompt tokens per session.");
+ABSL_FLAG(int, max_step_tokens, 4096, "Most accepted tokens per Step entry.");
+ABSL_FLAG(int, max_decoding_length, 256, "Largest draft tree budget.");
+ABSL_FLAG(int, max_vocab_size, 1 << 22, "Largest vocab_size accepted.");
+ABSL_FLAG(int64_t, max_sessions, 16384, "Most open sessions.");
+ABSL_FLAG(int, max_step_sessions, 1024, "Most entries in one Step request.");
+ABSL_FLAG(int, shutdown_grace_ms, 5000,
+          "On SIGTERM/SIGINT, in-flight RPCs get this long before they are "
+          "cancelled.");
+
+namespace lookahead::draftsvc {
+namespace {
+
+std::string DefaultDbPath() {
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home != nullptr ? home : ".",
+                      "/.cache/lookahead/draftsvc-db");
+}
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp));
+  }
+  return absl::OkStatus();
+}
+
+int Run() {
+  // Block the shutdown signals in every thread (all are created later) and
+  // take them synchronously below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  DraftServerOptions options;
+  options.db_path = absl::GetFlag(FLAGS_db_path);
+  if (options.db_path.empty()) options.db_path = DefaultDbPath();
+  options.store.sync = absl::GetFlag(FLAGS_sync);
+  options.store.sync_interval_ms = absl::GetFlag(FLAGS_sync_interval_ms);
+  options.store.max_group_mutations = absl::GetFlag(FLAGS_max_group_mutations);
+  IndexOptions& index = options.index;
+  index.capacity_nodes = absl::GetFlag(FLAGS_capacity_nodes);
+  index.low_water = absl::GetFlag(FLAGS_low_water);
+  index.prune_halves_counts = absl::GetFlag(FLAGS_prune_halves_counts);
+  index.default_branch_length = absl::GetFlag(FLAGS_branch_length);
+  index.max_branch_length = absl::GetFlag(FLAGS_max_branch_length);
+  index.prompt_boost = static_cast<float>(absl::GetFlag(FLAGS_prompt_boost));
+  index.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  index.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
+  index.max_decoding_length = absl::GetFlag(FLAGS_max_decoding_length);
+  index.max_vocab_size = absl::GetFlag(FLAGS_max_vocab_size);
+  index.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.max_step_sessions = absl::GetFlag(FLAGS_max_step_sessions);
+
+  absl::StatusOr<std::unique_ptr<DraftServer>> draft =
+      DraftServer::Open(options);
+  if (!draft.ok()) {
+    std::fprintf(stderr, "draftsvc: %s\n", draft.status().ToString().c_str());
+    return 1;
+  }
+  const RebuildStats& rebuild = (*draft)->rebuild_stats();
+  std::printf(
+      "draftsvc: rebuilt %lld namespaces, %lld nodes from %s in %.3f s "
+      "(sync=%d)\n",
+      static_cast<long long>(rebuild.namespaces),
+      static_cast<long long>(rebuild.nodes), options.db_path.c_str(),
+      rebuild.seconds, options.store.sync ? 1 : 0);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_host), ":",
+                                        absl::GetFlag(FLAGS_port)),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService((*draft)->service());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "draftsvc: cannot listen on %s:%d\n",
+                 absl::GetFlag(FLAGS_host).c_str(), absl::GetFlag(FLAGS_port));
+    return 1;
+  }
+  std::printf("draftsvc: serving on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(),
+              port);
+  std::fflush(stdout);
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), port);
+    if (!written.ok()) {
+      std::fprintf(stderr, "draftsvc: %s\n", written.ToString().c_str());
+      server->Shutdown();
+      return 1;
+    }
+  }
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::printf("draftsvc: signal %d, shutting down\n", signal);
+  std::fflush(stdout);
+  server->Shutdown(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(
+                       absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  server->Wait();
+  absl::Status closed = (*draft)->Close();
+  if (!closed.ok()) {
+    std::fprintf(stderr, "draftsvc: closing the store: %s\n",
+                 closed.ToString().c_str());
+    return 1;
+  }
+  std::printf("draftsvc: flushed and closed %s\n", options.db_path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace lookahead::draftsvc
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves lookahead.v1.DraftService: draft trees from a RocksDB-persisted "
+      "global token trie.");
+  absl::ParseCommandLine(argc, argv);
+  return lookahead::draftsvc::Run();
+}

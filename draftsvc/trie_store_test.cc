@@ -1,0 +1,471 @@
+#include "draftsvc/trie_store.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "draftsvc/trie_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+
+namespace lookahead::draftsvc {
+namespace {
+
+namespace fmt = trie_format;
+using ::testing::HasSubstr;
+
+using NodeMap = std::map<std::pair<std::string, std::vector<int32_t>>, int64_t>;
+
+// A fresh directory below TEST_TMPDIR.
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::filesystem::path dir =
+      std::filesystem::path(base != nullptr ? base : "/tmp") /
+      absl::StrCat("trie_store_test_", name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+// Collects a full scan; checks the visiting order on the way.
+class CollectingVisitor : public TrieScanVisitor {
+ public:
+  absl::Status OnNamespace(absl::string_view name_space,
+                           int32_t vocab_size) override {
+    if (saw_node_) return absl::InternalError("namespace after a node");
+    namespaces[std::string(name_space)] = vocab_size;
+    return absl::OkStatus();
+  }
+  absl::Status OnNode(absl::string_view name_space,
+                      absl::Span<const int32_t> path, int64_t count) override {
+    saw_node_ = true;
+    auto key = std::make_pair(std::string(name_space),
+                              std::vector<int32_t>(path.begin(), path.end()));
+    // Within a namespace, paths must come in numeric lexicographic order.
+    if (!nodes.empty()) {
+      const auto& last = nodes.rbegin()->first;
+      if (last.first == key.first && !(last.second < key.second)) {
+        return absl::InternalError("paths out of numeric order");
+      }
+    }
+    if (!nodes.emplace(std::move(key), count).second) {
+      return absl::InternalError("node visited twice");
+    }
+    return absl::OkStatus();
+  }
+  std::map<std::string, int32_t> namespaces;
+  NodeMap nodes;
+
+ private:
+  bool saw_node_ = false;
+};
+
+NodeMap ScanAll(const TrieStore& store,
+                std::map<std::string, int32_t>* namespaces = nullptr) {
+  CollectingVisitor v;
+  absl::Status s = store.Scan(v);
+  EXPECT_TRUE(s.ok()) << s;
+  if (namespaces != nullptr) *namespaces = v.namespaces;
+  return v.nodes;
+}
+
+// Submits and waits for the done callback.
+absl::Status SubmitAndWait(TrieStore& store, TrieMutationBatch batch) {
+  absl::Mutex mu;
+  bool finished = false;
+  absl::Status result;
+  store.Submit(std::move(batch), [&](absl::Status s) {
+    absl::MutexLock lock(&mu);
+    result = s;
+    finished = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&finished));
+  return result;
+}
+
+TrieMutation Add(std::vector<int32_t> path, int64_t v) {
+  return {TrieMutation::Kind::kAdd, std::move(path), v};
+}
+TrieMutation Set(std::vector<int32_t> path, int64_t v) {
+  return {TrieMutation::Kind::kSetCount, std::move(path), v};
+}
+TrieMutation Del(std::vector<int32_t> path) {
+  return {TrieMutation::Kind::kDeleteSubtree, std::move(path), 0};
+}
+
+TEST(TrieFormatTest, KeyOrderIsNumericPathOrder) {
+  std::mt19937 rng(7);
+  const int32_t interesting[] = {0, 1, 255, 256, 65535, 65536, 49151,
+                                 0x00ffffff, 0x01000000, 0x7fffffff};
+  std::vector<std::vector<int32_t>> paths;
+  for (int i = 0; i < 400; ++i) {
+    std::vector<int32_t> p(1 + rng() % 4);
+    for (auto& t : p) t = interesting[rng() % 10];
+    paths.push_back(p);
+  }
+  for (const auto& a : paths) {
+    for (size_t j = 0; j < 20; ++j) {
+      const auto& b = paths[rng() % paths.size()];
+      EXPECT_EQ(a < b, fmt::NodeKey("ns", a) < fmt::NodeKey("ns", b));
+      // Subtree = key range.
+      bool is_prefix = b.size() >= a.size() &&
+                       std::equal(a.begin(), a.end(), b.begin());
+      std::string ka = fmt::NodeKey("ns", a), kb = fmt::NodeKey("ns", b);
+      EXPECT_EQ(is_prefix, ka <= kb && kb < fmt::PrefixSuccessor(ka));
+    }
+    fmt::ParsedNodeKey parsed;
+    const std::string key = fmt::NodeKey("ns", a);
+    ASSERT_TRUE(fmt::ParseNodeKey(key, &parsed).ok());
+    EXPECT_EQ(parsed.name_space, "ns");
+    EXPECT_EQ(parsed.path, a);
+  }
+}
+
+TEST(TrieFormatTest, NamespacesDoNotShareKeyRanges) {
+  // "a" must not contain "a.b" or "ab" in its node range.
+  std::string lo = fmt::NodePrefix("a"), hi = fmt::PrefixSuccessor(lo);
+  for (const char* other : {"a.b", "ab", "a-", "A", "b"}) {
+    std::string k = fmt::NodeKey(other, {0});
+    EXPECT_FALSE(lo <= k && k < hi) << other;
+  }
+}
+
+TEST(TrieFormatTest, RejectsBadNamespacesAndKeys) {
+  EXPECT_TRUE(fmt::ValidateNamespace("Ab_0.9-z").ok());
+  EXPECT_EQ(fmt::ValidateNamespace("").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(fmt::ValidateNamespace(std::string(129, 'a')).message(),
+              HasSubstr("1..128 bytes"));
+  EXPECT_THAT(fmt::ValidateNamespace(std::string("a\0b", 3)).message(),
+              HasSubstr("outside [A-Za-z0-9_.-]"));
+  EXPECT_FALSE(fmt::ValidateNamespace("a/b").ok());
+  fmt::ParsedNodeKey parsed;
+  EXPECT_EQ(fmt::ParseNodeKey("nabc", &parsed).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(fmt::ParseNodeKey(std::string("na\0\1\2", 5), &parsed).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(fmt::ParseNodeKey(fmt::NodePrefix("a"), &parsed).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(fmt::PrefixSuccessor("a\xff\xff"), "b");
+  EXPECT_EQ(fmt::PrefixSuccessor("\xff"), "");
+}
+
+TEST(TrieStoreTest, AddSetDeleteAndReopen) {
+  const std::string dir = TempDir("basic");
+  {
+    auto store = TrieStore::Open(dir, {});
+    ASSERT_TRUE(store.ok()) << store.status();
+    TrieMutationBatch b{"ns", 100, {Add({1}, 2), Add({1, 2}, 1), Add({1}, 3),
+                                     Add({1, 2, 3}, 1), Add({4}, 1)}};
+    ASSERT_TRUE(SubmitAndWait(**store, b).ok());
+    EXPECT_EQ(*(*store)->GetCount("ns", {1}), 5);
+    ASSERT_TRUE(SubmitAndWait(**store, {"ns", 100, {Set({1}, 9), Del({1, 2})}})
+                    .ok());
+    EXPECT_EQ(*(*store)->GetCount("ns", {1}), 9);
+    EXPECT_EQ((*store)->GetCount("ns", {1, 2}).status().code(),
+              absl::StatusCode::kNotFound);
+    EXPECT_EQ((*store)->GetCount("ns", {1, 2, 3}).status().code(),
+              absl::StatusCode::kNotFound);
+    // Add after delete in one batch: the add wins (batch order).
+    ASSERT_TRUE(
+        SubmitAndWait(**store, {"ns", 100, {Del({4}), Add({4}, 7)}}).ok());
+    EXPECT_TRUE((*store)->Flush().ok());
+    EXPECT_GT((*store)->DiskBytes(), 0);
+    EXPECT_EQ((*store)->PendingBatches(), 0);
+  }
+  auto store = TrieStore::Open(dir, {});
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::map<std::string, int32_t> namespaces;
+  NodeMap nodes = ScanAll(**store, &namespaces);
+  EXPECT_EQ(namespaces, (std::map<std::string, int32_t>{{"ns", 100}}));
+  EXPECT_EQ(nodes, (NodeMap{{{"ns", {1}}, 9}, {{"ns", {4}}, 7}}));
+}
+
+TEST(TrieStoreTest, InvalidBatchIsRejectedWhole) {
+  auto store = TrieStore::Open(TempDir("invalid"), {});
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(SubmitAndWait(**store, {"ns", 10, {Add({1}, 1)}}).ok());
+  absl::Status s = SubmitAndWait(**store, {"bad/ns", 10, {Add({1}, 1)}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("outside [A-Za-z0-9_.-]"));
+  s = SubmitAndWait(**store, {"ns", 10, {Add({2}, 1), Add({}, 1)}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("got 0"));
+  s = SubmitAndWait(**store, {"ns", 10, {Add({2}, 1), Add({10}, 1)}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("token id 10 outside [0, 10)"));
+  s = SubmitAndWait(**store, {"ns", 10, {Add({-1}, 1)}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*store)->Flush().ok());
+  EXPECT_EQ(ScanAll(**store), (NodeMap{{{"ns", {1}}, 1}}));
+}
+
+TEST(TrieStoreTest, SecondOpenOfLockedDirIsUnavailable) {
+  const std::string dir = TempDir("locked");
+  auto first = TrieStore::Open(dir, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(SubmitAndWait(**first, {"ns", 10, {Add({3}, 4)}}).ok());
+  auto second = TrieStore::Open(dir, {});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr(dir));
+  EXPECT_THAT(second.status().message(), HasSubstr("another process"));
+  // The holder is unaffected.
+  ASSERT_TRUE(SubmitAndWait(**first, {"ns", 10, {Add({3}, 1)}}).ok());
+  EXPECT_EQ(*(*first)->GetCount("ns", {3}), 5);
+  ASSERT_TRUE((*first)->Close().ok());
+  auto third = TrieStore::Open(dir, {});
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(*(*third)->GetCount("ns", {3}), 5);
+}
+
+TEST(TrieStoreTest, CorruptDirIsFailedPrecondition) {
+  const std::string dir = TempDir("corrupt");
+  {
+    auto store = TrieStore::Open(dir, {});
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE(SubmitAndWait(**store, {"ns", 10, {Add({3}, 4)}}).ok());
+  }
+  // Point CURRENT at garbage.
+  std::string current;
+  {
+    std::ifstream in(dir + "/CURRENT");
+    std::getline(in, current);
+  }
+  {
+    std::ofstream out(dir + "/CURRENT", std::ios::trunc);
+    out << "not a manifest";
+  }
+  auto store = TrieStore::Open(dir, {});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr(dir));
+  EXPECT_THAT(store.status().message(), HasSubstr("corrupt"));
+  // Garbage MANIFEST.
+  {
+    std::ofstream out(dir + "/CURRENT", std::ios::trunc);
+    out << current << "\n";
+  }
+  {
+    std::ofstream out(dir + "/" + current, std::ios::trunc);
+    out << "garbage garbage garbage garbage garbage garbage garbage";
+  }
+  store = TrieStore::Open(dir, {});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr(dir));
+}
+
+TEST(TrieStoreTest, ForeignDatabaseAndMissingDir) {
+  const std::string dir = TempDir("foreign");
+  {
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir, &db).ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "hello", "world").ok());
+    delete db;
+  }
+  auto store = TrieStore::Open(dir, {});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(),
+              HasSubstr("not a lookahead trie store"));
+
+  TrieStoreOptions no_create;
+  no_create.create_if_missing = false;
+  const std::string missing = TempDir("missing");
+  store = TrieStore::Open(missing, no_create);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(store.status().message(), HasSubstr(missing));
+}
+
+TEST(TrieStoreTest, ClosedStoreRejects) {
+  auto store = TrieStore::Open(TempDir("closed"), {});
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Close().ok());
+  absl::Status s = SubmitAndWait(**store, {"ns", 10, {Add({1}, 1)}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("closed"));
+  EXPECT_EQ((*store)->Flush().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(TrieStoreTest, ConcurrentSubmittersLoseNothing) {
+  TrieStoreOptions options;
+  options.sync = true;
+  options.max_group_mutations = 50;
+  auto store = TrieStore::Open(TempDir("concurrent"), options);
+  ASSERT_TRUE(store.ok());
+  std::atomic<int> ok_callbacks{0};
+  constexpr int kThreads = 4, kBatches = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kBatches; ++i) {
+        (*store)->Submit({"ns", 100, {Add({t}, 1), Add({t, i % 7}, 1)}},
+                         [&](absl::Status s) {
+                           if (s.ok()) ok_callbacks.fetch_add(1);
+                         });
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_TRUE((*store)->Flush().ok());
+  EXPECT_EQ(ok_callbacks.load(), kThreads * kBatches);
+  NodeMap nodes = ScanAll(**store);
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ((nodes[{"ns", {t}}]), kBatches);
+  }
+}
+
+// --- Randomized comparison against a std::map oracle (leveldb "Randomized").
+
+struct RandomizedParam {
+  const char* name;
+  bool sync;
+  int max_group_mutations;
+  double delete_fraction;  // Share of mutations that delete a subtree.
+  double set_fraction;     // Share that set a count.
+};
+
+class TrieStoreRandomizedTest
+    : public ::testing::TestWithParam<RandomizedParam> {};
+
+void ApplyToOracle(const TrieMutationBatch& b, NodeMap* oracle) {
+  for (const TrieMutation& m : b.mutations) {
+    auto key = std::make_pair(b.name_space, m.path);
+    switch (m.kind) {
+      case TrieMutation::Kind::kAdd:
+        (*oracle)[key] += m.value;
+        break;
+      case TrieMutation::Kind::kSetCount:
+        (*oracle)[key] = m.value;
+        break;
+      case TrieMutation::Kind::kDeleteSubtree:
+        for (auto it = oracle->lower_bound(key); it != oracle->end();) {
+          const auto& p = it->first.second;
+          if (it->first.first != b.name_space || p.size() < m.path.size() ||
+              !std::equal(m.path.begin(), m.path.end(), p.begin())) {
+            break;
+          }
+          it = oracle->erase(it);
+        }
+        break;
+    }
+  }
+}
+
+TEST_P(TrieStoreRandomizedTest, MatchesOracleAcrossReopens) {
+  const RandomizedParam& param = GetParam();
+  const std::string dir = TempDir(param.name);
+  TrieStoreOptions options;
+  options.sync = param.sync;
+  options.max_group_mutations = param.max_group_mutations;
+  options.sync_interval_ms = 5;
+
+  // Token ids straddle byte boundaries so a little-endian or variable-width
+  // key would sort wrongly.
+  const int32_t tokens[] = {0, 1, 2, 255, 256, 257, 65536, 49151, 0x7ffffffe};
+  const std::string namespaces[] = {"a", "a.b", "ab", "Z-9_x"};
+  std::mt19937_64 rng(GetParam().sync ? 301 : 17 + param.max_group_mutations);
+  auto uniform = [&] { return std::uniform_real_distribution<>(0, 1)(rng); };
+
+  NodeMap oracle;
+  std::atomic<int> failures{0};
+  std::atomic<int> callbacks{0};
+  int submitted = 0;
+  auto store_or = TrieStore::Open(dir, options);
+  ASSERT_TRUE(store_or.ok()) << store_or.status();
+  std::unique_ptr<TrieStore> store = std::move(*store_or);
+
+  constexpr int kSteps = 8000;
+  constexpr int kCompareEvery = 250;
+  constexpr int kReopenEvery = 1000;
+  for (int step = 1; step <= kSteps; ++step) {
+    TrieMutationBatch b;
+    b.name_space = namespaces[rng() % 4];
+    b.vocab_size = 0x7fffffff;
+    const int n = 1 + rng() % 8;
+    for (int i = 0; i < n; ++i) {
+      TrieMutation m;
+      m.path.resize(1 + rng() % 4);
+      for (auto& t : m.path) t = tokens[rng() % 9];
+      double r = uniform();
+      if (r < param.delete_fraction) {
+        m.kind = TrieMutation::Kind::kDeleteSubtree;
+        m.path.resize(1 + rng() % 2);  // Shallow: deletes real subtrees.
+      } else if (r < param.delete_fraction + param.set_fraction) {
+        m.kind = TrieMutation::Kind::kSetCount;
+        m.value = rng() % 1000;
+      } else {
+        m.kind = TrieMutation::Kind::kAdd;
+        m.value = 1 + rng() % 5;
+      }
+      b.mutations.push_back(std::move(m));
+    }
+    ApplyToOracle(b, &oracle);
+    ++submitted;
+    store->Submit(std::move(b), [&](absl::Status s) {
+      if (!s.ok()) failures.fetch_add(1);
+      callbacks.fetch_add(1);
+    });
+    if (step % kCompareEvery == 0) {
+      ASSERT_TRUE(store->Flush().ok());
+      EXPECT_EQ(callbacks.load(), submitted);
+      ASSERT_EQ(failures.load(), 0);
+      NodeMap scanned = ScanAll(*store);
+      ASSERT_EQ(scanned.size(), oracle.size()) << "step " << step;
+      ASSERT_EQ(scanned, oracle) << "step " << step;
+      // Point reads agree too.
+      for (int probe = 0; probe < 20 && !oracle.empty(); ++probe) {
+        auto it = oracle.begin();
+        std::advance(it, rng() % oracle.size());
+        auto got = store->GetCount(it->first.first, it->first.second);
+        ASSERT_TRUE(got.ok()) << got.status();
+        EXPECT_EQ(*got, it->second);
+      }
+    }
+    if (step % kReopenEvery == 0) {
+      // Close without an explicit Flush: Close must drain the queue.
+      ASSERT_TRUE(store->Close().ok());
+      EXPECT_EQ(callbacks.load(), submitted);
+      store.reset();
+      store_or = TrieStore::Open(dir, options);
+      ASSERT_TRUE(store_or.ok()) << store_or.status();
+      store = std::move(*store_or);
+      std::map<std::string, int32_t> seen_namespaces;
+      ASSERT_EQ(ScanAll(*store, &seen_namespaces), oracle) << "step " << step;
+      for (const auto& [name, vocab] : seen_namespaces) {
+        EXPECT_EQ(vocab, 0x7fffffff) << name;
+      }
+    }
+  }
+  EXPECT_EQ(failures.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    OptionSets, TrieStoreRandomizedTest,
+    ::testing::Values(RandomizedParam{"sync_small_groups", true, 4, 0.05, 0.05},
+                      RandomizedParam{"nosync_big_groups", false, 65536, 0.05,
+                                      0.1},
+                      RandomizedParam{"nosync_one_per_group", false, 1, 0.1,
+                                      0.0},
+                      RandomizedParam{"prune_heavy", false, 64, 0.4, 0.1}),
+    [](const ::testing::TestParamInfo<RandomizedParam>& info) {
+      return std::string(info.param.name);
+    });
+
+}  // namespace
+}  // namespace lookahead::draftsvc

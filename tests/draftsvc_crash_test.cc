@@ -1,0 +1,373 @@
+// Crash test of draftsvc's durability promise (rocksdb db_crashtest style).
+//
+// The driver (this process) starts the REAL draftsvc binary in --sync mode on
+// a loopback port with a temp RocksDB directory. Writer threads insert
+// through real gRPC (OpenSession, then Step with accepted tokens); every
+// ACKNOWLEDGED Step is replayed into an oracle kept here, outside the server.
+// The driver SIGKILLs the server at random moments (>= 20 times), then opens
+// the RocksDB directory itself and checks that
+//   * every acknowledged write is there: count(path) >= the oracle's count
+//     from acknowledged Steps;
+//   * nothing was invented: count(path) <= the count if every attempted
+//     Step had been applied, and no path outside that set exists;
+//   * the trie is consistent: every node's parent exists and
+//     count(parent) >= count(child).
+// Pruning is disabled (huge capacity), so counts only grow. The oracle's
+// windowing is DraftIndex's own (the thing under test is durability, not
+// window extraction): a sink-less copy of the index maps Steps to paths.
+//
+// The server binary's path comes from env DRAFTSVC_BINARY (set by BUILD).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "draftsvc/draft_index.h"
+#include "draftsvc/trie_mutation.h"
+#include "draftsvc/trie_store.h"
+#include "gtest/gtest.h"
+#include "proto/draft.grpc.pb.h"
+#include "proto/draft.pb.h"
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+extern char** environ;
+
+namespace lookahead::draftsvc {
+namespace {
+
+namespace v1 = ::lookahead::v1;
+using Path = std::vector<int32_t>;
+using Counts = std::map<Path, int64_t>;
+
+constexpr char kNamespace[] = "crash";
+constexpr int32_t kVocab = 49152;
+constexpr int32_t kBranchLength = 4;
+constexpr int kKills = 22;
+constexpr int kWriters = 3;
+
+// Applies kAdd mutations (the only kind without pruning) to a map.
+class CountingSink : public MutationSink {
+ public:
+  void Submit(TrieMutationBatch batch,
+              std::function<void(absl::Status)> done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      for (const TrieMutation& m : batch.mutations) {
+        if (m.kind != TrieMutation::Kind::kAdd) {
+          unexpected_kinds_++;
+          continue;
+        }
+        counts_[m.path] += m.value;
+      }
+    }
+    if (done) done(absl::OkStatus());
+  }
+  Counts counts() const {
+    absl::MutexLock lock(&mu_);
+    return counts_;
+  }
+  int unexpected_kinds() const {
+    absl::MutexLock lock(&mu_);
+    return unexpected_kinds_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  Counts counts_ ABSL_GUARDED_BY(mu_);
+  int unexpected_kinds_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// An in-driver replica of the index whose sink records the expected counts.
+struct Replica {
+  Replica() : index(MakeOptions(), &sink) {}
+  static IndexOptions MakeOptions() {
+    IndexOptions o;
+    o.default_branch_length = kBranchLength;
+    o.capacity_nodes = int64_t{1} << 40;
+    return o;
+  }
+  CountingSink sink;
+  DraftIndex index;
+};
+
+// What the store holds after a kill.
+class NodeCollector : public TrieScanVisitor {
+ public:
+  absl::Status OnNamespace(absl::string_view ns, int32_t vocab) override {
+    vocabs[std::string(ns)] = vocab;
+    return absl::OkStatus();
+  }
+  absl::Status OnNode(absl::string_view ns, absl::Span<const int32_t> path,
+                      int64_t count) override {
+    if (ns != kNamespace) {
+      return absl::InternalError(absl::StrCat("unexpected namespace ", ns));
+    }
+    counts[Path(path.begin(), path.end())] = count;
+    return absl::OkStatus();
+  }
+  std::map<std::string, int32_t> vocabs;
+  Counts counts;
+};
+
+// A running draftsvc process.
+class ServerProcess {
+ public:
+  ServerProcess(const std::string& binary, const std::string& db_path,
+                const std::string& work_dir, int generation)
+      : port_file_(absl::StrCat(work_dir, "/port.", generation)),
+        log_file_(absl::StrCat(work_dir, "/server.", generation, ".log")) {
+    std::vector<std::string> args = {
+        binary,
+        "--host=127.0.0.1",
+        "--port=0",
+        "--port_file=" + port_file_,
+        "--db_path=" + db_path,
+        "--sync",
+        absl::StrCat("--branch_length=", kBranchLength),
+        "--capacity_nodes=1099511627776",
+    };
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log_file_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(),
+                         environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) pid_ = -1;
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) Kill(SIGKILL);
+  }
+
+  // Waits for the port file; returns the port or 0 (the server died or
+  // timed out; see Log()).
+  int WaitForPort() {
+    if (pid_ <= 0) return 0;
+    for (int i = 0; i < 3000; ++i) {
+      std::ifstream in(port_file_);
+      int port = 0;
+      if (in >> port && port > 0) return port;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return 0;
+  }
+
+  // Sends `signal` and reaps the process; returns its wait status.
+  int Kill(int signal) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, signal);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+  std::string Log() const {
+    std::ifstream in(log_file_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  const std::string port_file_;
+  const std::string log_file_;
+  pid_t pid_ = -1;
+};
+
+// One writer's loop against one server life: opens a session, then Steps
+// until an RPC fails (the server was killed) or `stop` is set. Each Step is
+// applied to `upper` before it is sent and to `acked` once acknowledged.
+void WriterLife(v1::DraftService::Stub& stub, const std::string& session_id,
+                std::mt19937& rng, Replica& acked, Replica& upper,
+                const std::atomic<bool>& stop, std::atomic<int64_t>& acks) {
+  std::vector<int32_t> prompt(4 + rng() % 6);
+  for (auto& t : prompt) t = rng() % 64;
+  v1::OpenSessionRequest open;
+  open.set_session_id(session_id);
+  open.set_namespace_(kNamespace);
+  open.set_vocab_size(kVocab);
+  for (int32_t t : prompt) open.add_prompt_tokens(t);
+  v1::OpenSessionResponse opened;
+  grpc::ClientContext open_context;
+  open_context.set_deadline(std::chrono::system_clock::now() +
+                            std::chrono::seconds(10));
+  if (!stub.OpenSession(&open_context, open, &opened).ok()) return;
+  for (Replica* r : {&acked, &upper}) {
+    ASSERT_TRUE(r->index.OpenSession(session_id, kNamespace, kVocab, prompt, 0)
+                    .ok());
+  }
+  while (!stop.load()) {
+    // A small alphabet with a skewed distribution: windows repeat, so
+    // counts above 1 and shared prefixes are common.
+    std::vector<int32_t> tokens(1 + rng() % 8);
+    for (auto& t : tokens) {
+      t = static_cast<int32_t>(rng() % 8 == 0 ? rng() % 2000 : rng() % 24);
+    }
+    ASSERT_TRUE(upper.index.Append(session_id, tokens, nullptr).ok());
+    v1::StepRequest request;
+    v1::SessionStep* step = request.add_steps();
+    step->set_session_id(session_id);
+    for (int32_t t : tokens) step->add_accepted_tokens(t);
+    step->set_decoding_length(8);
+    v1::StepResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    grpc::Status status = stub.Step(&context, request, &response);
+    if (!status.ok() || response.drafts_size() != 1 ||
+        response.drafts(0).code() != 0) {
+      return;  // Unacknowledged: may or may not be on disk.
+    }
+    ASSERT_TRUE(acked.index.Append(session_id, tokens, nullptr).ok());
+    acks.fetch_add(1);
+  }
+}
+
+// Checks what is on disk against both oracles; returns the node count.
+int64_t VerifyStore(const std::string& db_path, const Counts& lower,
+                    const Counts& upper, int kill) {
+  auto store = TrieStore::Open(db_path, TrieStoreOptions());
+  EXPECT_TRUE(store.ok()) << "after kill " << kill << ": " << store.status();
+  if (!store.ok()) return 0;
+  NodeCollector collected;
+  absl::Status scanned = (*store)->Scan(collected);
+  EXPECT_TRUE(scanned.ok()) << scanned;
+  const Counts& disk = collected.counts;
+  if (!disk.empty()) {
+    EXPECT_EQ(collected.vocabs[kNamespace], kVocab);
+  }
+  int missing = 0;
+  for (const auto& [path, want] : lower) {
+    auto it = disk.find(path);
+    const int64_t got = it == disk.end() ? 0 : it->second;
+    if (got < want && ++missing <= 5) {
+      ADD_FAILURE() << "after kill " << kill << ": acknowledged path of "
+                    << path.size() << " tokens starting " << path[0]
+                    << " has count " << got << " < " << want;
+    }
+  }
+  EXPECT_EQ(missing, 0) << "acknowledged writes lost after kill " << kill;
+  int invented = 0, inconsistent = 0;
+  for (const auto& [path, count] : disk) {
+    auto it = upper.find(path);
+    if ((it == upper.end() || count > it->second) && ++invented <= 5) {
+      ADD_FAILURE() << "after kill " << kill << ": count " << count
+                    << " above anything attempted";
+    }
+    if (path.size() > 1) {
+      auto parent = disk.find(Path(path.begin(), path.end() - 1));
+      if ((parent == disk.end() || parent->second < count) &&
+          ++inconsistent <= 5) {
+        ADD_FAILURE() << "after kill " << kill
+                      << ": node without a parent or with a larger count "
+                         "than its parent";
+      }
+    }
+    if (count < 1) ++inconsistent;
+  }
+  EXPECT_EQ(invented, 0);
+  EXPECT_EQ(inconsistent, 0);
+  EXPECT_TRUE((*store)->Close().ok());
+  return static_cast<int64_t>(disk.size());
+}
+
+TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
+  const char* binary = std::getenv("DRAFTSVC_BINARY");
+  ASSERT_NE(binary, nullptr) << "set DRAFTSVC_BINARY to the draftsvc binary";
+  ASSERT_TRUE(std::filesystem::exists(binary)) << binary;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string work_dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/draftsvc_crash");
+  std::filesystem::remove_all(work_dir);
+  std::filesystem::create_directories(work_dir);
+  const std::string db_path = work_dir + "/db";
+
+  Replica acked, upper;
+  std::mt19937 rng(20261122);
+  int64_t total_acks = 0;
+  int64_t nodes = 0;
+  for (int kill = 0; kill <= kKills; ++kill) {
+    ServerProcess server(binary, db_path, work_dir, kill);
+    const int port = server.WaitForPort();
+    ASSERT_GT(port, 0) << "draftsvc did not start:\n" << server.Log();
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                       grpc::InsecureChannelCredentials());
+    ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                          std::chrono::seconds(10)));
+    auto stub = v1::DraftService::NewStub(channel);
+
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> acks{0};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < kWriters; ++w) {
+      const uint32_t seed = rng();
+      writers.emplace_back([&, w, seed] {
+        std::mt19937 writer_rng(seed);
+        WriterLife(*stub, absl::StrCat("w", w, "-life", kill), writer_rng,
+                   acked, upper, stop, acks);
+      });
+    }
+    if (kill < kKills) {
+      // Let writes flow, then kill at a random moment mid-traffic.
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(150 + rng() % 650));
+      int status = server.Kill(SIGKILL);
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+          << "draftsvc exited on its own:\n" << server.Log();
+    } else {
+      // The last life ends gracefully: SIGTERM must flush and exit 0.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      stop.store(true);
+      for (auto& t : writers) t.join();
+      writers.clear();
+      int status = server.Kill(SIGTERM);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << server.Log();
+    }
+    stop.store(true);
+    for (auto& t : writers) t.join();
+    total_acks += acks.load();
+    EXPECT_GT(acks.load(), 0) << "no Step was acknowledged in life " << kill;
+    ASSERT_EQ(acked.sink.unexpected_kinds(), 0);
+    nodes = VerifyStore(db_path, acked.sink.counts(), upper.sink.counts(),
+                        kill);
+    if (::testing::Test::HasFailure()) {
+      FAIL() << "stopping after kill " << kill << "; last server log:\n"
+             << server.Log();
+    }
+  }
+  std::printf("crash test: %d kills, %lld acknowledged steps, %lld nodes\n",
+              kKills, static_cast<long long>(total_acks),
+              static_cast<long long>(nodes));
+  EXPECT_GT(nodes, 100);
+}
+
+}  // namespace
+}  // namespace lookahead::draftsvc

@@ -1,0 +1,318 @@
+// Golden test: our tokenizer and model against reference outputs that HF
+// transformers computed on the same GGUF file (tests/golden/smollm2_q4_1.json,
+// written by tools/make_golden.sh; layout in tests/golden.proto).
+//
+// Checks, for every golden prompt:
+//   - the tokenizer gives HF's ids (plus tokenizer-only cases), and the chat
+//     template renders the same text as HF's Jinja template;
+//   - the model, fed HF's prompt ids, gives first-step logits within
+//     kLogitTolerance of HF's (32 probe ids, argmax, top-5), the same top-5
+//     logits over the first 8 greedy steps, and the same 64 greedy tokens
+//     (raw argmax, no EOS stop).
+// Needs the real model (tools/setup.sh fetches it).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "gtest/gtest.h"
+#include "tests/golden.pb.h"
+#include "verifysvc/gguf.h"
+#include "verifysvc/kv_cache.h"
+#include "verifysvc/llama_model.h"
+#include "verifysvc/sampler.h"
+#include "verifysvc/threading.h"
+#include "verifysvc/tokenizer.h"
+
+namespace lookahead {
+namespace {
+
+using ::lookahead::golden::GoldenFile;
+using ::lookahead::golden::ModelCase;
+using ::lookahead::verifysvc::GgufFile;
+using ::lookahead::verifysvc::KvCache;
+using ::lookahead::verifysvc::LlamaModel;
+using ::lookahead::verifysvc::ModelOptions;
+using ::lookahead::verifysvc::SequenceInput;
+using ::lookahead::verifysvc::Tokenizer;
+
+constexpr char kGoldenPath[] = "tests/golden/smollm2_q4_1.json";
+constexpr char kModelFile[] = "SmolLM2-135M-Instruct.Q4_1.gguf";
+// Max |ours - HF| for a float32 logit (logits here are O(10)).
+constexpr float kLogitTolerance = 1e-3f;
+constexpr int kTopSteps = 8;
+constexpr int kNumProbes = 32;
+constexpr int kMinCases = 20;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+std::string ModelPath() {
+  std::string dir = Env("LOOKAHEAD_MODEL_DIR");
+  if (dir.empty()) dir = Env("HOME") + "/.cache/lookahead/models";
+  return dir + "/" + kModelFile;
+}
+
+bool Exists(const std::string& path) { return std::ifstream(path).good(); }
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The golden JSON from the test's runfiles (the working directory of a
+// Bazel test is the workspace's runfiles root).
+absl::StatusOr<GoldenFile> LoadGolden() {
+  std::string path = kGoldenPath;
+  if (!Exists(path)) {
+    path = absl::StrCat(Env("TEST_SRCDIR"), "/", Env("TEST_WORKSPACE"), "/",
+                        kGoldenPath);
+  }
+  absl::StatusOr<std::string> json = ReadFile(path);
+  if (!json.ok()) return json.status();
+  GoldenFile golden;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;  // the script and the .proto agree
+  const auto status =
+      google::protobuf::util::JsonStringToMessage(*json, &golden, options);
+  if (!status.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a golden file: ", status.ToString()));
+  }
+  return golden;
+}
+
+verifysvc::EncodeOptions Options(bool parse_special, bool add_special) {
+  verifysvc::EncodeOptions options;
+  options.parse_special = parse_special;
+  options.add_special = add_special;
+  return options;
+}
+
+std::string Ids(absl::Span<const int32_t> ids) {
+  return absl::StrCat("[", absl::StrJoin(ids, ", "), "]");
+}
+
+// Index of the first difference of a and b, or -1 if equal.
+int FirstDifference(absl::Span<const int32_t> a, absl::Span<const int32_t> b) {
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) return static_cast<int>(i);
+  }
+  return a.size() == b.size() ? -1 : static_cast<int>(n);
+}
+
+class GoldenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<GoldenFile> golden = LoadGolden();
+    ASSERT_TRUE(golden.ok()) << golden.status();
+    golden_ = *std::move(golden);
+    const std::string path = ModelPath();
+    ASSERT_TRUE(Exists(path))
+        << "model not found: " << path
+        << " (run tools/setup.sh --model, or set LOOKAHEAD_MODEL_DIR)";
+    absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    file_ = *std::move(file);
+    ASSERT_EQ(file_->file_size(), golden_.generator().model_bytes())
+        << path << " is not the file the golden outputs were made from ("
+        << golden_.generator().model_sha256() << "); rerun tools/setup.sh";
+  }
+
+  GoldenFile golden_;
+  std::unique_ptr<GgufFile> file_;
+};
+
+// A truncated or hand-edited golden file must not pass by checking nothing.
+TEST_F(GoldenTest, FileIsComplete) {
+  EXPECT_EQ(golden_.format_version(), 1);
+  EXPECT_EQ(golden_.generator().model_file(), kModelFile);
+  EXPECT_EQ(golden_.probe_ids_size(), kNumProbes);
+  EXPECT_GE(golden_.cases_size(), kMinCases);
+  EXPECT_GE(golden_.tokenizer_cases_size(), 10);
+  EXPECT_EQ(golden_.num_greedy(), 64);
+  int chats = 0;
+  for (const ModelCase& c : golden_.cases()) {
+    SCOPED_TRACE(c.name());
+    chats += c.kind() == "chat";
+    EXPECT_FALSE(c.token_ids().empty());
+    EXPECT_EQ(c.greedy_ids_size(), golden_.num_greedy());
+    EXPECT_EQ(c.greedy_margins_size(), golden_.num_greedy());
+    EXPECT_EQ(c.first_step().probe_logits_size(), kNumProbes);
+    ASSERT_EQ(c.top_steps_size(), kTopSteps);
+    for (const auto& step : c.top_steps()) {
+      EXPECT_EQ(step.ids_size(), golden_.top_k());
+      EXPECT_EQ(step.logits_size(), golden_.top_k());
+    }
+    EXPECT_EQ(c.first_step().argmax(), c.greedy_ids(0));
+  }
+  EXPECT_GE(chats, 3);
+}
+
+TEST_F(GoldenTest, TokenizerMatchesReference) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::FromGguf(*file_);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const Tokenizer& tok = **tokenizer;
+  int checked = 0;
+  for (const auto& c : golden_.tokenizer_cases()) {
+    const std::vector<int32_t> want(c.token_ids().begin(), c.token_ids().end());
+    const std::vector<int32_t> got = tok.Encode(
+        c.text(), Options(c.parse_special(), c.add_special_tokens()));
+    EXPECT_EQ(got, want) << "tokenizer case " << c.name() << ": text \""
+                         << c.text() << "\"\n  ours " << Ids(got) << "\n  HF   "
+                         << Ids(want) << "\n  first difference at "
+                         << FirstDifference(got, want);
+    ++checked;
+  }
+  for (const ModelCase& c : golden_.cases()) {
+    const std::vector<int32_t> want(c.token_ids().begin(), c.token_ids().end());
+    const std::vector<int32_t> got =
+        tok.Encode(c.prompt(), Options(c.parse_special(), c.add_special_tokens()));
+    EXPECT_EQ(got, want) << "prompt " << c.name() << ": \"" << c.prompt()
+                         << "\"\n  ours " << Ids(got) << "\n  HF   "
+                         << Ids(want) << "\n  first difference at "
+                         << FirstDifference(got, want);
+    ++checked;
+    if (c.kind() != "chat") continue;
+    std::vector<verifysvc::ChatMessage> messages;
+    for (const auto& m : c.messages()) {
+      messages.push_back({m.role(), m.content()});
+    }
+    absl::StatusOr<std::string> rendered =
+        tok.RenderChat(messages, /*add_generation_prompt=*/true);
+    ASSERT_TRUE(rendered.ok()) << c.name() << ": " << rendered.status();
+    EXPECT_EQ(*rendered, c.prompt()) << "chat template of " << c.name();
+    absl::StatusOr<std::vector<int32_t>> chat_ids =
+        tok.EncodeChat(messages, /*add_generation_prompt=*/true);
+    ASSERT_TRUE(chat_ids.ok()) << c.name() << ": " << chat_ids.status();
+    EXPECT_EQ(*chat_ids, want) << "EncodeChat of " << c.name();
+  }
+  EXPECT_GE(checked, kMinCases + 10);
+}
+
+// Float32 logits (vocab) of a (1, vocab) or (vocab) CPU tensor.
+std::vector<float> ToVector(const torch::Tensor& logits) {
+  torch::Tensor t = logits.reshape({-1}).to(torch::kCPU, torch::kFloat32)
+                        .contiguous();
+  return std::vector<float>(t.data_ptr<float>(),
+                            t.data_ptr<float>() + t.numel());
+}
+
+// Runs one case: prefill HF's ids, then greedy steps. Adds failures for
+// every disagreement; returns the largest |ours - HF| over compared logits.
+float CheckCase(const LlamaModel& model, const GoldenFile& golden,
+                const ModelCase& c) {
+  float max_diff = 0;
+  const auto compare = [&](const std::vector<float>& ours, int32_t id,
+                           float want, const std::string& what) {
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, static_cast<int32_t>(ours.size()));
+    const float diff = std::fabs(ours[id] - want);
+    max_diff = std::max(max_diff, diff);
+    EXPECT_LE(diff, kLogitTolerance)
+        << c.name() << ": " << what << " logit of id " << id << ": ours "
+        << ours[id] << ", HF " << want;
+  };
+
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = model.NewCache();
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  if (!cache.ok()) return max_diff;
+  const std::vector<int32_t> prompt(c.token_ids().begin(),
+                                    c.token_ids().end());
+  absl::StatusOr<torch::Tensor> prefill = model.Prefill(cache->get(), prompt);
+  EXPECT_TRUE(prefill.ok()) << c.name() << ": " << prefill.status();
+  if (!prefill.ok()) return max_diff;
+  std::vector<float> logits = ToVector(*prefill);
+  EXPECT_EQ(logits.size(), static_cast<size_t>(golden.generator().vocab_size()));
+
+  for (int i = 0; i < golden.probe_ids_size(); ++i) {
+    compare(logits, golden.probe_ids(i), c.first_step().probe_logits(i),
+            "first-step probe");
+  }
+  EXPECT_EQ(verifysvc::ArgMax(logits), c.first_step().argmax())
+      << c.name() << ": first-step argmax";
+
+  std::vector<int32_t> ours;
+  for (int step = 0; step < c.greedy_ids_size(); ++step) {
+    if (step < c.top_steps_size()) {
+      const auto& top = c.top_steps(step);
+      for (int k = 0; k < top.ids_size(); ++k) {
+        compare(logits, top.ids(k), top.logits(k),
+                absl::StrCat("step ", step, " top-", k + 1));
+      }
+    }
+    const int32_t next = verifysvc::ArgMax(logits);
+    ours.push_back(next);
+    const int32_t want = c.greedy_ids(step);
+    if (next != want) {
+      ADD_FAILURE() << c.name() << ": greedy token " << step << " is " << next
+                    << " (logit " << logits[next] << "), HF chose " << want
+                    << " (our logit " << logits[want]
+                    << "; HF's top-2 margin there "
+                    << c.greedy_margins(step) << ")\n  ours " << Ids(ours)
+                    << "\n  HF   " << Ids(c.greedy_ids());
+      return max_diff;  // later steps would compare different contexts
+    }
+    if (step + 1 == c.greedy_ids_size()) break;
+    SequenceInput input;
+    input.cache = cache->get();
+    input.tokens = {next};
+    input.parents = {-1};
+    input.last_logits_only = true;
+    absl::StatusOr<std::vector<torch::Tensor>> out =
+        model.Forward(absl::MakeConstSpan(&input, 1));
+    EXPECT_TRUE(out.ok()) << c.name() << " step " << step << ": "
+                          << out.status();
+    if (!out.ok()) return max_diff;
+    const absl::Status commit = (*cache)->CommitPath({0});
+    EXPECT_TRUE(commit.ok()) << commit;
+    if (!commit.ok()) return max_diff;
+    logits = ToVector(out->at(0));
+  }
+  EXPECT_EQ((*cache)->Length(),
+            static_cast<int>(prompt.size()) + c.greedy_ids_size() - 1);
+  return max_diff;
+}
+
+TEST_F(GoldenTest, ModelMatchesReference) {
+  const absl::Status threads = verifysvc::ConfigureThreads({});
+  EXPECT_TRUE(threads.ok()) << threads;
+  absl::StatusOr<std::unique_ptr<LlamaModel>> model =
+      LlamaModel::Load(*file_, ModelOptions{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  float max_diff = 0;
+  for (const ModelCase& c : golden_.cases()) {
+    const float diff = CheckCase(**model, golden_, c);
+    std::printf("golden %-18s %3d prompt tokens  max |logit - HF| %.2e\n",
+                c.name().c_str(), c.token_ids_size(), diff);
+    max_diff = std::max(max_diff, diff);
+  }
+  std::printf("golden: %d cases, max |logit - HF| %.2e (tolerance %.0e)\n",
+              golden_.cases_size(), max_diff, kLogitTolerance);
+  RecordProperty("max_logit_diff", absl::StrCat(max_diff));
+}
+
+}  // namespace
+}  // namespace lookahead

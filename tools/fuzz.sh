@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Fuzzes the GGUF reader (verifysvc/gguf.cc + dequant.cc) with libFuzzer and
+# AddressSanitizer for a bounded time. Exits non-zero iff the build fails or
+# the fuzzer finds a crash (the reproducer is kept under $WORK/artifacts).
+#
+#   tools/fuzz.sh [SECONDS]        # default 60
+#
+# Built directly with clang++ (no Bazel). The corpus starts from files made
+# by verifysvc/gguf_writer (every value type, every tensor type id) plus the
+# first 4 KiB of the real model when it is present; it persists in
+# $LOOKAHEAD_FUZZ_DIR (default ${TMPDIR:-/tmp}/lookahead-gguf-fuzz) so later
+# runs continue from it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+readonly SECONDS_TO_RUN="${1:-60}"
+readonly WORK="${LOOKAHEAD_FUZZ_DIR:-${TMPDIR:-/tmp}/lookahead-gguf-fuzz}"
+readonly CXX="${CXX_FUZZ:-clang++}"
+readonly MODEL="${LOOKAHEAD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+mkdir -p "$WORK/corpus" "$WORK/seeds" "$WORK/artifacts"
+read -r -a ABSL_LIBS <<<"$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format)"
+readonly SRCS=(verifysvc/gguf.cc verifysvc/dequant.cc)
+readonly FLAGS=(-std=c++17 -O1 -g -I. -Wno-deprecated-declarations)
+
+echo "fuzz: building seed writer and fuzz target with $CXX"
+"$CXX" "${FLAGS[@]}" -DLOOKAHEAD_GGUF_FUZZ_SEEDS \
+  verifysvc/gguf_fuzz.cc verifysvc/gguf_writer.cc "${SRCS[@]}" \
+  "${ABSL_LIBS[@]}" -o "$WORK/gguf_seed_writer"
+"$CXX" "${FLAGS[@]}" -fsanitize=fuzzer,address,undefined \
+  -fno-sanitize-recover=undefined \
+  verifysvc/gguf_fuzz.cc "${SRCS[@]}" "${ABSL_LIBS[@]}" -o "$WORK/gguf_fuzz"
+
+"$WORK/gguf_seed_writer" "$WORK/seeds"
+if [[ -f "$MODEL" ]]; then
+  head -c 4096 "$MODEL" >"$WORK/seeds/model_header.gguf"
+fi
+
+echo "fuzz: running for ${SECONDS_TO_RUN}s (work dir $WORK)"
+rc=0
+"$WORK/gguf_fuzz" -max_total_time="$SECONDS_TO_RUN" -max_len=8192 \
+  -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+  -artifact_prefix="$WORK/artifacts/" \
+  "$WORK/corpus" "$WORK/seeds" || rc=$?
+if ((rc != 0)); then
+  echo "fuzz: FAILED (exit $rc); reproducers in $WORK/artifacts:" >&2
+  ls -l "$WORK/artifacts" >&2
+  exit "$rc"
+fi
+echo "fuzz: OK, no crash in ${SECONDS_TO_RUN}s"

@@ -1,0 +1,64 @@
+// Test helpers for the verifier engine: tiny random-weight GGUF models, the
+// real model's location, and an independent causal reference forward.
+// Test-only; functions are pure (thread-compatible).
+#ifndef LOOKAHEAD_VERIFYSVC_ENGINE_TEST_UTIL_H_
+#define LOOKAHEAD_VERIFYSVC_ENGINE_TEST_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "verifysvc/gguf.h"
+#include "verifysvc/llama_model.h"
+
+namespace lookahead {
+namespace verifysvc {
+
+struct TinyModelSpec {
+  std::string architecture = "llama";  // "qwen2" adds q/k/v biases
+  int vocab = 101;
+  int dim = 64;
+  int layers = 2;
+  int heads = 4;
+  int kv_heads = 2;
+  int ffn = 96;
+  int context = 512;
+  bool tied = true;
+  float rope_base = 10000.0f;
+  float weight_scale = 0.3f;  // stddev of random weights
+  uint64_t seed = 1;
+};
+
+// Returns the bytes of a GGUF file with random F32 weights for `spec`.
+absl::StatusOr<std::string> TinyModelGguf(const TinyModelSpec& spec);
+
+// Loads TinyModelGguf(spec) with default options (float32, CPU).
+absl::StatusOr<std::unique_ptr<LlamaModel>> LoadTinyModel(
+    const TinyModelSpec& spec, const ModelOptions& options = {});
+
+// $LOOKAHEAD_MODEL_DIR (else $HOME/.cache/lookahead/models) +
+// "/SmolLM2-135M-Instruct.Q4_1.gguf".
+std::string RealModelPath();
+
+// Opens RealModelPath(); NOT_FOUND naming tools/setup.sh iff absent.
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenRealModel();
+
+// Logits (n, vocab) of plain causal full-sequence attention over `tokens`
+// (no KV cache, no trees), written independently of LlamaModel::Forward:
+// RoPE through complex multiplication, GQA through repeat_interleave, a
+// triangular mask. Uses model.weights() and model.config().
+torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
+                                    absl::Span<const int32_t> tokens);
+
+// Max |a - b| (float64), or +inf if shapes differ.
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b);
+
+}  // namespace verifysvc
+}  // namespace lookahead
+
+#endif  // LOOKAHEAD_VERIFYSVC_ENGINE_TEST_UTIL_H_

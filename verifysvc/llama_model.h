@@ -1,0 +1,150 @@
+// LlamaModel: a Llama-family decoder (RMSNorm, RoPE, grouped-query attention,
+// SwiGLU) loaded from a GGUF file, whose forward pass verifies token trees for
+// a batch of sequences at once.
+//
+// Thread-safety: the weights are immutable after Load, so concurrent Forward
+// calls are safe as long as no KvCache is used by two calls at once. Each
+// call mutates only the caches named in its inputs.
+#ifndef LOOKAHEAD_VERIFYSVC_LLAMA_MODEL_H_
+#define LOOKAHEAD_VERIFYSVC_LLAMA_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "verifysvc/acceptance.h"
+#include "verifysvc/gguf.h"
+#include "verifysvc/kv_cache.h"
+#include "verifysvc/model_config.h"
+#include "verifysvc/sampler.h"
+
+namespace lookahead {
+namespace verifysvc {
+
+struct ModelOptions {
+  // Weight, activation and KV-cache dtype. float32 (default) on CPU;
+  // bfloat16/float16 halve memory and suit CUDA. Logits are always float32.
+  torch::Dtype dtype = torch::kFloat32;
+  // Where weights, caches and activations live. Default CPU.
+  torch::Device device = torch::kCPU;
+  // Slots of a cache made by NewCache(0). 0 (default) means
+  // min(context_length, 2048); bigger costs memory per sequence.
+  int max_cache_tokens = 0;
+  // Prefill splits prompts into chains of at most this many tokens (bounds
+  // the activation memory of one pass). Default 256.
+  int prefill_chunk_tokens = 256;
+};
+
+// Float weights of one layer (PyTorch (out, in) layout).
+struct LayerWeights {
+  torch::Tensor attn_norm;  // (D)
+  torch::Tensor wqkv;       // (H*hd + 2*KV*hd, D): q, k, v rows stacked
+  torch::Tensor bqkv;       // (H*hd + 2*KV*hd) or undefined (no bias)
+  torch::Tensor wo;         // (D, H*hd)
+  torch::Tensor ffn_norm;   // (D)
+  torch::Tensor w_gate_up;  // (2*F, D): gate rows then up rows
+  torch::Tensor w_down;     // (D, F)
+};
+
+struct LlamaWeights {
+  torch::Tensor token_embd;   // (V, D)
+  std::vector<LayerWeights> layers;
+  torch::Tensor output_norm;  // (D)
+  torch::Tensor output;       // (V, D); the same tensor as token_embd if tied
+  torch::Tensor rope_inv_freq;  // (rope_dim/2) float64, scaling applied
+};
+
+// One sequence's share of a batched forward: a token tree evaluated after the
+// sequence's committed cache. Node i has position cache->Length() + depth(i),
+// attends to the whole committed cache, its ancestors and itself, and its
+// K/V rows go provisionally to slots [Length(), Length() + n) (see KvCache).
+// A prefill chunk is a chain: parents = {-1, 0, 1, ...}.
+struct SequenceInput {
+  KvCache* cache = nullptr;     // not owned; distinct for each input
+  std::vector<int32_t> tokens;  // n >= 1 token ids < vocab_size
+  std::vector<int32_t> parents; // n entries, parents[i] in [-1, i)
+  bool last_logits_only = false;  // true: logits for the last node only
+};
+
+// A draft to verify after a root token: parents[i] in [-1, i) indexes
+// `tokens`; -1 means a child of the root.
+struct DraftTree {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> parents;
+};
+
+// The tree [root, draft...] as forward input: node 0 = root (parent -1),
+// draft node j = node j + 1 with parent draft.parents[j] + 1.
+SequenceInput MakeVerifyInput(KvCache* cache, int32_t root_token,
+                              const DraftTree& draft);
+
+class LlamaModel {
+ public:
+  // Reads the config and dequantizes every weight of `file` to
+  // options.dtype on options.device (one contiguous tensor per weight).
+  // UNIMPLEMENTED for architectures other than llama/qwen2; NOT_FOUND naming
+  // a missing tensor; INVALID_ARGUMENT naming a tensor of the wrong shape.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
+      const GgufFile& file, const ModelOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  const LlamaWeights& weights() const { return weights_; }
+
+  // A fresh empty cache for one sequence; capacity 0 means the default
+  // (ModelOptions::max_cache_tokens).
+  absl::StatusOr<std::unique_ptr<KvCache>> NewCache(int capacity = 0) const;
+
+  // Evaluates every input's tree in ONE pass (linear layers over all packed
+  // tokens, attention per sequence). Returns per input the float32 logits
+  // (n, vocab), or (1, vocab) if last_logits_only, on options.device; each
+  // cache then holds the tree provisionally (commit with CommitPath).
+  // INVALID_ARGUMENT (naming the input and index) for an empty input, a
+  // parents/tokens size mismatch, a bad parent, a token id outside
+  // [0, vocab), a null/foreign/shared cache; RESOURCE_EXHAUSTED if a tree does
+  // not fit its cache. On error no cache is changed.
+  absl::StatusOr<std::vector<torch::Tensor>> Forward(
+      absl::Span<const SequenceInput> batch) const;
+
+  // Appends `tokens` to `cache` as committed context in chains of at most
+  // prefill_chunk_tokens; returns the float32 logits (vocab) of the last one.
+  absl::StatusOr<torch::Tensor> Prefill(KvCache* cache,
+                                        absl::Span<const int32_t> tokens) const;
+
+  // Forward of MakeVerifyInput(cache, root_token, draft) for one sequence.
+  // Returns logits (1 + draft size, vocab); the tree stays provisional.
+  absl::StatusOr<torch::Tensor> VerifyTree(KvCache* cache, int32_t root_token,
+                                           const DraftTree& draft) const;
+
+  // VerifyTree + AcceptLongestPath + CommitPath: returns the emitted tokens
+  // (accepted draft tokens + bonus); the cache grows by tokens.size() (the
+  // root and the accepted draft tokens; the bonus becomes the next root).
+  // An empty draft is one step of plain decoding.
+  absl::StatusOr<std::vector<int32_t>> VerifyAndAccept(
+      KvCache* cache, int32_t root_token, const DraftTree& draft,
+      const SamplingParams& params) const;
+
+ private:
+  LlamaModel(ModelConfig config, ModelOptions options, LlamaWeights weights)
+      : config_(std::move(config)),
+        options_(options),
+        weights_(std::move(weights)) {}
+
+  absl::Status ValidateBatch(absl::Span<const SequenceInput> batch) const;
+  std::vector<torch::Tensor> ForwardUnchecked(
+      absl::Span<const SequenceInput> batch) const;
+
+  const ModelConfig config_;
+  const ModelOptions options_;
+  const LlamaWeights weights_;
+};
+
+}  // namespace verifysvc
+}  // namespace lookahead
+
+#endif  // LOOKAHEAD_VERIFYSVC_LLAMA_MODEL_H_

@@ -92,6 +92,48 @@ void KeepLast(std::vector<int32_t>& v, size_t n) {
 
 }  // namespace
 
+absl::Status DraftIndex::ValidateOptions(const IndexOptions& o) {
+  if (o.max_branch_length < 1 || o.max_branch_length > 255) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_branch_length ", o.max_branch_length, " is outside [1, 255]"));
+  }
+  if (o.default_branch_length < 1 ||
+      o.default_branch_length > o.max_branch_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "default_branch_length ", o.default_branch_length,
+        " is outside [1, max_branch_length=", o.max_branch_length, "]"));
+  }
+  if (o.capacity_nodes < 1 || o.capacity_nodes > (int64_t{1} << 31) - 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "capacity_nodes ", o.capacity_nodes, " is outside [1, 2^31 - 2]"));
+  }
+  if (!(o.low_water > 0.0 && o.low_water <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("low_water ", o.low_water, " is outside (0, 1]"));
+  }
+  if (!(o.prompt_boost >= 0.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt_boost ", o.prompt_boost, " is negative"));
+  }
+  if (o.max_prompt_tokens < 1 || o.max_step_tokens < 0 ||
+      o.max_decoding_length < 0 || o.max_sessions < 1) {
+    return absl::InvalidArgumentError(
+        "max_prompt_tokens and max_sessions must be >= 1, max_step_tokens "
+        "and max_decoding_length >= 0");
+  }
+  if (o.max_vocab_size < 1 || o.max_vocab_size > (1 << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_vocab_size ", o.max_vocab_size, " is outside [1, 2^30]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DraftIndex>> DraftIndex::Create(
+    IndexOptions options, MutationSink* sink) {
+  RETURN_IF_ERROR(ValidateOptions(options));
+  return std::make_unique<DraftIndex>(std::move(options), sink);
+}
+
 DraftIndex::DraftIndex(IndexOptions options, MutationSink* sink)
     : options_(std::move(options)), sink_(sink) {}
 

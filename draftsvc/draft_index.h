@@ -31,16 +31,17 @@ namespace lookahead::draftsvc {
 struct IndexOptions {
   // Window length - 1 used when a session asks for branch_length 0: every
   // run of branch_length + 1 tokens becomes a trie path, and drafts are at
-  // most this deep. 8 is the Lookahead paper's default; deeper windows cost
-  // (W+1)W/2 node updates per token and are rarely accepted to the end.
+  // most this deep. 8 is the Lookahead paper's default; a window of W costs
+  // W node updates and W(W+1)/2 path ids of mutations per token, and long
+  // branches are rarely accepted to the end.
   int32_t default_branch_length = 8;
   // Largest branch_length a session or retrieval may ask for.
   int32_t max_branch_length = 32;
-  // Nodes a namespace's global trie may hold before it is pruned. 4M nodes
-  // is ~100 MiB at ~25 bytes/node: room for ~1M distinct output windows,
-  // far above the paper's 16 x decoding_length per branch root heuristic
-  // for a few thousand active roots. More keeps rarer continuations, costs
-  // memory and restart time.
+  // Nodes a namespace's global trie may hold before it is pruned. The
+  // paper's heuristic is 16 x decoding_length nodes per active branch root:
+  // 16 x 64 x 4096 roots = 4M nodes, ~75 MiB at the measured ~18 bytes/node.
+  // More keeps rarer continuations but costs memory, restart time and a
+  // longer prune pause (~0.3-2 s at 4M, under the namespace's writer lock).
   int64_t capacity_nodes = int64_t{4} << 20;
   // Pruning (automatic or Prune with target 0) keeps this fraction of
   // capacity_nodes, the most frequent nodes. Lower: rarer prunes, each
@@ -58,9 +59,9 @@ struct IndexOptions {
   int32_t max_prompt_tokens = 32768;  // Per OpenSession.
   int32_t max_step_tokens = 4096;     // Per Append.
   int32_t max_decoding_length = 256;  // Draft tree node budget.
-  int32_t max_vocab_size = 1 << 22;   // Token ids must fit 22 bits.
+  int32_t max_vocab_size = 1 << 22;   // Largest vocab_size (<= 2^30).
   // Open sessions at once (RESOURCE_EXHAUSTED beyond). Each holds its prompt
-  // trie (~25 bytes x ~(branch_length+1) x prompt tokens, at most).
+  // trie (~20 bytes x ~(branch_length+1) x prompt tokens, at most).
   int64_t max_sessions = 16384;
 };
 
@@ -87,7 +88,13 @@ struct NamespaceStats {
 
 class DraftIndex {
  public:
+  // Returns INVALID_ARGUMENT naming the field iff `options` is unusable.
+  static absl::Status ValidateOptions(const IndexOptions& options);
+  // ValidateOptions, then the constructor.
+  static absl::StatusOr<std::unique_ptr<DraftIndex>> Create(
+      IndexOptions options, MutationSink* sink);
   // `sink` may be null (nothing persisted); not owned; must outlive this.
+  // REQUIRES: ValidateOptions(options) is OK.
   explicit DraftIndex(IndexOptions options, MutationSink* sink);
   ~DraftIndex();
   DraftIndex(const DraftIndex&) = delete;

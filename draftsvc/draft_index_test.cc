@@ -496,5 +496,84 @@ TEST(DraftIndexTest, ConcurrentSessionsSmoke) {
   }
 }
 
+TEST(DraftIndexTest, CreateValidatesOptions) {
+  EXPECT_TRUE(DraftIndex::Create(IndexOptions{}, nullptr).ok());
+  IndexOptions o;
+  o.low_water = 1.5;
+  ExpectCode(DraftIndex::Create(o, nullptr).status(),
+             absl::StatusCode::kInvalidArgument, "low_water 1.5");
+  o = IndexOptions{};
+  o.default_branch_length = 40;
+  ExpectCode(DraftIndex::Create(o, nullptr).status(),
+             absl::StatusCode::kInvalidArgument, "default_branch_length 40");
+  o = IndexOptions{};
+  o.capacity_nodes = 0;
+  ExpectCode(DraftIndex::Create(o, nullptr).status(),
+             absl::StatusCode::kInvalidArgument, "capacity_nodes 0");
+}
+
+// Random sessions append random outputs; the global trie must equal a map
+// holding every output window of every session (shorter trailing windows
+// of closed sessions included) and nothing else.
+TEST(DraftIndexTest, RandomizedWindowsAgainstOracle) {
+  for (int seed = 0; seed < 5; ++seed) {
+    std::mt19937 rng(seed);
+    DraftIndex index(IndexOptions{}, nullptr);
+    Oracle oracle;
+    struct Live {
+      std::string id;
+      int bl;
+      Path output;
+    };
+    std::vector<Live> live;
+    auto add_windows = [&](const Path& out, int bl, size_t from_end,
+                           bool final) {
+      // Full windows ending at positions >= from_end; at close, the short
+      // windows starting in the last bl positions.
+      const size_t w = bl + 1;
+      for (size_t end = std::max(from_end, w); end <= out.size(); ++end) {
+        for (size_t d = 1; d <= w; ++d) {
+          oracle[Path(out.begin() + end - w, out.begin() + end - w + d)] += 1;
+        }
+      }
+      if (final) {
+        const size_t start = out.size() >= static_cast<size_t>(bl)
+                                 ? out.size() - bl
+                                 : 0;
+        for (size_t s = start; s + 2 <= out.size(); ++s) {
+          for (size_t d = 1; s + d <= out.size(); ++d) {
+            oracle[Path(out.begin() + s, out.begin() + s + d)] += 1;
+          }
+        }
+      }
+    };
+    for (int op = 0; op < 300; ++op) {
+      const int r = rng() % 10;
+      if (live.empty() || r == 0) {
+        Live l{"s" + std::to_string(op), 1 + static_cast<int>(rng() % 6), {}};
+        Path prompt(1 + rng() % 5, 500);  // Prompt ids never leak.
+        ASSERT_TRUE(index.OpenSession(l.id, "r", kVocab, prompt, l.bl).ok());
+        live.push_back(l);
+      } else if (r == 1) {
+        const size_t i = rng() % live.size();
+        ASSERT_TRUE(index.CloseSession(live[i].id).ok());
+        add_windows(live[i].output, live[i].bl, SIZE_MAX, true);
+        live.erase(live.begin() + i);
+      } else {
+        Live& l = live[rng() % live.size()];
+        Path step(rng() % 6);
+        for (int32_t& t : step) t = rng() % 5;
+        ASSERT_TRUE(index.Append(l.id, step, nullptr).ok());
+        const size_t before = l.output.size();
+        l.output.insert(l.output.end(), step.begin(), step.end());
+        add_windows(l.output, l.bl, before + 1, false);
+      }
+      if (op % 50 == 49) {
+        ASSERT_EQ(Dump(index, "r"), oracle) << "seed " << seed << " op " << op;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lookahead::draftsvc

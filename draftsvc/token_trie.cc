@@ -244,11 +244,25 @@ absl::Status TokenTrie::SetCount(absl::Span<const int32_t> path,
           "SetCount: token ", path[i], " at index ", i, " is negative"));
     }
   }
-  const NodeId parent = Find(path.subspan(0, path.size() - 1));
-  if (parent == kNoNode) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "SetCount: the parent of a path of length ", path.size(),
-        " is missing (restore parents before children)"));
+  // Restores come in key order: reuse the previous path's node ids for the
+  // shared prefix instead of descending from the root.
+  size_t shared = 0;
+  while (shared + 1 < path.size() && shared < set_path_.size() &&
+         set_path_[shared] == path[shared]) {
+    ++shared;
+  }
+  set_path_.resize(shared);
+  set_nodes_.resize(shared);
+  NodeId parent = shared == 0 ? kRoot : set_nodes_[shared - 1];
+  for (size_t i = shared; i + 1 < path.size(); ++i) {
+    parent = Child(parent, path[i]);
+    if (parent == kNoNode) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "SetCount: the parent of a path of length ", path.size(),
+          " is missing (restore parents before children)"));
+    }
+    set_path_.push_back(path[i]);
+    set_nodes_.push_back(parent);
   }
   const uint32_t c = static_cast<uint32_t>(
       std::min<int64_t>(count, int64_t{kMaxCount}));
@@ -259,6 +273,8 @@ absl::Status TokenTrie::SetCount(absl::Span<const int32_t> path,
     node(id).count = c;
   }
   Reposition(id);
+  set_path_.push_back(path.back());
+  set_nodes_.push_back(id);
   return absl::OkStatus();
 }
 
@@ -277,34 +293,44 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
   if (n <= target) return PruneStats{0, n};
 
   // Breadth-first order: depth ascending, so among equal counts an ancestor
-  // always precedes its descendants.
+  // always precedes its descendants. Everything below is indexed by BFS
+  // position so the passes run sequentially; the children of position i
+  // are positions [first_child[i], first_child[i + 1]).
   std::vector<NodeId> bfs;
+  std::vector<uint32_t> parent_pos;
+  std::vector<uint32_t> first_child;
+  std::vector<uint32_t> counts;
   bfs.reserve(size_);
+  parent_pos.reserve(size_);
+  first_child.reserve(size_ + 1);
+  counts.reserve(size_);
   bfs.push_back(kRoot);
-  for (size_t i = 0; i < bfs.size(); ++i) {
+  parent_pos.push_back(kNoNode);
+  for (uint32_t i = 0; i < bfs.size(); ++i) {
     const NodeId v = bfs[i];
+    counts.push_back(node(v).count);
+    first_child.push_back(static_cast<uint32_t>(bfs.size()));
     const uint32_t k = NumChildren(v);
-    for (uint32_t j = 0; j < k; ++j) bfs.push_back(ChildAt(v, j));
+    for (uint32_t j = 0; j < k; ++j) {
+      bfs.push_back(ChildAt(v, j));
+      parent_pos.push_back(i);
+    }
   }
+  first_child.push_back(static_cast<uint32_t>(bfs.size()));
 
   // c_star: the (target + 1)-th largest count. Keep all above it, then
   // nodes equal to it in BFS order while room is left.
   uint32_t c_star = 0;
   int64_t above = 0;
   {
-    std::vector<uint32_t> counts;
-    counts.reserve(static_cast<size_t>(n));
-    for (NodeId v = 1; v < size_; ++v) counts.push_back(node(v).count);
-    std::nth_element(counts.begin(), counts.begin() + target, counts.end(),
+    std::vector<uint32_t> sorted(counts.begin() + 1, counts.end());
+    std::nth_element(sorted.begin(), sorted.begin() + target, sorted.end(),
                      std::greater<uint32_t>());
-    c_star = counts[static_cast<size_t>(target)];
-    for (uint32_t c : counts) above += c > c_star ? 1 : 0;
+    c_star = sorted[static_cast<size_t>(target)];
+    for (uint32_t c : sorted) above += c > c_star ? 1 : 0;
   }
   int64_t ties_left = target - above;
 
-  std::vector<NodeId> new_id(size_, kNoNode);
-  new_id[kRoot] = 0;
-  NodeId next = 1;
   std::vector<int32_t> path;
   auto path_of = [&](NodeId v) {
     path.clear();
@@ -314,56 +340,55 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
     std::reverse(path.begin(), path.end());
     return path;
   };
+  // rank[i]: new id of BFS position i, or kNoNode if dropped.
+  std::vector<NodeId> rank(bfs.size(), kNoNode);
+  rank[0] = kRoot;
+  NodeId next = 1;
   for (size_t i = 1; i < bfs.size(); ++i) {
-    const NodeId v = bfs[i];
-    const Node& nv = node(v);
+    if (rank[parent_pos[i]] == kNoNode) continue;  // Dropped with an ancestor.
     bool keep = false;
-    if (new_id[nv.parent] != kNoNode) {
-      if (nv.count > c_star) {
-        keep = true;
-      } else if (nv.count == c_star && ties_left > 0) {
-        --ties_left;
-        keep = true;
-      }
-      if (!keep && mutations != nullptr) {
-        TrieMutation m;
-        m.kind = TrieMutation::Kind::kDeleteSubtree;
-        m.path = path_of(v);
-        mutations->push_back(std::move(m));
-      }
+    if (counts[i] > c_star) {
+      keep = true;
+    } else if (counts[i] == c_star && ties_left > 0) {
+      --ties_left;
+      keep = true;
     }
-    if (keep) new_id[v] = next++;
+    if (keep) {
+      rank[i] = next++;
+    } else if (mutations != nullptr) {
+      TrieMutation m;
+      m.kind = TrieMutation::Kind::kDeleteSubtree;
+      m.path = path_of(bfs[i]);
+      mutations->push_back(std::move(m));
+    }
   }
   const NodeId kept = next - 1;
 
   // Rebuild the arena in BFS order (new ids are BFS ranks) with fresh child
-  // blocks.
+  // blocks; survivors' child order is kept (halving preserves it).
   Chunks new_chunks;
   uint32_t new_size = 0;
   std::vector<uint32_t> new_pool;
   for (size_t i = 0; i < bfs.size(); ++i) {
-    const NodeId v = bfs[i];
-    if (new_id[v] == kNoNode) continue;
-    Node nv = node(v);
-    nv.parent = v == kRoot ? kNoNode : new_id[nv.parent];
-    if (halve && v != kRoot && nv.count >= 2) {
+    if (rank[i] == kNoNode) continue;
+    Node nv = node(bfs[i]);
+    nv.parent = i == 0 ? kNoNode : rank[parent_pos[i]];
+    if (halve && i != 0 && nv.count >= 2) {
       nv.count = (nv.count + 1) / 2;
       if (mutations != nullptr) {
         TrieMutation m;
         m.kind = TrieMutation::Kind::kSetCount;
-        m.path = path_of(v);
+        m.path = path_of(bfs[i]);
         m.value = nv.count;
         mutations->push_back(std::move(m));
       }
     }
     uint32_t num_kept = 0;
-    const uint32_t k = NumChildren(v);
     NodeId last_kept = kNoNode;
-    for (uint32_t j = 0; j < k; ++j) {
-      const NodeId c = new_id[ChildAt(v, j)];
-      if (c != kNoNode) {
+    for (uint32_t c = first_child[i]; c < first_child[i + 1]; ++c) {
+      if (rank[c] != kNoNode) {
         ++num_kept;
-        last_kept = c;
+        last_kept = rank[c];
       }
     }
     if (num_kept == 0) {
@@ -375,9 +400,8 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
       new_pool.resize(new_pool.size() + (size_t{1} << SizeClass(num_kept)));
       new_pool[off] = num_kept;
       uint32_t w = off + 1;
-      for (uint32_t j = 0; j < k; ++j) {
-        const NodeId c = new_id[ChildAt(v, j)];
-        if (c != kNoNode) new_pool[w++] = c;
+      for (uint32_t c = first_child[i]; c < first_child[i + 1]; ++c) {
+        if (rank[c] != kNoNode) new_pool[w++] = rank[c];
       }
       nv.children = off;
     }
@@ -389,6 +413,8 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
   size_ = new_size;
   pool_.swap(new_pool);
   free_blocks_.fill(kNoNode);
+  set_path_.clear();  // Node ids changed.
+  set_nodes_.clear();
   index_ = Index(0, KeyHash{&chunks_}, KeyEq{&chunks_});
   size_t indexed = 0;
   for (NodeId v = 1; v < size_; ++v) {

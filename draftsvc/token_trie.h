@@ -157,6 +157,9 @@ class TokenTrie {
   std::vector<uint32_t> pool_;
   std::array<uint32_t, 32> free_blocks_;  // Per size class; kNoNode = empty.
   Index index_;
+  // SetCount's cache: the last path it set and the node ids along it.
+  std::vector<int32_t> set_path_;
+  std::vector<NodeId> set_nodes_;
 };
 
 }  // namespace lookahead::draftsvc

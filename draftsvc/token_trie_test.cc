@@ -141,6 +141,16 @@ TEST(TokenTrieTest, SetCountRebuildsAnIdenticalTrie) {
   }
   EXPECT_EQ(Dump(restored), before);
   ASSERT_TRUE(restored.CheckInvariants().ok()) << restored.CheckInvariants();
+  // Any parents-first order works, e.g. by depth (not key order).
+  TokenTrie by_depth;
+  for (size_t depth = 1; depth <= 5; ++depth) {
+    for (auto it = before.rbegin(); it != before.rend(); ++it) {
+      if (it->first.size() != depth) continue;
+      ASSERT_TRUE(by_depth.SetCount(it->first, it->second).ok());
+    }
+  }
+  EXPECT_EQ(Dump(by_depth), before);
+  ASSERT_TRUE(by_depth.CheckInvariants().ok()) << by_depth.CheckInvariants();
   // Lowering a count re-sorts the siblings.
   const Path first = before.begin()->first;
   ASSERT_TRUE(restored.SetCount(first, 1).ok());

@@ -318,8 +318,14 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
   // (hot prefixes are hit by almost every window). A set or a delete ends
   // the summing so that batch order is kept.
   absl::flat_hash_map<std::string, uint64_t> adds;
+  std::vector<std::pair<std::string, uint64_t>> sorted_adds;
   auto flush_adds = [&] {
-    for (const auto& [key, delta] : adds) {
+    // In key order: the memtable's skiplist inserts sequential keys cheaply
+    // (its splice hint stays valid), random ones dominate the write cost.
+    sorted_adds.assign(std::make_move_iterator(adds.begin()),
+                       std::make_move_iterator(adds.end()));
+    std::sort(sorted_adds.begin(), sorted_adds.end());
+    for (const auto& [key, delta] : sorted_adds) {
       wb.Merge(key, fmt::EncodeFixed64(delta));
     }
     adds.clear();
@@ -509,7 +515,14 @@ absl::Status TrieStore::Close() {
     absl::MutexLock lock(&mu_);
     result = write_error_;
   }
-  rocksdb::Status s = db_->Close();
+  // Persist the memtable as a table file so that the next Open need not
+  // replay the WAL (a faster restart after a clean shutdown).
+  rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
+  if (!s.ok() && result.ok()) {
+    result = absl::InternalError(absl::StrCat(
+        "trie store ", path_, ": memtable flush failed: ", s.ToString()));
+  }
+  s = db_->Close();
   if (!s.ok() && result.ok()) {
     result = absl::InternalError(
         absl::StrCat("trie store ", path_, ": close failed: ", s.ToString()));

@@ -83,17 +83,18 @@ class TrieStore : public MutationSink {
 
   // MutationSink. Queues `batch`; `done` runs exactly once on the writer
   // thread: OK once the batch is durable (see TrieStoreOptions::sync), or
-  // INVALID_ARGUMENT (bad namespace, empty/negative/too deep path; nothing of
-  // the batch is written), or the write error, or FAILED_PRECONDITION if the
-  // store is closed. A batch is written atomically and after every batch
-  // submitted before it.
+  // INVALID_ARGUMENT (bad namespace, empty/negative/too deep path, token
+  // outside [0, vocab_size); nothing of the batch is written), or the write
+  // error. If the store is closed, `done` runs on the calling thread with
+  // FAILED_PRECONDITION. A batch is written atomically (one WriteBatch) and
+  // after every batch submitted before it.
   void Submit(TrieMutationBatch batch,
               std::function<void(absl::Status)> done) override;
 
   // Runs `done` on the writer thread once every batch submitted before this
   // call is written and fsynced (in sync mode that is just a barrier; else
   // it syncs the WAL). The status is the first write error since Open, if
-  // any. Never blocks.
+  // any. Never blocks. If the store is closed: as in Submit.
   void Flush(std::function<void(absl::Status)> done);
   // Blocking Flush. Must not be called from a `done` callback.
   absl::Status Flush();
@@ -114,7 +115,8 @@ class TrieStore : public MutationSink {
   const std::string& path() const { return path_; }
   const TrieStoreOptions& options() const { return options_; }
 
-  // Drains the queue, syncs the WAL, stops the writer and closes RocksDB.
+  // Drains the queue, syncs the WAL, stops the writer, flushes the memtable
+  // to a table file (so the next Open replays no WAL) and closes RocksDB.
   // Later Submit/Flush calls fail with FAILED_PRECONDITION. Idempotent.
   absl::Status Close();
 

@@ -45,6 +45,9 @@
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/client_callback.h>
 #include <grpcpp/security/credentials.h>
 
 extern char** environ;
@@ -126,23 +129,11 @@ class NodeCollector : public TrieScanVisitor {
   Counts counts;
 };
 
-// A running draftsvc process.
-class ServerProcess {
+// A child process with stdout+stderr going to a log file.
+class ChildProcess {
  public:
-  ServerProcess(const std::string& binary, const std::string& db_path,
-                const std::string& work_dir, int generation)
-      : port_file_(absl::StrCat(work_dir, "/port.", generation)),
-        log_file_(absl::StrCat(work_dir, "/server.", generation, ".log")) {
-    std::vector<std::string> args = {
-        binary,
-        "--host=127.0.0.1",
-        "--port=0",
-        "--port_file=" + port_file_,
-        "--db_path=" + db_path,
-        "--sync",
-        absl::StrCat("--branch_length=", kBranchLength),
-        "--capacity_nodes=1099511627776",
-    };
+  ChildProcess(std::vector<std::string> args, const std::string& log_file)
+      : log_file_(log_file) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -151,43 +142,35 @@ class ServerProcess {
     posix_spawn_file_actions_addopen(&actions, 1, log_file_.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(),
-                         environ);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(),
+                    environ) != 0) {
+      pid_ = -1;
+    }
     posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) pid_ = -1;
   }
-  ~ServerProcess() {
+  ~ChildProcess() {
     if (pid_ > 0) Kill(SIGKILL);
   }
 
-  // Waits for the port file; returns the port or 0 (the server died or
-  // timed out; see Log()).
-  int WaitForPort() {
-    if (pid_ <= 0) return 0;
-    for (int i = 0; i < 3000; ++i) {
-      std::ifstream in(port_file_);
-      int port = 0;
-      if (in >> port && port > 0) return port;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return 0;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return 0;
-  }
-
-  // Sends `signal` and reaps the process; returns its wait status.
-  int Kill(int signal) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, signal);
+  // True iff the process is still running.
+  bool Running() {
+    if (pid_ <= 0) return false;
     int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      status_ = status;
+      return false;
+    }
+    return true;
   }
-
+  // Sends `signal` (0: none) and reaps the process; returns its wait status.
+  int Kill(int signal) {
+    if (pid_ <= 0) return status_;
+    if (signal != 0) kill(pid_, signal);
+    waitpid(pid_, &status_, 0);
+    pid_ = -1;
+    return status_;
+  }
   std::string Log() const {
     std::ifstream in(log_file_);
     std::stringstream ss;
@@ -196,9 +179,39 @@ class ServerProcess {
   }
 
  private:
-  const std::string port_file_;
   const std::string log_file_;
   pid_t pid_ = -1;
+  int status_ = -1;
+};
+
+// The real draftsvc binary in --sync mode on a free loopback port.
+class ServerProcess : public ChildProcess {
+ public:
+  ServerProcess(const std::string& binary, const std::string& db_path,
+                const std::string& work_dir, const std::string& generation)
+      : ChildProcess(
+            {binary, "--host=127.0.0.1", "--port=0",
+             absl::StrCat("--port_file=", work_dir, "/port.", generation),
+             "--db_path=" + db_path, "--sync",
+             absl::StrCat("--branch_length=", kBranchLength),
+             "--capacity_nodes=1099511627776"},
+            absl::StrCat(work_dir, "/server.", generation, ".log")),
+        port_file_(absl::StrCat(work_dir, "/port.", generation)) {}
+
+  // Waits for the port file; returns the port or 0 (the server died or
+  // timed out; see Log()).
+  int WaitForPort() {
+    for (int i = 0; i < 3000 && Running(); ++i) {
+      std::ifstream in(port_file_);
+      int port = 0;
+      if (in >> port && port > 0) return port;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return 0;
+  }
+
+ private:
+  const std::string port_file_;
 };
 
 // One writer's loop against one server life: opens a session, then Steps
@@ -248,6 +261,93 @@ void WriterLife(v1::DraftService::Stub& stub, const std::string& session_id,
     ASSERT_TRUE(acked.index.Append(session_id, tokens, nullptr).ok());
     acks.fetch_add(1);
   }
+}
+
+// One request, one response over a generic bidi stream (used for server
+// reflection, whose protos this tree does not compile).
+class OneShotBidi
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  OneShotBidi(grpc::GenericStub& stub, const std::string& method,
+              const std::string& request) {
+    grpc::Slice slice(request);
+    request_ = grpc::ByteBuffer(&slice, 1);
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(10));
+    stub.PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(),
+                                  this);
+    StartWrite(&request_);
+    StartRead(&response_);
+    StartCall();
+  }
+  void OnWriteDone(bool /*ok*/) override { StartWritesDone(); }
+  void OnReadDone(bool /*ok*/) override {}
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    done_ = true;
+  }
+  // Waits for the end of the call; returns its status and the response.
+  grpc::Status Await(std::string* response) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+    *response = Bytes(response_);
+    return status_;
+  }
+  static std::string Bytes(const grpc::ByteBuffer& buffer) {
+    std::vector<grpc::Slice> slices;
+    std::string out;
+    if (buffer.Dump(&slices).ok()) {
+      for (const auto& s : slices) {
+        out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    return out;
+  }
+
+ private:
+  grpc::ClientContext context_;
+  grpc::ByteBuffer request_, response_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// main.cc wiring: the standard health service says SERVING and server
+// reflection lists the DraftService.
+void ExpectHealthAndReflection(std::shared_ptr<grpc::Channel> channel) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  grpc::Slice empty("");  // HealthCheckRequest{} serializes to nothing.
+  grpc::ByteBuffer request(&empty, 1), response;
+  absl::Mutex mu;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   absl::MutexLock lock(&mu);
+                   status = std::move(s);
+                   done = true;
+                 });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  // HealthCheckResponse{status: SERVING (1)}.
+  EXPECT_EQ(OneShotBidi::Bytes(response), std::string("\x08\x01", 2));
+
+  // ServerReflectionRequest{list_services: ""} is field 7, empty string.
+  OneShotBidi reflection(
+      stub, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      std::string("\x3a\x00", 2));
+  std::string listed;
+  status = reflection.Await(&listed);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_NE(listed.find("lookahead.v1.DraftService"), std::string::npos)
+      << listed;
 }
 
 // Checks what is on disk against both oracles; returns the node count.
@@ -314,7 +414,7 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
   int64_t total_acks = 0;
   int64_t nodes = 0;
   for (int kill = 0; kill <= kKills; ++kill) {
-    ServerProcess server(binary, db_path, work_dir, kill);
+    ServerProcess server(binary, db_path, work_dir, absl::StrCat(kill));
     const int port = server.WaitForPort();
     ASSERT_GT(port, 0) << "draftsvc did not start:\n" << server.Log();
     auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
@@ -322,6 +422,7 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
     ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
                                           std::chrono::seconds(10)));
     auto stub = v1::DraftService::NewStub(channel);
+    if (kill == 0) ExpectHealthAndReflection(channel);
 
     std::atomic<bool> stop{false};
     std::atomic<int64_t> acks{0};
@@ -367,6 +468,82 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
               kKills, static_cast<long long>(total_acks),
               static_cast<long long>(nodes));
   EXPECT_GT(nodes, 100);
+}
+
+// Replays an ack log of tests/draftsvc_stress into fresh replicas.
+void ReplayAckLog(const std::string& path, Replica& acked, Replica& upper) {
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  std::map<std::string, std::vector<int32_t>> pending;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string kind, id;
+    fields >> kind >> id;
+    std::vector<int32_t> tokens;
+    for (int32_t t; fields >> t;) tokens.push_back(t);
+    if (kind == "open") {
+      for (Replica* r : {&acked, &upper}) {
+        ASSERT_TRUE(r->index.OpenSession(id, kNamespace, kVocab, tokens, 0)
+                        .ok());
+      }
+    } else if (kind == "try") {
+      ASSERT_TRUE(upper.index.Append(id, tokens, nullptr).ok());
+      pending[id] = std::move(tokens);
+    } else {
+      ASSERT_EQ(kind, "ack") << line;
+      ASSERT_TRUE(acked.index.Append(id, pending[id], nullptr).ok());
+    }
+  }
+}
+
+// The same promise with the writer in its own process (rocksdb's db_stress
+// split): tests/draftsvc_stress logs every acknowledged Step to an fsynced
+// file, the driver kills the server mid-run and checks the store against the
+// log.
+TEST(DraftsvcCrashTest, SeparateWriterProcessAckLogSurvivesSigkill) {
+  const char* binary = std::getenv("DRAFTSVC_BINARY");
+  const char* stress = std::getenv("DRAFTSVC_STRESS_BINARY");
+  ASSERT_NE(binary, nullptr);
+  ASSERT_NE(stress, nullptr) << "set DRAFTSVC_STRESS_BINARY";
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string work_dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/draftsvc_crash_stress");
+  std::filesystem::remove_all(work_dir);
+  std::filesystem::create_directories(work_dir);
+  const std::string db_path = work_dir + "/db";
+  const std::string ack_log = work_dir + "/acks.log";
+  std::mt19937 rng(7);
+  constexpr int kLives = 4;
+  for (int life = 0; life < kLives; ++life) {
+    ServerProcess server(binary, db_path, work_dir, absl::StrCat("s", life));
+    const int port = server.WaitForPort();
+    ASSERT_GT(port, 0) << "draftsvc did not start:\n" << server.Log();
+    ChildProcess writer(
+        {stress, absl::StrCat("--target=127.0.0.1:", port), "--threads=3",
+         "--seconds=60", "--ack_log=" + ack_log,
+         absl::StrCat("--session_prefix=life", life),
+         absl::StrCat("--name_space=", kNamespace),
+         absl::StrCat("--vocab_size=", kVocab),
+         absl::StrCat("--seed=", life + 1)},
+        absl::StrCat(work_dir, "/writer.", life, ".log"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400 + rng() % 600));
+    ASSERT_TRUE(writer.Running()) << "writer ended early:\n" << writer.Log();
+    server.Kill(SIGKILL);
+    // Without a server every RPC fails at once: the writer must end.
+    for (int i = 0; i < 1500 && writer.Running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_FALSE(writer.Running()) << "writer hangs after the kill";
+    Replica acked, upper;
+    ReplayAckLog(ack_log, acked, upper);
+    ASSERT_FALSE(acked.sink.counts().empty()) << writer.Log();
+    VerifyStore(db_path, acked.sink.counts(), upper.sink.counts(), life);
+    if (::testing::Test::HasFailure()) {
+      FAIL() << "writer log:\n" << writer.Log() << "\nserver log:\n"
+             << server.Log();
+    }
+  }
 }
 
 }  // namespace

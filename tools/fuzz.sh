@@ -18,8 +18,13 @@ readonly WORK="${LOOKAHEAD_FUZZ_DIR:-${TMPDIR:-/tmp}/lookahead-gguf-fuzz}"
 readonly CXX="${CXX_FUZZ:-clang++}"
 readonly MODEL="${LOOKAHEAD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
 
+for tool in "$CXX" pkg-config; do
+  command -v "$tool" >/dev/null ||
+    { echo "fuzz: $tool not found (run tools/setup.sh)" >&2; exit 1; }
+done
 mkdir -p "$WORK/corpus" "$WORK/seeds" "$WORK/artifacts"
-read -r -a ABSL_LIBS <<<"$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format)"
+ABSL_LIBS_TEXT="$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format)"
+read -r -a ABSL_LIBS <<<"$ABSL_LIBS_TEXT"
 readonly SRCS=(verifysvc/gguf.cc verifysvc/dequant.cc)
 readonly FLAGS=(-std=c++17 -O1 -g -I. -Wno-deprecated-declarations)
 
@@ -36,15 +41,18 @@ if [[ -f "$MODEL" ]]; then
   head -c 4096 "$MODEL" >"$WORK/seeds/model_header.gguf"
 fi
 
-echo "fuzz: running for ${SECONDS_TO_RUN}s (work dir $WORK)"
+echo "fuzz: running for ${SECONDS_TO_RUN}s (work dir $WORK, log $WORK/fuzz.log)"
 rc=0
 "$WORK/gguf_fuzz" -max_total_time="$SECONDS_TO_RUN" -max_len=8192 \
   -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
   -artifact_prefix="$WORK/artifacts/" \
-  "$WORK/corpus" "$WORK/seeds" || rc=$?
+  "$WORK/corpus" "$WORK/seeds" >"$WORK/fuzz.log" 2>&1 || rc=$?
 if ((rc != 0)); then
+  tail -n 80 "$WORK/fuzz.log" >&2
   echo "fuzz: FAILED (exit $rc); reproducers in $WORK/artifacts:" >&2
   ls -l "$WORK/artifacts" >&2
+  echo "replay one with: $WORK/gguf_fuzz <file>" >&2
   exit "$rc"
 fi
+grep '^stat::' "$WORK/fuzz.log" || true
 echo "fuzz: OK, no crash in ${SECONDS_TO_RUN}s"

@@ -112,8 +112,8 @@ MODEL_CASES = [
     ("code_c", "#include <stdio.h>\n\nint main(void) {\n    int sum = 0;\n"
                "    for (int i = 0; i < 10; ++i) {\n"),
     ("json", '{"name": "Ada Lovelace", "born": 1815, "languages": ["'),
-    ("french", "La tour Eiffel est un monument situé à Paris. Elle a été "
-               "construite pour l'Exposition universelle de"),
+    ("french", "Bonjour ! Je m'appelle Marie et j'habite à Lyon. Mon "
+               "passe-temps préféré est"),
     ("german", "Die Straße führt über die Brücke zum Schloss. Im Frühling "
                "blühen dort die"),
     ("chinese", "北京是中国的首都，也是一座历史悠久的城市。它的著名景点包括"),

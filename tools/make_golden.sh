@@ -20,6 +20,7 @@ readonly PINS=(
   "transformers==4.57.6"
   "gguf==0.17.1"
   "numpy==1.26.4"
+  "tokenizers==0.22.2"
   "accelerate==1.10.1"  # transformers needs it to load a GGUF
 )
 readonly PYTHON="${PYTHON:-python3}"

@@ -1,5 +1,6 @@
 #include "verifysvc/chat_template.h"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -182,8 +183,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(
         }
         std::string content = messages[i].content;
         if (i == first && system != nullptr) {
-          content = absl::StrCat("<<SYS>>\n", system->content,
-                                 "\n<</SYS>>\n\n", content);
+          content = absl::StrCat("<<SYS>>\n", system->content, "\n<</SYS>>\n\n",
+                                 content);
         }
         if (expect_user) {
           absl::StrAppend(&out, bos_text_, "[INST] ", StripPython(content),
@@ -196,8 +197,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(
     }
     case ChatFormat::kZephyr:
       for (const ChatMessage& m : messages) {
-        absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, eos_text_,
-                        "\n");
+        absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, eos_text_, "\n");
       }
       if (add_generation_prompt && !messages.empty()) {
         out += "<|assistant|>\n";

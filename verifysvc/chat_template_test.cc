@@ -63,8 +63,8 @@ std::vector<ChatMessage> Chat(
 }
 
 TEST(ChatTemplateTest, SmolLm2InsertsDefaultSystemMessage) {
-  auto tmpl = ChatTemplate::FromJinja(kSmolLm2Template, "<|im_start|>",
-                                      "<|im_end|>");
+  auto tmpl =
+      ChatTemplate::FromJinja(kSmolLm2Template, "<|im_start|>", "<|im_end|>");
   ASSERT_TRUE(tmpl.ok()) << tmpl.status();
   EXPECT_EQ(tmpl->format(), ChatFormat::kChatMl);
   EXPECT_EQ(tmpl->default_system(),
@@ -150,9 +150,9 @@ TEST(ChatTemplateTest, ZephyrAsTinyLlamaChat) {
   auto tmpl = ChatTemplate::FromJinja(kZephyrTemplate, "<s>", "</s>");
   ASSERT_TRUE(tmpl.ok()) << tmpl.status();
   EXPECT_EQ(tmpl->format(), ChatFormat::kZephyr);
-  EXPECT_EQ(*tmpl->Render(Chat({{"system", "Be brief."}, {"user", "Hi"}}),
-                          true),
-            "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\n");
+  EXPECT_EQ(
+      *tmpl->Render(Chat({{"system", "Be brief."}, {"user", "Hi"}}), true),
+      "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\n");
 }
 
 TEST(ChatTemplateTest, BadRoleIsInvalidArgumentNamingIt) {

@@ -100,7 +100,9 @@ absl::Status Run() {
                                                            absl::Now())),
                                  absl::GetFlag(FLAGS_name_space),
                                  model->config().vocab_size, prompt, step));
-  TextStream stream(tokenizer.get());
+  DecodeOptions visible;
+  visible.render_special = false;  // No "<|im_end|>" in the answer.
+  TextStream stream(tokenizer.get(), visible);
   std::printf("answer (lookahead, streamed):\n");
   ASSIGN_OR_RETURN(
       GenerationResult fast,

@@ -14,7 +14,7 @@
 //                     misaligned, out of range or overlapping, duplicates,
 //                     arrays nested > 8 deep or > 2^24 array elements in
 //                     all metadata (bounds memory).
-//   UNIMPLEMENTED     well-formed but unsupported: GGUF version 1 or > 3,
+//   UNIMPLEMENTED     well-formed but unsupported: versions other than 2/3,
 //                     big-endian files, dequantizing e.g. an IQ* tensor.
 //   INVALID_ARGUMENT  caller misuse: wrong output size, a metadata value of a
 //                     type the getter cannot convert (message has expected

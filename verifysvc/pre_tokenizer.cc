@@ -1,5 +1,7 @@
 #include "verifysvc/pre_tokenizer.h"
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -89,8 +91,8 @@ absl::Status PreTokenizer::AddStage(absl::string_view pattern,
   options.set_log_errors(false);
   auto re = std::make_unique<RE2>(expanded, options);
   if (!re->ok()) {
-    return absl::InternalError(absl::StrCat(
-        "pre-tokenizer pattern does not compile: ", re->error()));
+    return absl::InternalError(
+        absl::StrCat("pre-tokenizer pattern does not compile: ", re->error()));
   }
   if (whitespace_lookahead && re->NumberOfCapturingGroups() != 1) {
     return absl::InternalError("whitespace stage needs exactly one group");

@@ -29,7 +29,8 @@ class PreTokenizer {
   //       \s+(?!\S)|\s+
   //   "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
   //   "minerva"                     every \p{N} on its own, then GPT-2's
-  //                                 (HF: Sequence[Digits(individual), ByteLevel])
+  //                                 (HF: Sequence[Digits(individual),
+  //                                 ByteLevel])
   //   "llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"
   //                                 Llama 3's (tiktoken cl100k) pattern
   //   "qwen2", "stablelm2"          Llama 3's with single digits

@@ -94,12 +94,30 @@ std::string SanitizeUtf8(absl::string_view bytes) {
   return out;
 }
 
-absl::StatusOr<std::string> TextStream::Feed(int32_t id) {
-  if (id < 0 || id >= tokenizer_->vocab_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "token id ", id, " is out of range [0, ", tokenizer_->vocab_size(),
-        ") of the vocabulary (size ", tokenizer_->vocab_size(), ")"));
+namespace {
+
+absl::Status CheckId(int32_t id, int32_t vocab_size) {
+  if (id >= 0 && id < vocab_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("token id ", id, " is out of range [0, ", vocab_size,
+                   ") of the vocabulary (size ", vocab_size, ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> TextStream::Feed(absl::Span<const int32_t> ids) {
+  for (int32_t id : ids) {
+    absl::Status status = CheckId(id, tokenizer_->vocab_size());
+    if (!status.ok()) return status;
   }
+  std::string out;
+  for (int32_t id : ids) out += *Feed(id);
+  return out;
+}
+
+absl::StatusOr<std::string> TextStream::Feed(int32_t id) {
+  absl::Status status = CheckId(id, tokenizer_->vocab_size());
+  if (!status.ok()) return status;
   absl::string_view bytes = tokenizer_->TokenBytes(id, options_.render_special);
   if (!seen_bytes_ && !bytes.empty()) {
     seen_bytes_ = true;

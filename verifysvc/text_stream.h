@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "verifysvc/tokenizer.h"
 
 namespace lookahead::verifysvc {
@@ -47,6 +48,9 @@ class TextStream {
   // (naming the id and vocab size) iff `id` is out of range; the stream is
   // then unchanged.
   absl::StatusOr<std::string> Feed(int32_t id);
+  // Feed for each of `ids` (e.g. the tokens one verify step accepted),
+  // concatenated. All ids are checked first: on error nothing is fed.
+  absl::StatusOr<std::string> Feed(absl::Span<const int32_t> ids);
   // Flushes held-back bytes (as U+FFFD). The stream may be reused after.
   std::string Finish();
 

@@ -68,7 +68,8 @@ class Utf8Oracle {
       if (done) continue;
       size_t skip = 1;
       for (size_t len = 3; len >= 1; --len) {
-        if (i + len <= bytes.size() && prefixes_.contains(bytes.substr(i, len))) {
+        if (i + len <= bytes.size() &&
+            prefixes_.contains(bytes.substr(i, len))) {
           skip = len;
           break;
         }
@@ -152,7 +153,10 @@ TEST(Utf8AssemblerTest, HoldsBackIncompleteCharacter) {
   Utf8Assembler a;
   EXPECT_EQ(a.Push("a\xE2\x82"), "a");
   EXPECT_EQ(a.pending(), 2u);
-  EXPECT_EQ(a.Push("\xAC" "b"), "\xE2\x82\xAC" "b");  // U+20AC
+  EXPECT_EQ(a.Push("\xAC"
+                   "b"),
+            "\xE2\x82\xAC"
+            "b");  // U+20AC
   EXPECT_EQ(a.pending(), 0u);
   EXPECT_EQ(a.Finish(), "");
 }
@@ -256,6 +260,19 @@ TEST(TextStreamTest, OutOfRangeIdIsInvalidArgumentAndLeavesStream) {
   EXPECT_EQ(*stream.Feed(0x82), "");
   EXPECT_EQ(*stream.Feed(0xAC), "\xE2\x82\xAC");
   EXPECT_EQ(stream.Finish(), "");
+}
+
+TEST(TextStreamTest, FeedManyChecksAllIdsFirst) {
+  auto tokenizer = ByteTokenizer();
+  TextStream stream(tokenizer.get());
+  const std::vector<int32_t> bad = {'a', 0xE2, 1000};
+  auto chunk = stream.Feed(bad);
+  EXPECT_EQ(chunk.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(chunk.status().message(), HasSubstr("1000"));
+  const std::vector<int32_t> good = {'a', 0xE2, 0x82};
+  EXPECT_EQ(*stream.Feed(good), "a");  // nothing of `bad` was fed
+  const std::vector<int32_t> rest = {0xAC, 256, 'b'};
+  EXPECT_EQ(*stream.Feed(rest), "\xE2\x82\xAC<|end|>b");
 }
 
 }  // namespace

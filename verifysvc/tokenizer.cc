@@ -1,6 +1,7 @@
 #include "verifysvc/tokenizer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <queue>
 #include <string>
 #include <utility>
@@ -53,11 +54,11 @@ std::vector<uint32_t> Gpt2ByteToCodePoint() {
 // if that many continuation bytes follow, else 1 (a stray byte).
 size_t CharLen(absl::string_view s, size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
-  const size_t len = c < 0x80          ? 1
-                     : (c >> 5) == 6   ? 2
-                     : (c >> 4) == 14  ? 3
-                     : (c >> 3) == 30  ? 4
-                                       : 1;
+  const size_t len = c < 0x80         ? 1
+                     : (c >> 5) == 6  ? 2
+                     : (c >> 4) == 14 ? 3
+                     : (c >> 3) == 30 ? 4
+                                      : 1;
   if (i + len > s.size()) return 1;
   for (size_t k = 1; k < len; ++k) {
     if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
@@ -75,7 +76,8 @@ std::string Gpt2TokenBytes(absl::string_view text,
     size_t len = CharLen(text, i);
     uint32_t cp = static_cast<unsigned char>(text[i]);
     if (len == 2) {
-      cp = ((cp & 0x1F) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3F);
+      cp =
+          ((cp & 0x1F) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3F);
     }
     auto it = len <= 2 ? inv.find(cp) : inv.end();
     if (it != inv.end()) {
@@ -108,8 +110,8 @@ int ParseByteToken(absl::string_view text) {
 
 absl::Status CheckSpecialId(const char* name, int32_t id, size_t vocab) {
   if (id < -1 || id >= static_cast<int64_t>(vocab)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, " ", id, " is out of range for vocab size ", vocab));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " ", id, " is out of range for vocab size ", vocab));
   }
   return absl::OkStatus();
 }
@@ -157,9 +159,9 @@ absl::Status Tokenizer::Init(TokenizerSpec spec) {
                      " entries but there are ", n, " tokens"));
   }
   if (!spec.scores.empty() && spec.scores.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "scores has ", spec.scores.size(), " entries but there are ", n,
-        " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scores has ", spec.scores.size(),
+                     " entries but there are ", n, " tokens"));
   }
   RETURN_IF_ERROR(CheckSpecialId("bos_token_id", spec.bos_id, n));
   RETURN_IF_ERROR(CheckSpecialId("eos_token_id", spec.eos_id, n));
@@ -232,15 +234,15 @@ absl::Status Tokenizer::Init(TokenizerSpec spec) {
         }
         ABSL_FALLTHROUGH_INTENDED;
       default:
-        token_bytes_[i] = is_spm_ ? absl::StrReplaceAll(text, {{kSpmSpace, " "}})
-                                  : Gpt2TokenBytes(text, cp_byte);
+        token_bytes_[i] = is_spm_
+                              ? absl::StrReplaceAll(text, {{kSpmSpace, " "}})
+                              : Gpt2TokenBytes(text, cp_byte);
     }
   }
   for (int b = 0; b < 256 && is_spm_; ++b) {
     if (byte_tokens_[b] < 0 && unk_id_ < 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "vocabulary has no token for byte 0x%02X and no unknown token",
-          b));
+          "vocabulary has no token for byte 0x%02X and no unknown token", b));
     }
   }
 
@@ -327,14 +329,13 @@ absl::StatusOr<TokenizerSpec> Tokenizer::SpecFromGguf(const GgufFile& file) {
     int64_t spm_default;
     int32_t* out;
   };
-  for (const IdKey& k : {IdKey{"tokenizer.ggml.bos_token_id", 1, &spec.bos_id},
-                         IdKey{"tokenizer.ggml.eos_token_id", 2, &spec.eos_id},
-                         IdKey{"tokenizer.ggml.unknown_token_id", 0,
-                               &spec.unk_id},
-                         IdKey{"tokenizer.ggml.padding_token_id", -1,
-                               &spec.pad_id}}) {
-    ASSIGN_OR_RETURN(int64_t id, file.GetInt64Or(k.key, spm ? k.spm_default
-                                                            : -1));
+  for (const IdKey& k :
+       {IdKey{"tokenizer.ggml.bos_token_id", 1, &spec.bos_id},
+        IdKey{"tokenizer.ggml.eos_token_id", 2, &spec.eos_id},
+        IdKey{"tokenizer.ggml.unknown_token_id", 0, &spec.unk_id},
+        IdKey{"tokenizer.ggml.padding_token_id", -1, &spec.pad_id}}) {
+    ASSIGN_OR_RETURN(int64_t id,
+                     file.GetInt64Or(k.key, spm ? k.spm_default : -1));
     if (id < -1 || id >= static_cast<int64_t>(spec.tokens.size())) {
       return absl::InvalidArgumentError(
           absl::StrCat(k.key, " = ", id, " is out of range for vocab size ",
@@ -370,9 +371,9 @@ std::vector<int32_t> Tokenizer::Encode(absl::string_view text,
     if (end > raw_begin) {
       absl::string_view raw = text.substr(raw_begin, end - raw_begin);
       if (is_spm_) {
-        std::string prefixed =
-            add_space_prefix_ && prev_special ? absl::StrCat(" ", raw)
-                                              : std::string(raw);
+        std::string prefixed = add_space_prefix_ && prev_special
+                                   ? absl::StrCat(" ", raw)
+                                   : std::string(raw);
         EncodeRawSpm(prefixed, &out);
       } else {
         EncodeRawGpt2(raw, &out);
@@ -598,8 +599,7 @@ absl::StatusOr<std::string> Tokenizer::Decode(
   return out;
 }
 
-absl::string_view Tokenizer::TokenBytes(int32_t id,
-                                        bool render_special) const {
+absl::string_view Tokenizer::TokenBytes(int32_t id, bool render_special) const {
   if (!render_special && types_[id] == TokenType::kControl) return "";
   return token_bytes_[id];
 }

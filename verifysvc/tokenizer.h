@@ -125,8 +125,7 @@ class Tokenizer {
   // RenderChat, then Encode with parse_special and without add_special (the
   // rendered text already holds any BOS the template wants).
   absl::StatusOr<std::vector<int32_t>> EncodeChat(
-      absl::Span<const ChatMessage> messages,
-      bool add_generation_prompt) const;
+      absl::Span<const ChatMessage> messages, bool add_generation_prompt) const;
   const absl::StatusOr<ChatTemplate>& chat_template() const {
     return chat_template_;
   }

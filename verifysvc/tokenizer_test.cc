@@ -15,7 +15,6 @@
 #include "verifysvc/chat_template.h"
 #include "verifysvc/gguf.h"
 #include "verifysvc/gguf_writer.h"
-#include "verifysvc/pre_tokenizer.h"
 #include "verifysvc/text_stream.h"
 
 namespace lookahead::verifysvc {
@@ -127,9 +126,9 @@ TEST(BpeTest, EqualRanksMergeLeftmostFirst) {
 }
 
 TEST(BpeTest, MultiLevelMergesAndSpaceStandIn) {
-  auto t = MustCreate(ByteLevelSpec({"h e", "l l", "he ll", "hell o",
-                                     "\xC4\xA0 w", "o r", "\xC4\xA0w or",
-                                     "l d", "\xC4\xA0wor ld"}));
+  auto t = MustCreate(
+      ByteLevelSpec({"h e", "l l", "he ll", "hell o", "\xC4\xA0 w", "o r",
+                     "\xC4\xA0w or", "l d", "\xC4\xA0wor ld"}));
   EXPECT_THAT(Texts(*t, t->Encode("hello world")),
               ElementsAre("hello", "\xC4\xA0world"));  // U+0120 is ' '
   EXPECT_EQ(*t->Decode(t->Encode("hello world")), "hello world");
@@ -295,9 +294,16 @@ TEST(TokenizerSpecTest, BadSpecsAreRejectedWithTheReason) {
        absl::StatusCode::kUnimplemented, "'bert'"},
       {"pre", [](TokenizerSpec* s) { s->pre = "deepseek-coder"; },
        absl::StatusCode::kUnimplemented, "'deepseek-coder'"},
-      {"empty", [](TokenizerSpec* s) { *s = TokenizerSpec{}; s->model = "gpt2"; },
+      {"empty",
+       [](TokenizerSpec* s) {
+         *s = TokenizerSpec{};
+         s->model = "gpt2";
+       },
        absl::StatusCode::kInvalidArgument, "no tokens"},
-      {"types", [](TokenizerSpec* s) { s->token_types = {1, 1}; },
+      {"types",
+       [](TokenizerSpec* s) {
+         s->token_types = {1, 1};
+       },
        absl::StatusCode::kInvalidArgument, "token_type has 2"},
       {"type value",
        [](TokenizerSpec* s) { s->token_types.assign(s->tokens.size(), 9); },
@@ -339,77 +345,6 @@ TEST(TokenizerSpecTest, UnknownChatTemplateOnlyFailsRenderChat) {
   EXPECT_EQ(text.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(text.status().message(), HasSubstr("{{ messages }}"));
   EXPECT_THAT(t->Encode("hi"), ElementsAre('h', 'i'));
-}
-
-// ---------------------------------------------------------------------------
-// Pre-tokenizers.
-
-std::vector<std::string> Split(const std::string& name,
-                               const std::string& text) {
-  auto pre = PreTokenizer::Create(name);
-  EXPECT_TRUE(pre.ok()) << pre.status();
-  std::vector<absl::string_view> pieces;
-  (*pre)->Split(text, &pieces);
-  return std::vector<std::string>(pieces.begin(), pieces.end());
-}
-
-TEST(PreTokenizerTest, Gpt2WhitespaceLookaheadEmulation) {
-  EXPECT_THAT(Split("gpt2", "Hello world"), ElementsAre("Hello", " world"));
-  // \s+(?!\S): a run before a word leaves its last space to the word.
-  EXPECT_THAT(Split("gpt2", "a   b"), ElementsAre("a", "  ", " b"));
-  EXPECT_THAT(Split("gpt2", "a\n\nb"), ElementsAre("a", "\n", "\n", "b"));
-  EXPECT_THAT(Split("gpt2", "a \n b"), ElementsAre("a", " \n", " b"));
-  EXPECT_THAT(Split("gpt2", "end   "), ElementsAre("end", "   "));
-  EXPECT_THAT(Split("gpt2", "\xE3\x80\x80\xE3\x80\x80x"),  // U+3000 x2
-              ElementsAre("\xE3\x80\x80", "\xE3\x80\x80", "x"));
-  EXPECT_THAT(Split("gpt2", "it's 'S x12 ?!"),
-              ElementsAre("it", "'s", " '", "S", " x", "12", " ?!"));
-}
-
-TEST(PreTokenizerTest, SmolLmSplitsEveryDigit) {
-  EXPECT_THAT(Split("smollm", "x 123y"),
-              ElementsAre("x", " ", "1", "2", "3", "y"));
-  // The digit split ends the piece, so a space run before it stays whole.
-  EXPECT_THAT(Split("smollm", "x =  5"), ElementsAre("x", " =", "  ", "5"));
-  EXPECT_THAT(Split("gpt2", "x =  5"), ElementsAre("x", " =", " ", " 5"));
-  EXPECT_THAT(Split("smollm", "\xD9\xA3\xE2\x85\xA0"),  // Arabic 3, Roman I
-              ElementsAre("\xD9\xA3", "\xE2\x85\xA0"));
-}
-
-TEST(PreTokenizerTest, Llama3Pattern) {
-  EXPECT_THAT(Split("llama-bpe", "Hello, WORLD'S 12345!\n\n  x"),
-              ElementsAre("Hello", ",", " WORLD", "'S", " ", "123", "45", "!\n\n",
-                          " ", " x"));
-}
-
-TEST(PreTokenizerTest, PiecesAlwaysConcatenateToInput) {
-  std::mt19937 rng(3);
-  for (const char* name : {"gpt2", "smollm", "llama3", "qwen2", "default"}) {
-    auto pre = PreTokenizer::Create(name);
-    ASSERT_TRUE(pre.ok()) << pre.status();
-    for (int i = 0; i < 200; ++i) {
-      std::string bytes;
-      const int len = rng() % 40;
-      for (int k = 0; k < len; ++k) {
-        bytes += rng() % 2 ? static_cast<char>(rng() % 256)
-                           : " \n1a'"[rng() % 5];
-      }
-      std::vector<absl::string_view> pieces;
-      (*pre)->Split(bytes, &pieces);
-      std::string joined;
-      for (absl::string_view p : pieces) {
-        EXPECT_FALSE(p.empty());
-        joined.append(p.data(), p.size());
-      }
-      EXPECT_EQ(joined, bytes) << name;
-    }
-  }
-}
-
-TEST(PreTokenizerTest, UnknownNameIsUnimplemented) {
-  auto pre = PreTokenizer::Create("tekken");
-  EXPECT_EQ(pre.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(pre.status().message(), HasSubstr("'tekken'"));
 }
 
 // ---------------------------------------------------------------------------
@@ -458,9 +393,9 @@ TEST(SpmTest, MergesByScoreAndFallsBackToBytes) {
   options.add_special = true;
   options.parse_special = true;
   // A space prefix also follows each special token (llama.cpp).
-  EXPECT_THAT(Texts(*t, t->Encode("hello</s>he", options)),
-              ElementsAre("<s>", "\xE2\x96\x81hello", "</s>",
-                          "\xE2\x96\x81he"));
+  EXPECT_THAT(
+      Texts(*t, t->Encode("hello</s>he", options)),
+      ElementsAre("<s>", "\xE2\x96\x81hello", "</s>", "\xE2\x96\x81he"));
   DecodeOptions strip;
   strip.strip_space_prefix = true;
   EXPECT_EQ(*t->Decode(t->Encode("h\xC3\xA9 lo")), " h\xC3\xA9 lo");
@@ -479,6 +414,90 @@ TEST(SpmTest, MissingByteTokensNeedAnUnknownToken) {
   auto with_unk = MustCreate(spec);
   EXPECT_THAT(Texts(*with_unk, with_unk->Encode("\x41\xC3\xA9")),
               ElementsAre("\xE2\x96\x81", "A", "<0xC3>", "<0xA9>"));
+}
+
+// The heap-based SentencePiece loop against the textbook one: repeatedly
+// merge the leftmost adjacent pair whose concatenation is the
+// highest-scoring token; leftover characters become byte tokens.
+std::vector<std::string> NaiveSpm(
+    const std::string& text,
+    const absl::flat_hash_map<std::string, float>& score_of) {
+  std::vector<std::string> symbols;
+  for (char c : text) {
+    if (c == ' ') {
+      symbols.push_back("\xE2\x96\x81");
+    } else {
+      symbols.emplace_back(1, c);  // ASCII only
+    }
+  }
+  while (true) {
+    int best = -1;
+    float best_score = 0;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      auto it = score_of.find(symbols[i] + symbols[i + 1]);
+      if (it != score_of.end() && (best < 0 || it->second > best_score)) {
+        best = static_cast<int>(i);
+        best_score = it->second;
+      }
+    }
+    if (best < 0) break;
+    symbols[best] += symbols[best + 1];
+    symbols.erase(symbols.begin() + best + 1);
+  }
+  std::vector<std::string> out;
+  for (const std::string& sym : symbols) {
+    if (score_of.contains(sym)) {
+      out.push_back(sym);
+    } else {
+      char name[8];
+      snprintf(name, sizeof(name), "<0x%02X>",
+               static_cast<unsigned char>(sym[0]));
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
+TEST(SpmTest, RandomVocabulariesMatchNaiveMergeLoop) {
+  std::mt19937 rng(8);
+  for (int vocab_round = 0; vocab_round < 30; ++vocab_round) {
+    TokenizerSpec spec = SpmSpec();
+    spec.tokens.resize(3 + 256);  // keep <unk>, <s>, </s> and the bytes
+    spec.scores.resize(3 + 256);
+    spec.token_types.resize(3 + 256);
+    absl::flat_hash_map<std::string, float> score_of;
+    std::vector<std::string> known = {"\xE2\x96\x81", "a", "b"};  // not "c"
+    auto add = [&](const std::string& text) {
+      if (score_of.contains(text)) return;
+      // Few distinct scores, so that ties happen.
+      const float score = -static_cast<float>(rng() % 8);
+      score_of[text] = score;
+      spec.tokens.push_back(text);
+      spec.scores.push_back(score);
+      spec.token_types.push_back(1);
+    };
+    for (const std::string& k : known) add(k);
+    const int num_tokens = 5 + rng() % 30;
+    for (int i = 0; i < num_tokens; ++i) {
+      std::string t = known[rng() % known.size()] + known[rng() % known.size()];
+      if (t.size() > 10 || score_of.contains(t)) continue;
+      add(t);
+      known.push_back(t);
+    }
+    auto t = MustCreate(spec);
+    ASSERT_NE(t, nullptr);
+    for (int i = 0; i < 100; ++i) {
+      std::string text;
+      const int len = rng() % 20;
+      for (int k = 0; k < len; ++k) text += " abc"[rng() % 4];
+      // Empty text stays empty: no space prefix without a fragment.
+      const std::vector<std::string> expected =
+          text.empty() ? std::vector<std::string>{}
+                       : NaiveSpm(" " + text, score_of);
+      EXPECT_EQ(Texts(*t, t->Encode(text)), expected)
+          << "text '" << text << "' vocab round " << vocab_round;
+    }
+  }
 }
 
 TEST(SpmTest, RandomTextRoundTrips) {
@@ -507,7 +526,8 @@ std::string ModelPath() {
     base = dir;
   } else {
     const char* home = std::getenv("HOME");
-    base = absl::StrCat(home != nullptr ? home : "", "/.cache/lookahead/models");
+    base =
+        absl::StrCat(home != nullptr ? home : "", "/.cache/lookahead/models");
   }
   return base + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
@@ -535,9 +555,7 @@ class SmolLm2Test : public ::testing::Test {
     tokenizer_ = nullptr;
     load_error_ = nullptr;
   }
-  void SetUp() override {
-    ASSERT_EQ(load_error_, nullptr) << *load_error_;
-  }
+  void SetUp() override { ASSERT_EQ(load_error_, nullptr) << *load_error_; }
   const Tokenizer& tok() const { return *tokenizer_; }
 
   static const Tokenizer* tokenizer_;
@@ -572,54 +590,62 @@ struct ReferenceCase {
   std::vector<int32_t> ids;
 };
 const ReferenceCase kReferenceCases[] = {
-    {"Hello world",
-     false,
-     {19556, 905}},
-    {"  leading spaces",
-     false,
-     {216, 2899, 5600}},
-    {"trailing   ",
-     false,
-     {4861, 4966, 333}},
-    {"x =  5",
-     false,
-     {104, 446, 256, 37}},
-    {"\n\n1. First\n2. Second",
-     false,
-     {1116, 33, 30, 3508, 198, 34, 30, 5665}},
-    {"Step 1:\n  2 apples",
-     false,
-     {3512, 216, 33, 42, 11181, 34, 13855}},
+    {"Hello world", false, {19556, 905}},
+    {"  leading spaces", false, {216, 2899, 5600}},
+    {"trailing   ", false, {4861, 4966, 333}},
+    {"x =  5", false, {104, 446, 256, 37}},
+    {"\n\n1. First\n2. Second", false, {1116, 33, 30, 3508, 198, 34, 30, 5665}},
+    {"Step 1:\n  2 apples", false, {3512, 216, 33, 42, 11181, 34, 13855}},
     {"In 1969, 3 astronauts flew 384,400 km; pi = 3.14159",
      false,
-     {788, 216, 33, 41, 38, 41, 28, 216, 35, 17885, 18927, 216, 35, 40, 36, 28, 36, 32, 32, 6381, 43, 16916, 446, 216, 35, 30, 33, 36, 33, 37, 41}},
+     {788, 216, 33, 41, 38, 41, 28, 216, 35,   17885, 18927,
+      216, 35,  40, 36, 28, 36, 32, 32,  6381, 43,    16916,
+      446, 216, 35, 30, 33, 36, 33, 37,  41}},
     {"I'm sure you'll see they've said it's OK, don't you? IT'S",
      false,
-     {57, 5248, 2090, 346, 3060, 963, 502, 3543, 1137, 357, 506, 15310, 28, 1326, 982, 346, 47, 9627, 23, 67}},
+     {57,  5248,  2090, 346,  3060, 963, 502, 3543, 1137, 357,
+      506, 15310, 28,   1326, 982,  346, 47,  9627, 23,   67}},
     {"def f(x):\n    return {'k': [1, 2]}\n\n\n",
      false,
-     {1604, 275, 24, 104, 727, 472, 1003, 7353, 91, 1539, 933, 33, 28, 216, 34, 28852, 16506}},
+     {1604, 275, 24, 104, 727, 472, 1003, 7353, 91, 1539, 933, 33, 28, 216, 34,
+      28852, 16506}},
     {"a          b\t\tc\015\n\015\nd",
      false,
      {81, 17377, 278, 197, 197, 83, 7209, 198, 84}},
     {" \t \n \302\240 \343\200\200 x\342\200\250y",
      false,
      {216, 197, 3717, 3351, 250, 216, 12109, 218, 1792, 321, 118, 105}},
-    {"\345\214\227\344\272\254\346\230\257\344\270\255\345\233\275\347\232\204\351\246\226\351\203\275\357\274\214\344\271\237\346\230\257\344\270\200\345\272\247\345\216\206\345\217\262\346\202\240\344\271\205\347\232\204\345\237\216\345\270\202\343\200\202",
+    {"\345\214\227\344\272\254\346\230\257\344\270\255\345\233\275\347\232\204"
+     "\351\246\226\351\203\275\357\274\214\344\271\237\346\230\257\344\270\200"
+     "\345\272\247\345\216\206\345\217\262\346\202\240\344\271\205\347\232\204"
+     "\345\237\216\345\270\202\343\200\202",
      false,
-     {30158, 241, 16736, 122, 27830, 28589, 23022, 138, 11567, 180, 116, 240, 180, 38466, 12831, 27948, 249, 27830, 22924, 24024, 117, 44652, 224, 12034, 127, 177, 220, 250, 27948, 223, 11567, 176, 249, 232, 32947, 220, 19076}},
-    {"\320\234\320\276\321\201\320\272\320\262\320\260 \342\200\224 \321\201\321\202\320\276\320\273\320\270\321\206\320\260 \320\240\320\276\321\201\321\201\320\270\320\270.",
+     {30158, 241,   16736, 122,   27830, 28589, 23022, 138,   11567, 180,
+      116,   240,   180,   38466, 12831, 27948, 249,   27830, 22924, 24024,
+      117,   44652, 224,   12034, 127,   177,   220,   250,   27948, 223,
+      11567, 176,   249,   232,   32947, 220,   19076}},
+    {"\320\234\320\276\321\201\320\272\320\262\320\260 \342\200\224 "
+     "\321\201\321\202\320\276\320\273\320\270\321\206\320\260 "
+     "\320\240\320\276\321\201\321\201\320\270\320\270.",
      false,
-     {155, 246, 6485, 39511, 16464, 6511, 1841, 21986, 8355, 31730, 7872, 32233, 6511, 5470, 250, 6485, 9382, 9382, 7872, 7872, 30}},
-    {"\330\247\331\204\331\202\330\247\331\207\330\261\330\251 \331\207\331\212 \330\271\330\247\330\265\331\205\330\251 \331\205\330\265\330\261",
+     {155,   246,  6485, 39511, 16464, 6511, 1841, 21986, 8355, 31730, 7872,
+      32233, 6511, 5470, 250,   6485,  9382, 9382, 7872,  7872, 30}},
+    {"\330\247\331\204\331\202\330\247\331\207\330\261\330\251 "
+     "\331\207\331\212 \330\271\330\247\330\265\331\205\330\251 "
+     "\331\205\330\265\330\261",
      false,
-     {22208, 43530, 10805, 22682, 20602, 43463, 16936, 225, 23339, 45704, 10805, 163, 130, 21706, 43463, 36395, 163, 130, 20602}},
+     {22208, 43530, 10805, 22682, 20602, 43463, 16936, 225, 23339, 45704, 10805,
+      163, 130, 21706, 43463, 36395, 163, 130, 20602}},
     {"e\314\201 n\314\203 a\314\210\314\204",
      false,
      {85, 151, 219, 304, 151, 221, 253, 151, 226, 151, 222}},
-    {"\360\237\221\250\342\200\215\360\237\221\251\342\200\215\360\237\221\247\342\200\215\360\237\221\246\360\237\221\215\360\237\217\277\360\237\207\253\360\237\207\267 Mood: \360\237\230\200",
+    {"\360\237\221\250\342\200\215\360\237\221\251\342\200\215\360\237\221\247"
+     "\342\200\215\360\237\221\246\360\237\221\215\360\237\217\277\360\237\207"
+     "\253\360\237\207\267 Mood: \360\237\230\200",
      false,
-     {10813, 235, 118, 321, 231, 10813, 235, 119, 321, 231, 10813, 235, 117, 321, 231, 10813, 235, 116, 10813, 235, 231, 10813, 233, 140, 10813, 225, 121, 10813, 225, 132, 30803, 42, 40303, 218}},
+     {10813, 235, 118, 321,   231, 10813, 235,   119, 321,   231,   10813, 235,
+      117,   321, 231, 10813, 235, 116,   10813, 235, 231,   10813, 233,   140,
+      10813, 225, 121, 10813, 225, 132,   30803, 42,  40303, 218}},
     {"\331\243\331\244 and \340\245\252\340\245\253 and \302\275",
      false,
      {164, 113, 164, 114, 284, 216, 9310, 120, 9310, 121, 284, 216, 16738}},
@@ -628,52 +654,110 @@ const ReferenceCase kReferenceCases[] = {
      {1, 4093, 198, 19556, 2, 198}},
     {"<|im_start|>user\nHello<|im_end|>\n",
      false,
-     {44, 108, 306, 79, 3738, 108, 46, 4093, 198, 19556, 44, 108, 306, 79, 486, 108, 46, 198}},
+     {44, 108, 306, 79, 3738, 108, 46, 4093, 198, 19556, 44, 108, 306, 79, 486,
+      108, 46, 198}},
     {"a<|endoftext|>b <|im_end|> c<file_sep>",
      true,
      {81, 0, 82, 216, 2, 265, 5}},
     {"<|im_start |> <im_start> <|unknown|><|im_start|",
      true,
-     {44, 108, 306, 79, 3738, 2504, 46, 2067, 306, 79, 3738, 46, 2067, 108, 31295, 108, 21198, 108, 306, 79, 3738, 108}},
-    {"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+     {44, 108,  306, 79,    3738, 2504,  46,  2067, 306, 79,   3738,
+      46, 2067, 108, 31295, 108,  21198, 108, 306,  79,  3738, 108}},
+    {"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained "
+     "by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is "
+     "2+2?<|im_end|>\n<|im_start|>assistant\n",
      true,
-     {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712, 8182, 2, 198, 1, 4093, 198, 1780, 314, 216, 34, 27, 34, 47, 2, 198, 1, 520, 9531, 198}},
-    {"0\342\200\215\314\201R\331\241\340\245\252b2\340\245\253\331\241\342\200\215\n\303\266\015Q\303\274N\303\266\013\303\274",
+     {1,    9690, 198,   2683, 359,  253,  5356, 5646,  11173, 3365,
+      3511, 308,  34519, 28,   7018, 411,  407,  19712, 8182,  2,
+      198,  1,    4093,  198,  1780, 314,  216,  34,    27,    34,
+      47,   2,    198,   1,    520,  9531, 198}},
+    {"0\342\200\215\314\201R\331\241\340\245\252b2\340\245\253\331\241\342\200"
+     "\215\n\303\266\015Q\303\274N\303\266\013\303\274",
      false,
-     {32, 321, 231, 151, 219, 66, 164, 111, 9310, 120, 82, 34, 9310, 121, 164, 111, 321, 231, 198, 7466, 201, 65, 7170, 62, 7466, 199, 7170}},
-    {"I\014\014+\n\n\303\251 \352\265\255\360\237\221\215\346\226\207\303\2662\n%\331\241\342\200\215y\342\200\250\355\225\234O\303\251<|endoftext|>\314\210T\343\200\200\357\270\217\360\237\221\215X\316\221\342\200\215j",
+     {32,  321, 231, 151, 219, 66,   164, 111, 9310, 120, 82,   34,  9310, 121,
+      164, 111, 321, 231, 198, 7466, 201, 65,  7170, 62,  7466, 199, 7170}},
+    {"I\014\014+\n\n\303\251 "
+     "\352\265\255\360\237\221\215\346\226\207\303\2662\n%"
+     "\331\241\342\200\215y\342\200\250\355\225\234O\303\251<|endoftext|>"
+     "\314\210T\343\200\200\357\270\217\360\237\221\215X\316\221\342\200\215j",
      false,
-     {57, 200, 200, 27, 198, 198, 2756, 35792, 130, 251, 10813, 235, 231, 29184, 7466, 34, 198, 21, 164, 111, 321, 231, 105, 321, 118, 33085, 246, 63, 2756, 44, 108, 486, 1714, 2692, 108, 46, 151, 226, 68, 12109, 218, 31752, 10813, 235, 231, 72, 153, 235, 321, 231, 90}},
-    {"\314\201\n \344\270\255\360\237\230\200'd\331\243\316\263G\360\237\232\200\360\237\221\215D 5\320\224F",
+     {57,   200, 200,   27,    198, 198, 2756,  35792, 130,   251,   10813,
+      235,  231, 29184, 7466,  34,  198, 21,    164,   111,   321,   231,
+      105,  321, 118,   33085, 246, 63,  2756,  44,    108,   486,   1714,
+      2692, 108, 46,    151,   226, 68,  12109, 218,   31752, 10813, 235,
+      231,  72,  153,   235,   321, 231, 90}},
+    {"\314\201\n "
+     "\344\270\255\360\237\230\200'"
+     "d\331\243\316\263G\360\237\232\200\360\237\221\215D 5\320\224F",
      true,
-     {151, 219, 198, 216, 28589, 10813, 242, 218, 23, 84, 164, 113, 23098, 55, 10813, 244, 218, 10813, 235, 231, 52, 216, 37, 155, 238, 54}},
-    {"\360\237\216\211\340\245\2532<|im_end|>\314\201 <|im_start_\346\227\245\303\247\342\200\2150's7K\314\201i<|im_end|>\314\201T\340\245\253\314\210\t \346\234\254\346\226\207'm3P\342\200\203\314\210\303\274 123\360\237\230\200\342\200\215ZI<|endoftext|>$\343\200\200\342\200\215\303\251",
+     {151, 219,   198, 216, 28589, 10813, 242, 218, 23,  84, 164, 113, 23098,
+      55,  10813, 244, 218, 10813, 235,   231, 52,  216, 37, 155, 238, 54}},
+    {"\360\237\216\211\340\245\2532<|im_end|>\314\201 "
+     "<|im_start_\346\227\245\303\247\342\200\2150's7K\314\201i<|im_end|>"
+     "\314\201T\340\245\253\314\210\t "
+     "\346\234\254\346\226\207'm3P\342\200\203\314\210\303\274 "
+     "123\360\237\230\200\342\200\215ZI<|endoftext|>$"
+     "\343\200\200\342\200\215\303\251",
      true,
-     {10813, 232, 227, 9310, 121, 34, 2, 151, 219, 2067, 108, 306, 79, 3738, 79, 23274, 115, 11512, 321, 231, 32, 506, 39, 59, 151, 219, 89, 2, 151, 219, 68, 9310, 121, 151, 226, 197, 216, 40993, 29184, 5248, 35, 64, 321, 221, 151, 226, 7170, 216, 33, 34, 35, 10813, 242, 218, 321, 231, 74, 57, 0, 20, 12109, 218, 321, 231, 2756}},
-    {"?HK\346\226\207",
-     true,
-     {47, 56, 59, 29184}},
+     {10813, 232, 227,  9310, 121,   34,    2,     151,   219, 2067, 108,
+      306,   79,  3738, 79,   23274, 115,   11512, 321,   231, 32,   506,
+      39,    59,  151,  219,  89,    2,     151,   219,   68,  9310, 121,
+      151,   226, 197,  216,  40993, 29184, 5248,  35,    64,  321,  221,
+      151,   226, 7170, 216,  33,    34,    35,    10813, 242, 218,  321,
+      231,   74,  57,   0,    20,    12109, 218,   321,   231, 2756}},
+    {"?HK\346\226\207", true, {47, 56, 59, 29184}},
     {"I\015'S0x U\360\237\217\275<\316\223\303\261Im\013]",
      true,
-     {57, 201, 23, 67, 32, 104, 514, 10813, 233, 138, 44, 153, 237, 10214, 2777, 199, 77}},
+     {57, 201, 23, 67, 32, 104, 514, 10813, 233, 138, 44, 153, 237, 10214, 2777,
+      199, 77}},
     {"\303\237j6{'d0<\314\201\320\266\303\266\316\223 123\0148'lll\354\226\264",
      true,
-     {34878, 90, 38, 34026, 84, 32, 44, 151, 219, 40186, 7466, 153, 237, 216, 33, 34, 35, 200, 40, 3060, 92, 183, 240, 129}},
-    {"\343\200\200<|im_end|>\320\257\342\200\215'd'S\346\226\207\331\24140\342\200\203|\360\237\232\200AO\344\270\255Q\303\261*\360\237\216\211\n\n\343\200\200\345\255\227\303\261\344\270\255\316\263\346\234\254\346\227\245j4\303\274\355\225\234\342\200\215\320\266\342\200\250 1236",
+     {34878, 90,  38, 34026, 84, 32,  44, 151,  219, 40186, 7466, 153,
+      237,   216, 33, 34,    35, 200, 40, 3060, 92,  183,   240,  129}},
+    {"\343\200\200<|im_end|>\320\257\342\200\215'd'"
+     "S\346\226\207\331\24140\342\200\203|"
+     "\360\237\232\200AO\344\270\255Q\303\261*"
+     "\360\237\216\211\n\n\343\200\200\345\255\227\303\261\344\270\255\316\263"
+     "\346\234\254\346\227\245j4\303\274\355\225\234\342\200\215\320\266\342"
+     "\200\250 1236",
      true,
-     {12109, 218, 2, 155, 124, 321, 231, 23, 84, 23, 67, 29184, 164, 111, 36, 32, 321, 221, 108, 10813, 244, 218, 49, 63, 28589, 65, 10214, 26, 10813, 232, 227, 1116, 12109, 218, 36518, 10214, 28589, 23098, 40993, 23274, 115, 90, 36, 7170, 33085, 246, 321, 231, 40186, 321, 118, 216, 33, 34, 35, 38}},
-    {"\346\226\207\342\200\203Z\t\360\237\232\200R\nn\320\224'd\303\237 \015,\352\265\255\360\237\217\275",
+     {12109, 218,   2,     155,  124,   321,   231,   23,    84,    23,
+      67,    29184, 164,   111,  36,    32,    321,   221,   108,   10813,
+      244,   218,   49,    63,   28589, 65,    10214, 26,    10813, 232,
+      227,   1116,  12109, 218,  36518, 10214, 28589, 23098, 40993, 23274,
+      115,   90,    36,    7170, 33085, 246,   321,   231,   40186, 321,
+      118,   216,   33,    34,   35,    38}},
+    {"\346\226\207\342\200\203Z\t\360\237\232\200R\nn\320\224'd\303\237 "
+     "\015,\352\265\255\360\237\217\275",
      false,
-     {29184, 321, 221, 74, 197, 10813, 244, 218, 66, 198, 94, 155, 238, 6737, 34878, 216, 201, 28, 181, 130, 251, 10813, 233, 138}},
-    {"\360\237\216\211\nX ej\014're\331\242\340\245\252\360\237\221\215 wp\343\200\200\344\270\255\320\224\346\226\207\314\210{\t\331\241\342\235\244\331\243e\320\224\316\2222\314\201\316\263\360\237\230\200D'm",
+     {29184, 321,  221,   74,  197, 10813, 244, 218, 66,  198,   94,  155,
+      238,   6737, 34878, 216, 201, 28,    181, 130, 251, 10813, 233, 138}},
+    {"\360\237\216\211\nX ej\014're\331\242\340\245\252\360\237\221\215 "
+     "wp\343\200\200\344\270\255\320\224\346\226\207\314\210{"
+     "\t\331\241\342\235\244\331\243e\320\224\316\2222\314\201\316\263\360\237"
+     "\230\200D'm",
      true,
-     {10813, 232, 227, 198, 72, 297, 90, 200, 2316, 164, 112, 9310, 120, 10813, 235, 231, 267, 96, 12109, 218, 28589, 155, 238, 29184, 151, 226, 107, 197, 164, 111, 173, 247, 114, 164, 113, 85, 155, 238, 153, 236, 34, 151, 219, 23098, 10813, 242, 218, 52, 5248}},
-    {"P\314\201\316\221\n<|im_start|>\360\237\230\200\320\266;\316\262\321\217H\320\224\350\252\2364'll\303\261M\015 123\314\210C\352\265\2559\015e/ \331\240 ",
+     {10813, 232,  227, 198,   72,    297, 90,  200, 2316,  164,
+      112,   9310, 120, 10813, 235,   231, 267, 96,  12109, 218,
+      28589, 155,  238, 29184, 151,   226, 107, 197, 164,   111,
+      173,   247,  114, 164,   113,   85,  155, 238, 153,   236,
+      34,    151,  219, 23098, 10813, 242, 218, 52,  5248}},
+    {"P\314\201\316\221\n<|im_start|>\360\237\230\200\320\266;"
+     "\316\262\321\217H\320\224\350\252\2364'll\303\261M\015 "
+     "123\314\210C\352\265\2559\015e/ \331\240 ",
      true,
-     {64, 151, 219, 153, 235, 198, 1, 10813, 242, 218, 40186, 43, 22235, 16885, 56, 155, 238, 179, 120, 248, 36, 3060, 10214, 61, 201, 216, 33, 34, 35, 151, 226, 51, 181, 130, 251, 41, 201, 85, 31, 216, 164, 250, 216}},
-    {"p\tHello \331\2404\302\240\316\261 world4<|im_startn1'V\014\316\262\346\226\207\303\251 \346\227\2451\303\240u\345\255\22741S0\360\237\232\200\350\252\236\n",
+     {64,    151,   219,   153, 235, 198, 1,   10813, 242, 218, 40186,
+      43,    22235, 16885, 56,  155, 238, 179, 120,   248, 36,  3060,
+      10214, 61,    201,   216, 33,  34,  35,  151,   226, 51,  181,
+      130,   251,   41,    201, 85,  31,  216, 164,   250, 216}},
+    {"p\tHello \331\2404\302\240\316\261 "
+     "world4<|im_startn1'V\014\316\262\346\226\207\303\251 "
+     "\346\227\2451\303\240u\345\255\22741S0\360\237\232\200\350\252\236\n",
      false,
-     {96, 197, 19556, 216, 164, 250, 36, 15442, 8998, 905, 36, 44, 108, 306, 79, 3738, 94, 33, 23, 70, 200, 22235, 29184, 2756, 17097, 241, 115, 33, 16739, 101, 36518, 36, 33, 67, 32, 10813, 244, 218, 179, 120, 248, 198}},
+     {96,    197,  19556, 216, 164,  250, 36,    15442, 8998,  905, 36,
+      44,    108,  306,   79,  3738, 94,  33,    23,    70,    200, 22235,
+      29184, 2756, 17097, 241, 115,  33,  16739, 101,   36518, 36,  33,
+      67,    32,   10813, 244, 218,  179, 120,   248,   198}},
 };
 
 TEST_F(SmolLm2Test, MatchesHfTokenizersReference) {
@@ -711,14 +795,29 @@ TEST_F(SmolLm2Test, ChatIsRenderedWithDefaultSystemAndEncoded) {
 // characters that stress the pre-tokenizer.
 std::string RandomText(std::mt19937& rng) {
   static constexpr uint32_t kRanges[][2] = {
-      {0x20, 0x7E},     {0x30, 0x39},     {0x09, 0x0D},   {0x20, 0x20},
-      {0xA0, 0x24F},    {0x300, 0x36F},   {0x370, 0x3FF}, {0x400, 0x4FF},
-      {0x590, 0x6FF},   {0x900, 0x97F},   {0x2000, 0x206F}, {0x3000, 0x303F},
-      {0x3040, 0x30FF}, {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0xFF00, 0xFFEF},
-      {0x1F300, 0x1F64F}, {0x1F900, 0x1F9FF}, {0x1D400, 0x1D7FF},
+      {0x20, 0x7E},
+      {0x30, 0x39},
+      {0x09, 0x0D},
+      {0x20, 0x20},
+      {0xA0, 0x24F},
+      {0x300, 0x36F},
+      {0x370, 0x3FF},
+      {0x400, 0x4FF},
+      {0x590, 0x6FF},
+      {0x900, 0x97F},
+      {0x2000, 0x206F},
+      {0x3000, 0x303F},
+      {0x3040, 0x30FF},
+      {0x4E00, 0x9FFF},
+      {0xAC00, 0xD7A3},
+      {0xFF00, 0xFFEF},
+      {0x1F300, 0x1F64F},
+      {0x1F900, 0x1F9FF},
+      {0x1D400, 0x1D7FF},
       // Planes 1-3 and 12-16; planes 4-11 need lead bytes 0xF1/0xF2, which
       // SmolLM2's vocabulary lacks (see InvalidUtf8...).
-      {0x10000, 0x3FFFF}, {0xC0000, 0x10FFFF}};
+      {0x10000, 0x3FFFF},
+      {0xC0000, 0x10FFFF}};
   std::string s;
   const int n = rng() % 60;
   for (int i = 0; i < n; ++i) {

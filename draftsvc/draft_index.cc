@@ -302,10 +302,10 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
   return OpenResult{name, prompt_nodes};
 }
 
-bool DraftIndex::SubmitLocked(Namespace* ns,
+bool DraftIndex::SubmitLocked(Namespace* /*ns: locked by the caller*/,
                               std::vector<TrieMutationBatch> batches,
                               std::function<void(absl::Status)>& on_durable) {
-  if (batches.empty()) return false;
+  if (batches.empty() || sink_ == nullptr) return false;
   auto join = std::make_shared<DurableJoin>(static_cast<int>(batches.size()),
                                             std::move(on_durable));
   on_durable = nullptr;

@@ -41,7 +41,7 @@ struct IndexOptions {
   // paper's heuristic is 16 x decoding_length nodes per active branch root:
   // 16 x 64 x 4096 roots = 4M nodes, ~75 MiB at the measured ~18 bytes/node.
   // More keeps rarer continuations but costs memory, restart time and a
-  // longer prune pause (~0.3-2 s at 4M, under the namespace's writer lock).
+  // longer prune pause (~0.3-1 s at 4M, under the namespace's writer lock).
   int64_t capacity_nodes = int64_t{4} << 20;
   // Pruning (automatic or Prune with target 0) keeps this fraction of
   // capacity_nodes, the most frequent nodes. Lower: rarer prunes, each
@@ -133,7 +133,8 @@ class DraftIndex {
   // session's output: updates its context tail and inserts into the global
   // trie every output window (branch_length + 1 consecutive OUTPUT tokens,
   // never prompt tokens) whose last token arrives now; prunes the namespace
-  // if it passes capacity. Iff it returns OK, `on_durable` (may be null)
+  // if it passes capacity (that call then pays the prune, ~0.3-1 s at 4M
+  // nodes, and the namespace's retrievals wait for it). Iff it returns OK, `on_durable` (may be null)
   // runs exactly once: when every mutation batch it submitted is durable, or
   // with the first error; immediately (before returning) if nothing needed
   // persisting. It may run on a store thread while the namespace lock is

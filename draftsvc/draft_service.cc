@@ -29,8 +29,7 @@ class IndexRestorer : public TrieScanVisitor {
     return index_.RestoreNamespace(name_space, vocab_size);
   }
   absl::Status OnNode(absl::string_view name_space,
-                      absl::Span<const int32_t> path,
-                      int64_t count) override {
+                      absl::Span<const int32_t> path, int64_t count) override {
     ++stats.nodes;
     return index_.RestoreNode(name_space, path, count);
   }
@@ -81,8 +80,8 @@ class FinishLatch {
 
 absl::Status NotPersisted(const absl::Status& s) {
   return absl::Status(
-      s.code(), absl::StrCat("applied in memory but not persisted: ",
-                             s.message()));
+      s.code(),
+      absl::StrCat("applied in memory but not persisted: ", s.message()));
 }
 
 grpc::Status FirstFailureOrOk(
@@ -204,9 +203,9 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
         continue;
       }
       if (*mode == DraftMode::kOff) continue;
-      absl::StatusOr<DraftTree> tree = index_.Retrieve(
-          step.session_id(), step.decoding_length(), step.branch_length(),
-          *mode);
+      absl::StatusOr<DraftTree> tree =
+          index_.Retrieve(step.session_id(), step.decoding_length(),
+                          step.branch_length(), *mode);
       if (!tree.ok()) {
         SetEntryError(tree.status(), draft);
         continue;
@@ -310,19 +309,18 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
   absl::Status ValidateStepRequest(const v1::StepRequest& request) const {
     if (request.steps_size() > options_.max_step_sessions) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Step has ", request.steps_size(),
-                       " entries; at most ", options_.max_step_sessions,
-                       " are allowed"));
+          absl::StrCat("Step has ", request.steps_size(), " entries; at most ",
+                       options_.max_step_sessions, " are allowed"));
     }
     absl::flat_hash_map<absl::string_view, int> first_entry;
     for (int i = 0; i < request.steps_size(); ++i) {
       auto [it, inserted] =
           first_entry.emplace(request.steps(i).session_id(), i);
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "session_id \"", request.steps(i).session_id(),
-            "\" appears twice in one Step (entries ", it->second, " and ", i,
-            ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("session_id \"", request.steps(i).session_id(),
+                         "\" appears twice in one Step (entries ", it->second,
+                         " and ", i, ")"));
       }
     }
     return absl::OkStatus();
@@ -335,9 +333,9 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
     const IndexOptions& limits = index_.options();
     if (step.decoding_length() < 0 ||
         step.decoding_length() > limits.max_decoding_length) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "decoding_length ", step.decoding_length(), " outside [0, ",
-          limits.max_decoding_length, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("decoding_length ", step.decoding_length(),
+                       " outside [0, ", limits.max_decoding_length, "]"));
     }
     if (step.branch_length() < 0 ||
         step.branch_length() > limits.max_branch_length) {

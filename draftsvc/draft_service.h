@@ -10,6 +10,8 @@
 #ifndef LOOKAHEAD_DRAFTSVC_DRAFT_SERVICE_H_
 #define LOOKAHEAD_DRAFTSVC_DRAFT_SERVICE_H_
 
+#include <grpcpp/impl/service_type.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,7 +20,6 @@
 #include "absl/status/statusor.h"
 #include "draftsvc/draft_index.h"
 #include "draftsvc/trie_store.h"
-#include <grpcpp/impl/service_type.h>
 
 namespace lookahead::draftsvc {
 

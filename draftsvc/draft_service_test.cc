@@ -4,6 +4,13 @@
 // with pruning, and restarts.
 #include "draftsvc/draft_service.h"
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,11 +27,6 @@
 #include "gtest/gtest.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 namespace lookahead::draftsvc {
 namespace {
@@ -262,8 +264,8 @@ TEST_F(DraftServiceTest, DraftsComeFromPromptAndOutputAndSurviveRestart) {
   // A new session whose context ends in "12 13" gets the pattern's
   // continuation from the rebuilt global trie.
   ASSERT_TRUE(h->Open("s2", "default", {12, 13}).ok());
-  v1::SessionDraft d = h->StepOne("s2", {}, 8, 0,
-                                  v1::DRAFT_MODE_TRIE_HIERARCHICAL);
+  v1::SessionDraft d =
+      h->StepOne("s2", {}, 8, 0, v1::DRAFT_MODE_TRIE_HIERARCHICAL);
   ASSERT_EQ(d.code(), 0) << d.message();
   ExpectWellFormed(d.tree(), 8);
   ASSERT_GT(d.tree().tokens_size(), 0);
@@ -355,14 +357,14 @@ TEST_F(DraftServiceTest, BadRequestsFailWithCodeAndMessageAndLoseNothing) {
     ASSERT_TRUE(h->Open("b3", "ns", {1, 2}).ok());
     ASSERT_TRUE(h->Open("b4", "ns", {1, 2}).ok());
     ASSERT_TRUE(h->Open("b5", "ns", {1, 2}).ok());
-    add("nobody", {1}, 4);                        // 0
-    add("b1", std::vector<int32_t>(17, 1), 4);    // 1
-    add("b2", {3, kVocab}, 4);                    // 2
-    add("b3", {3}, -1);                           // 3
-    add("b4", {3}, 33);                           // 4
-    add("b5", {3}, 4, -2);                        // 5
-    add("good", {}, 4, 0, 99);                    // 6
-    add("b1", {}, 4);                             // duplicate -> whole RPC
+    add("nobody", {1}, 4);                      // 0
+    add("b1", std::vector<int32_t>(17, 1), 4);  // 1
+    add("b2", {3, kVocab}, 4);                  // 2
+    add("b3", {3}, -1);                         // 3
+    add("b4", {3}, 33);                         // 4
+    add("b5", {3}, 4, -2);                      // 5
+    add("good", {}, 4, 0, 99);                  // 6
+    add("b1", {}, 4);                           // duplicate -> whole RPC
     s = h->Step(request, &response);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     request.mutable_steps()->RemoveLast();
@@ -390,7 +392,8 @@ TEST_F(DraftServiceTest, BadRequestsFailWithCodeAndMessageAndLoseNothing) {
     EXPECT_THAT(response.drafts(5).message(),
                 HasSubstr("branch_length -2 outside [0, 8]"));
     EXPECT_EQ(response.drafts(6).code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_THAT(response.drafts(6).message(), HasSubstr("unknown draft mode 99"));
+    EXPECT_THAT(response.drafts(6).message(),
+                HasSubstr("unknown draft mode 99"));
     EXPECT_EQ(response.drafts(7).code(), 0) << response.drafts(7).message();
     EXPECT_GT(response.drafts(7).tree().tokens_size(), 0);
     for (int i = 0; i < 7; ++i) {
@@ -470,6 +473,38 @@ TEST_F(DraftServiceTest, LockedOrCorruptDbFailsToOpenWithoutCrashing) {
   h = StartOrDie(options);
   ASSERT_NE(h, nullptr);
   EXPECT_EQ(h->DiskNodes(), before);
+}
+
+// Calls whose clients give up (deadlines far too short) are still finished
+// exactly once: otherwise the harness's Shutdown() (no deadline) would wait
+// forever for their reactors. Nothing they inserted is half-written.
+TEST_F(DraftServiceTest, CancelledCallsAreFinishedAndShutdownCompletes) {
+  DraftServerOptions options = Options("cancelled", /*sync=*/true);
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->Open("s", "ns", {1, 2, 3}).ok());
+  int deadline_exceeded = 0;
+  for (int i = 0; i < 200; ++i) {
+    v1::StepRequest request;
+    v1::SessionStep* step = request.add_steps();
+    step->set_session_id("s");
+    for (int t = 0; t < 6; ++t) step->add_accepted_tokens((i + t) % 7);
+    step->set_decoding_length(8);
+    v1::StepResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::microseconds(i % 4 == 0 ? 1 : 300));
+    grpc::Status s = h->stub->Step(&context, request, &response);
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      ++deadline_exceeded;
+    } else {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+  }
+  EXPECT_GT(deadline_exceeded, 0);
+  ASSERT_TRUE(h->Flush().ok());
+  EXPECT_EQ(h->DiskNodes(), h->MemoryNodes("ns"));
+  h.reset();  // Shutdown() returns only if every call was finished.
 }
 
 // Random traffic from several client threads with a small capacity, so that

@@ -2,14 +2,19 @@
 // health service and server reflection. SIGTERM/SIGINT shut it down
 // gracefully: in-flight RPCs finish, queued trie writes are flushed and
 // fsynced, RocksDB is closed.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
-
-#include <pthread.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -19,11 +24,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "draftsvc/draft_service.h"
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
-#include <grpcpp/security/server_credentials.h>
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50061, "Port to listen on; 0 picks a free one.");
@@ -131,9 +131,9 @@ int Run() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_host), ":",
-                                        absl::GetFlag(FLAGS_port)),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port)),
+      grpc::InsecureServerCredentials(), &port);
   builder.RegisterService((*draft)->service());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
@@ -157,9 +157,9 @@ int Run() {
   sigwait(&signals, &signal);
   std::printf("draftsvc: signal %d, shutting down\n", signal);
   std::fflush(stdout);
-  server->Shutdown(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(
-                       absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  server->Shutdown(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
   server->Wait();
   absl::Status closed = (*draft)->Close();
   if (!closed.ok()) {

@@ -296,19 +296,21 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
   // always precedes its descendants. Everything below is indexed by BFS
   // position so the passes run sequentially; the children of position i
   // are positions [first_child[i], first_child[i + 1]).
+  // `ordered` copies the nodes in BFS order: one random read per node, the
+  // later passes are sequential.
   std::vector<NodeId> bfs;
   std::vector<uint32_t> parent_pos;
   std::vector<uint32_t> first_child;
-  std::vector<uint32_t> counts;
+  std::vector<Node> ordered;
   bfs.reserve(size_);
   parent_pos.reserve(size_);
   first_child.reserve(size_ + 1);
-  counts.reserve(size_);
+  ordered.reserve(size_);
   bfs.push_back(kRoot);
   parent_pos.push_back(kNoNode);
   for (uint32_t i = 0; i < bfs.size(); ++i) {
     const NodeId v = bfs[i];
-    counts.push_back(node(v).count);
+    ordered.push_back(node(v));
     first_child.push_back(static_cast<uint32_t>(bfs.size()));
     const uint32_t k = NumChildren(v);
     for (uint32_t j = 0; j < k; ++j) {
@@ -317,13 +319,18 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
     }
   }
   first_child.push_back(static_cast<uint32_t>(bfs.size()));
+  std::vector<NodeId>().swap(bfs);
 
   // c_star: the (target + 1)-th largest count. Keep all above it, then
   // nodes equal to it in BFS order while room is left.
   uint32_t c_star = 0;
   int64_t above = 0;
   {
-    std::vector<uint32_t> sorted(counts.begin() + 1, counts.end());
+    std::vector<uint32_t> sorted;
+    sorted.reserve(ordered.size() - 1);
+    for (size_t i = 1; i < ordered.size(); ++i) {
+      sorted.push_back(ordered[i].count);
+    }
     std::nth_element(sorted.begin(), sorted.begin() + target, sorted.end(),
                      std::greater<uint32_t>());
     c_star = sorted[static_cast<size_t>(target)];
@@ -332,24 +339,26 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
   int64_t ties_left = target - above;
 
   std::vector<int32_t> path;
-  auto path_of = [&](NodeId v) {
+  auto path_of = [&](uint32_t pos) {
     path.clear();
-    for (NodeId u = v; u != kRoot; u = node(u).parent) {
-      path.push_back(node(u).token);
+    for (uint32_t u = pos; u != 0; u = parent_pos[u]) {
+      path.push_back(ordered[u].token);
     }
     std::reverse(path.begin(), path.end());
     return path;
   };
   // rank[i]: new id of BFS position i, or kNoNode if dropped.
-  std::vector<NodeId> rank(bfs.size(), kNoNode);
+  const size_t total = ordered.size();
+  std::vector<NodeId> rank(total, kNoNode);
   rank[0] = kRoot;
   NodeId next = 1;
-  for (size_t i = 1; i < bfs.size(); ++i) {
+  for (size_t i = 1; i < total; ++i) {
     if (rank[parent_pos[i]] == kNoNode) continue;  // Dropped with an ancestor.
     bool keep = false;
-    if (counts[i] > c_star) {
+    const uint32_t count = ordered[i].count;
+    if (count > c_star) {
       keep = true;
-    } else if (counts[i] == c_star && ties_left > 0) {
+    } else if (count == c_star && ties_left > 0) {
       --ties_left;
       keep = true;
     }
@@ -358,7 +367,7 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
     } else if (mutations != nullptr) {
       TrieMutation m;
       m.kind = TrieMutation::Kind::kDeleteSubtree;
-      m.path = path_of(bfs[i]);
+      m.path = path_of(static_cast<uint32_t>(i));
       mutations->push_back(std::move(m));
     }
   }
@@ -369,16 +378,16 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
   Chunks new_chunks;
   uint32_t new_size = 0;
   std::vector<uint32_t> new_pool;
-  for (size_t i = 0; i < bfs.size(); ++i) {
+  for (size_t i = 0; i < total; ++i) {
     if (rank[i] == kNoNode) continue;
-    Node nv = node(bfs[i]);
+    Node nv = ordered[i];
     nv.parent = i == 0 ? kNoNode : rank[parent_pos[i]];
     if (halve && i != 0 && nv.count >= 2) {
       nv.count = (nv.count + 1) / 2;
       if (mutations != nullptr) {
         TrieMutation m;
         m.kind = TrieMutation::Kind::kSetCount;
-        m.path = path_of(bfs[i]);
+        m.path = path_of(static_cast<uint32_t>(i));
         m.value = nv.count;
         mutations->push_back(std::move(m));
       }

@@ -147,7 +147,9 @@ std::unique_ptr<BuiltIndex> BuildIndex(int64_t nodes) {
   std::vector<int32_t> chunk;
   const auto start = Clock::now();
   int session = 0;
-  auto node_count = [&] { return index.Stats(kNs).empty() ? 0 : index.Stats(kNs)[0].output_nodes; };
+  auto node_count = [&] {
+    return index.Stats(kNs).empty() ? 0 : index.Stats(kNs)[0].output_nodes;
+  };
   while (session == 0 || node_count() < nodes) {
     // One "request": a short prompt, then 8 Steps of 64 accepted tokens.
     const std::string id = absl::StrCat("build", session++);
@@ -236,8 +238,7 @@ struct InsertResult {
 
 // Accepted tokens through DraftIndex + TrieStore (32 sessions taking turns,
 // 16-token Steps), timed until the store's Flush() returns.
-void InsertBenchmark(benchmark::State& state, bool sync,
-                     InsertResult* result) {
+void InsertBenchmark(benchmark::State& state, bool sync, InsertResult* result) {
   for (auto _ : state) {
     const std::string dir = ScratchDir(sync ? "insert_sync" : "insert");
     TrieStoreOptions store_options;
@@ -275,8 +276,8 @@ void InsertBenchmark(benchmark::State& state, bool sync,
     state.SetIterationTime(seconds);
     result->tokens_per_second = static_cast<double>(total) / seconds;
     const int64_t nodes = index.Stats(kNs)[0].output_nodes;
-    result->disk_bytes_per_node =
-        static_cast<double>((*store)->DiskBytes()) / std::max<int64_t>(nodes, 1);
+    result->disk_bytes_per_node = static_cast<double>((*store)->DiskBytes()) /
+                                  std::max<int64_t>(nodes, 1);
     state.counters["tokens_per_s"] = result->tokens_per_second;
     state.counters["nodes"] = static_cast<double>(nodes);
     store->reset();
@@ -446,8 +447,8 @@ int Main(int argc, char** argv) {
     rebuilds.push_back(std::make_unique<RebuildResult>());
     RebuildResult* r = rebuilds.back().get();
     r->name = absl::StrCat("Rebuild/nodes:", SizeName(built->target_nodes));
-    benchmark::RegisterBenchmark(r->name.c_str(), RebuildBenchmark,
-                                 built.get(), r)
+    benchmark::RegisterBenchmark(r->name.c_str(), RebuildBenchmark, built.get(),
+                                 r)
         ->Iterations(1)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);

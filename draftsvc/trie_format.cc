@@ -35,9 +35,9 @@ absl::Status ValidateNamespace(absl::string_view name) {
   }
   for (char c : name) {
     if (!IsNameChar(c)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "namespace \"", absl::CHexEscape(name),
-          "\" has a character outside [A-Za-z0-9_.-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("namespace \"", absl::CHexEscape(name),
+                       "\" has a character outside [A-Za-z0-9_.-]"));
     }
   }
   return absl::OkStatus();
@@ -93,7 +93,8 @@ absl::Status ParseNodeKey(absl::string_view key, ParsedNodeKey* out) {
   if (tokens.empty() || tokens.size() % 4 != 0) {
     return absl::DataLossError(absl::StrCat(
         "node key of namespace \"", absl::CHexEscape(out->name_space),
-        "\" has ", tokens.size(), " token bytes (want a positive multiple of 4)"));
+        "\" has ", tokens.size(),
+        " token bytes (want a positive multiple of 4)"));
   }
   out->path.clear();
   out->path.reserve(tokens.size() / 4);

@@ -1,9 +1,9 @@
 // The on-disk format of draftsvc's RocksDB store: key and value encodings.
 //
 // Every key starts with a one-byte tag:
-//   "F"                               -> fixed32 format version (kFormatVersion)
-//   "m" + namespace                   -> fixed32 vocab_size of the namespace
-//   "n" + namespace + '\0' + tokens   -> fixed64 count of the trie node
+//   "F"                             -> fixed32 format version
+//   "m" + namespace                 -> fixed32 vocab_size of the namespace
+//   "n" + namespace + '\0' + tokens -> fixed64 count of the trie node
 // where tokens are the node's path from the root as fixed-width 4-byte
 // BIG-ENDIAN token ids, so RocksDB's bytewise order is numeric order: a prefix
 // seek is a trie descent, parents sort before their children, and a node's

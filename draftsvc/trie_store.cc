@@ -28,14 +28,14 @@ namespace fmt = trie_format;
 class Int64AddOperator : public rocksdb::AssociativeMergeOperator {
  public:
   bool Merge(const rocksdb::Slice& /*key*/,
-             const rocksdb::Slice* existing_value,
-             const rocksdb::Slice& value, std::string* new_value,
+             const rocksdb::Slice* existing_value, const rocksdb::Slice& value,
+             std::string* new_value,
              rocksdb::Logger* /*logger*/) const override {
     uint64_t base = 0;
     if (existing_value != nullptr &&
-        !fmt::DecodeFixed64(absl::string_view(existing_value->data(),
-                                              existing_value->size()),
-                            &base)) {
+        !fmt::DecodeFixed64(
+            absl::string_view(existing_value->data(), existing_value->size()),
+            &base)) {
       return false;
     }
     uint64_t delta = 0;
@@ -56,8 +56,7 @@ absl::string_view View(const rocksdb::Slice& s) {
 // Maps a RocksDB failure of DB::Open to a Status naming the directory.
 absl::Status OpenError(const std::string& path, const rocksdb::Status& s) {
   const std::string what = s.ToString();
-  if (s.IsIOError() &&
-      absl::StrContains(absl::AsciiStrToLower(what), "lock")) {
+  if (s.IsIOError() && absl::StrContains(absl::AsciiStrToLower(what), "lock")) {
     return absl::UnavailableError(absl::StrCat(
         "trie store ", path,
         " is locked: another process (or another store in this process) "
@@ -102,9 +101,8 @@ absl::Status ValidateBatch(const TrieMutationBatch& batch) {
     for (int32_t token : m.path) {
       if (token < 0 || (batch.vocab_size > 0 && token >= batch.vocab_size)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("token id ", token, " outside [0, ",
-                         batch.vocab_size, ") in namespace ",
-                         batch.name_space));
+            absl::StrCat("token id ", token, " outside [0, ", batch.vocab_size,
+                         ") in namespace ", batch.name_space));
       }
     }
   }
@@ -117,6 +115,12 @@ absl::StatusOr<std::unique_ptr<TrieStore>> TrieStore::Open(
     const std::string& path, const TrieStoreOptions& options) {
   if (path.empty()) {
     return absl::InvalidArgumentError("trie store path is empty");
+  }
+  if (options.sync_interval_ms < 0 || options.max_group_mutations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trie store options: sync_interval_ms must be >= 0 (got ",
+        options.sync_interval_ms, ") and max_group_mutations >= 1 (got ",
+        options.max_group_mutations, ")"));
   }
   if (options.create_if_missing) {
     std::error_code ec;
@@ -271,7 +275,8 @@ void TrieStore::WriterLoop() {
       while (!queue_.empty()) {
         size_t next = queue_.front().batch.mutations.size();
         if (!round.empty() &&
-            mutations + next > static_cast<size_t>(options_.max_group_mutations)) {
+            mutations + next >
+                static_cast<size_t>(options_.max_group_mutations)) {
           break;
         }
         mutations += next;
@@ -303,9 +308,8 @@ absl::Status TrieStore::SyncWalIfDirty() {
   if (!wal_dirty_) return absl::OkStatus();
   rocksdb::Status s = db_->SyncWAL();
   if (!s.ok()) {
-    return absl::InternalError(absl::StrCat("trie store ", path_,
-                                            ": WAL sync failed: ",
-                                            s.ToString()));
+    return absl::InternalError(absl::StrCat(
+        "trie store ", path_, ": WAL sync failed: ", s.ToString()));
   }
   wal_dirty_ = false;
   return absl::OkStatus();
@@ -341,8 +345,8 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
     has_writes = true;
     const TrieMutationBatch& b = p.batch;
     if (!known_namespaces_.contains(b.name_space) &&
-        std::find(new_namespaces.begin(), new_namespaces.end(),
-                  b.name_space) == new_namespaces.end()) {
+        std::find(new_namespaces.begin(), new_namespaces.end(), b.name_space) ==
+            new_namespaces.end()) {
       wb.Put(fmt::NamespaceKey(b.name_space),
              fmt::EncodeFixed32(static_cast<uint32_t>(b.vocab_size)));
       new_namespaces.push_back(b.name_space);
@@ -377,8 +381,8 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
         known_namespaces_.insert(std::move(name));
       }
     } else {
-      write_status = absl::InternalError(absl::StrCat(
-          "trie store ", path_, ": write failed: ", s.ToString()));
+      write_status = absl::InternalError(
+          absl::StrCat("trie store ", path_, ": write failed: ", s.ToString()));
     }
   }
   absl::Status flush_status;
@@ -426,10 +430,9 @@ absl::Status TrieStore::Scan(TrieScanVisitor& visitor) const {
       case fmt::kNamespaceTag: {
         uint32_t vocab = 0;
         if (!fmt::DecodeFixed32(value, &vocab)) {
-          return absl::DataLossError(
-              absl::StrCat("trie store ", path_,
-                           ": malformed metadata of namespace ",
-                           key.substr(1)));
+          return absl::DataLossError(absl::StrCat(
+              "trie store ", path_, ": malformed metadata of namespace ",
+              key.substr(1)));
         }
         absl::Status s =
             visitor.OnNamespace(key.substr(1), static_cast<int32_t>(vocab));
@@ -444,9 +447,10 @@ absl::Status TrieStore::Scan(TrieScanVisitor& visitor) const {
         }
         uint64_t count = 0;
         if (!fmt::DecodeFixed64(value, &count)) {
-          return absl::DataLossError(
-              absl::StrCat("trie store ", path_, ": malformed count of a node "
-                           "in namespace ", parsed.name_space));
+          return absl::DataLossError(absl::StrCat("trie store ", path_,
+                                                  ": malformed count of a node "
+                                                  "in namespace ",
+                                                  parsed.name_space));
         }
         s = visitor.OnNode(parsed.name_space, parsed.path,
                            static_cast<int64_t>(count));
@@ -470,8 +474,8 @@ absl::StatusOr<int64_t> TrieStore::GetCount(
         absl::StrCat("trie store ", path_, " is closed"));
   }
   std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(),
-                               fmt::NodeKey(name_space, path), &value);
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), fmt::NodeKey(name_space, path), &value);
   if (s.IsNotFound()) return absl::NotFoundError("no such trie node");
   if (!s.ok()) return ReadError(path_, s);
   uint64_t count = 0;

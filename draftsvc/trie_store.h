@@ -72,7 +72,7 @@ class TrieStore : public MutationSink {
   // another TrieStore in this one) holds the directory's lock;
   // FAILED_PRECONDITION if the database is corrupt, has another format
   // version, or is not a lookahead trie store; NOT_FOUND if it is missing
-  // and !create_if_missing.
+  // and !create_if_missing; INVALID_ARGUMENT on bad options.
   static absl::StatusOr<std::unique_ptr<TrieStore>> Open(
       const std::string& path, const TrieStoreOptions& options);
 
@@ -154,7 +154,7 @@ class TrieStore : public MutationSink {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status write_error_ ABSL_GUARDED_BY(mu_);  // First write failure.
 
-  std::thread writer_;  // Started by Open, joined by Close.
+  std::thread writer_;    // Started by Open, joined by Close.
   absl::Mutex close_mu_;  // Serializes Close().
   bool closed_ ABSL_GUARDED_BY(close_mu_) = false;
 };

@@ -106,8 +106,8 @@ TrieMutation Del(std::vector<int32_t> path) {
 
 TEST(TrieFormatTest, KeyOrderIsNumericPathOrder) {
   std::mt19937 rng(7);
-  const int32_t interesting[] = {0, 1, 255, 256, 65535, 65536, 49151,
-                                 0x00ffffff, 0x01000000, 0x7fffffff};
+  const int32_t interesting[] = {
+      0, 1, 255, 256, 65535, 65536, 49151, 0x00ffffff, 0x01000000, 0x7fffffff};
   std::vector<std::vector<int32_t>> paths;
   for (int i = 0; i < 400; ++i) {
     std::vector<int32_t> p(1 + rng() % 4);
@@ -119,8 +119,8 @@ TEST(TrieFormatTest, KeyOrderIsNumericPathOrder) {
       const auto& b = paths[rng() % paths.size()];
       EXPECT_EQ(a < b, fmt::NodeKey("ns", a) < fmt::NodeKey("ns", b));
       // Subtree = key range.
-      bool is_prefix = b.size() >= a.size() &&
-                       std::equal(a.begin(), a.end(), b.begin());
+      bool is_prefix =
+          b.size() >= a.size() && std::equal(a.begin(), a.end(), b.begin());
       std::string ka = fmt::NodeKey("ns", a), kb = fmt::NodeKey("ns", b);
       EXPECT_EQ(is_prefix, ka <= kb && kb < fmt::PrefixSuccessor(ka));
     }
@@ -166,12 +166,14 @@ TEST(TrieStoreTest, AddSetDeleteAndReopen) {
   {
     auto store = TrieStore::Open(dir, {});
     ASSERT_TRUE(store.ok()) << store.status();
-    TrieMutationBatch b{"ns", 100, {Add({1}, 2), Add({1, 2}, 1), Add({1}, 3),
-                                     Add({1, 2, 3}, 1), Add({4}, 1)}};
+    TrieMutationBatch b{"ns",
+                        100,
+                        {Add({1}, 2), Add({1, 2}, 1), Add({1}, 3),
+                         Add({1, 2, 3}, 1), Add({4}, 1)}};
     ASSERT_TRUE(SubmitAndWait(**store, b).ok());
     EXPECT_EQ(*(*store)->GetCount("ns", {1}), 5);
-    ASSERT_TRUE(SubmitAndWait(**store, {"ns", 100, {Set({1}, 9), Del({1, 2})}})
-                    .ok());
+    ASSERT_TRUE(
+        SubmitAndWait(**store, {"ns", 100, {Set({1}, 9), Del({1, 2})}}).ok());
     EXPECT_EQ(*(*store)->GetCount("ns", {1}), 9);
     EXPECT_EQ((*store)->GetCount("ns", {1, 2}).status().code(),
               absl::StatusCode::kNotFound);
@@ -290,6 +292,20 @@ TEST(TrieStoreTest, ForeignDatabaseAndMissingDir) {
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(store.status().message(), HasSubstr(missing));
+}
+
+TEST(TrieStoreTest, BadOptionsAreInvalidArgument) {
+  TrieStoreOptions options;
+  options.max_group_mutations = 0;
+  auto store = TrieStore::Open(TempDir("bad_options"), options);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store.status().message(),
+              HasSubstr("max_group_mutations >= 1 (got 0)"));
+  store = TrieStore::Open("", TrieStoreOptions());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store.status().message(), HasSubstr("path is empty"));
 }
 
 TEST(TrieStoreTest, ClosedStoreRejects) {
@@ -457,12 +473,11 @@ TEST_P(TrieStoreRandomizedTest, MatchesOracleAcrossReopens) {
 
 INSTANTIATE_TEST_SUITE_P(
     OptionSets, TrieStoreRandomizedTest,
-    ::testing::Values(RandomizedParam{"sync_small_groups", true, 4, 0.05, 0.05},
-                      RandomizedParam{"nosync_big_groups", false, 65536, 0.05,
-                                      0.1},
-                      RandomizedParam{"nosync_one_per_group", false, 1, 0.1,
-                                      0.0},
-                      RandomizedParam{"prune_heavy", false, 64, 0.4, 0.1}),
+    ::testing::Values(
+        RandomizedParam{"sync_groups_of_256", true, 256, 0.05, 0.05},
+        RandomizedParam{"nosync_big_groups", false, 65536, 0.05, 0.1},
+        RandomizedParam{"nosync_one_per_group", false, 1, 0.1, 0.0},
+        RandomizedParam{"prune_heavy", false, 64, 0.4, 0.1}),
     [](const ::testing::TestParamInfo<RandomizedParam>& info) {
       return std::string(info.param.name);
     });

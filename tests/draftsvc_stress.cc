@@ -10,6 +10,8 @@
 // every line is fdatasync'ed before the writer goes on, so the log survives
 // whatever happens to the server (tests/draftsvc_crash_test reads it).
 #include <fcntl.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,8 +31,6 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50061", "draftsvc address.");
 ABSL_FLAG(int, threads, 4, "Concurrent sessions (one thread each).");
@@ -53,9 +53,9 @@ using Clock = std::chrono::steady_clock;
 class AckLog {
  public:
   explicit AckLog(const std::string& path)
-      : fd_(path.empty() ? -1
-                         : open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                0644)) {}
+      : fd_(path.empty()
+                ? -1
+                : open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644)) {}
   ~AckLog() {
     if (fd_ >= 0) close(fd_);
   }
@@ -112,9 +112,10 @@ void Writer(v1::DraftService::Stub& stub, int index, AckLog& log,
     result->error = "cannot write the ack log";
     return;
   }
-  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(
-                                          absl::GetFlag(FLAGS_seconds)));
+  const auto end =
+      Clock::now() +
+      std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds)));
   while (Clock::now() < end) {
     v1::StepRequest request;
     v1::SessionStep* step = request.add_steps();
@@ -122,8 +123,8 @@ void Writer(v1::DraftService::Stub& stub, int index, AckLog& log,
     const int n = 1 + rng() % absl::GetFlag(FLAGS_max_step_tokens);
     for (int i = 0; i < n; ++i) step->add_accepted_tokens(token());
     step->set_decoding_length(absl::GetFlag(FLAGS_decoding_length));
-    if (!log.Append(absl::StrCat("try ", id, " ",
-                                 absl::StrJoin(step->accepted_tokens(), " ")))) {
+    if (!log.Append(absl::StrCat(
+            "try ", id, " ", absl::StrJoin(step->accepted_tokens(), " ")))) {
       result->error = "cannot write the ack log";
       return;
     }
@@ -140,10 +141,10 @@ void Writer(v1::DraftService::Stub& stub, int index, AckLog& log,
       return;
     }
     if (response.drafts_size() != 1 || response.drafts(0).code() != 0) {
-      result->error = absl::StrCat(
-          "Step entry: ",
-          response.drafts_size() == 1 ? response.drafts(0).message()
-                                      : "wrong entry count");
+      result->error =
+          absl::StrCat("Step entry: ", response.drafts_size() == 1
+                                           ? response.drafts(0).message()
+                                           : "wrong entry count");
       return;
     }
     if (!log.Append(absl::StrCat("ack ", id))) {
@@ -188,8 +189,8 @@ int Run() {
     total.steps += r.steps;
     total.tokens += r.tokens;
     total.draft_nodes += r.draft_nodes;
-    total.latencies_us.insert(total.latencies_us.end(),
-                              r.latencies_us.begin(), r.latencies_us.end());
+    total.latencies_us.insert(total.latencies_us.end(), r.latencies_us.begin(),
+                              r.latencies_us.end());
     if (!r.error.empty()) {
       std::fprintf(stderr, "writer stopped: %s\n", r.error.c_str());
     }

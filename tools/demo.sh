@@ -24,7 +24,7 @@ trap cleanup EXIT
 
 db="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/draftsvc-db"
 bazel-bin/draftsvc/draftsvc --host=127.0.0.1 --port=0 \
-  --port_file="$work/port" --db_path="$db" 2>"$work/draftsvc.log" &
+  --port_file="$work/port" --db_path="$db" >"$work/draftsvc.log" 2>&1 &
 draftsvc_pid=$!
 for _ in $(seq 100); do
   [[ -s "$work/port" ]] && break

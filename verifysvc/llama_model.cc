@@ -267,6 +267,8 @@ absl::Status LlamaModel::ValidateBatch(
 absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::Forward(
     absl::Span<const SequenceInput> batch) const {
   RETURN_IF_ERROR(ValidateBatch(batch));
+  // The pass overwrites the provisional slots, so an older tree is void.
+  for (const SequenceInput& in : batch) in.cache->DiscardPending();
   ASSIGN_OR_RETURN(
       std::vector<torch::Tensor> logits,
       (TorchStatusOr<std::vector<torch::Tensor>>(

@@ -288,6 +288,28 @@ INSTANTIATE_TEST_SUITE_P(Specs, TinyModelTest,
                                                info.param.kv_heads);
                          });
 
+// dtype is a config change: bfloat16 weights and cache give logits close
+// to float32 (bf16 keeps ~3 significant digits).
+TEST(DtypeTest, Bfloat16MatchesFloat32Loosely) {
+  ModelOptions bf16;
+  bf16.dtype = torch::kBFloat16;
+  auto fp = LoadTinyModel(TinyModelSpec{});
+  auto half = LoadTinyModel(TinyModelSpec{}, bf16);
+  ASSERT_TRUE(fp.ok() && half.ok()) << half.status();
+  auto c1 = (*fp)->NewCache(64);
+  auto c2 = (*half)->NewCache(64);
+  ASSERT_TRUE(c1.ok() && c2.ok());
+  EXPECT_EQ((*c2)->k().scalar_type(), torch::kBFloat16);
+  const std::vector<int32_t> prompt = {5, 17, 3, 99, 42, 8};
+  auto a = (*fp)->Prefill(c1->get(), prompt);
+  auto b = (*half)->Prefill(c2->get(), prompt);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status();
+  EXPECT_EQ(b->scalar_type(), torch::kFloat);
+  const double scale = a->abs().max().item<double>();
+  EXPECT_LT(MaxAbsDiff(*a, *b), 0.1 * scale);
+  EXPECT_GT(MaxAbsDiff(*a, *b), 0.0);  // really computed in bf16
+}
+
 // (d) Bad input: every case returns a status naming the problem and leaves
 // the cache untouched.
 class BadInputTest : public ::testing::Test {

@@ -22,10 +22,12 @@ struct ThreadOptions {
   // graph work. Can only be set before the pool starts; a later call keeps the
   // old size (reported in the returned status only if it differs).
   int inter_op_threads = 1;
-  // OpenBLAS threads for the matmuls, which dominate decoding time. Default 2
-  // (fastest measured on the 2-core CI machine: see verifysvc/engine_bench).
+  // OpenBLAS threads for the matmuls, which dominate decoding time. Default 1:
+  // fastest measured on the shared 2-core CI machine (1x1 39-55 ms/token vs
+  // 1x2 47-70, 2x1 42-102, 2x2 130; see verifysvc/engine_bench). On an idle
+  // machine with spare cores 2 may win: measure with engine_bench.
   // <= 0 means "leave OpenBLAS alone".
-  int blas_threads = 2;
+  int blas_threads = 1;
 };
 
 // Applies `options`. Returns OK iff every setting that this process supports

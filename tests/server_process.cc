@@ -1,0 +1,79 @@
+#include "tests/server_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+extern char** environ;
+
+namespace lookahead::testing {
+
+ServerProcess::ServerProcess(std::vector<std::string> args,
+                             std::string port_file, std::string log_file)
+    : port_file_(std::move(port_file)), log_file_(std::move(log_file)) {
+  ::unlink(port_file_.c_str());
+  args.push_back("--port_file=" + port_file_);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_file_.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) !=
+      0) {
+    pid_ = -1;
+  }
+  posix_spawn_file_actions_destroy(&actions);
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) Kill(SIGKILL);
+}
+
+int ServerProcess::WaitForPort(int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms && Running(); waited += 10) {
+    std::ifstream in(port_file_);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
+bool ServerProcess::Running() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    pid_ = -1;
+    status_ = status;
+    return false;
+  }
+  return true;
+}
+
+int ServerProcess::Kill(int signal) {
+  if (pid_ <= 0) return status_;
+  if (signal != 0) ::kill(pid_, signal);
+  waitpid(pid_, &status_, 0);
+  pid_ = -1;
+  return status_;
+}
+
+std::string ServerProcess::Log() const {
+  std::ifstream in(log_file_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace lookahead::testing

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"
 
@@ -358,6 +359,8 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "max_step_sessions must be >= 1, got ", options.max_step_sessions));
   }
+  // Bad index options fail here, before the store is opened or touched.
+  RETURN_IF_ERROR(DraftIndex::ValidateOptions(options.index));
   auto server = std::unique_ptr<DraftServer>(new DraftServer());
   server->options_ = options;
   absl::StatusOr<std::unique_ptr<TrieStore>> store =

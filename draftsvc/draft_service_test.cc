@@ -475,6 +475,17 @@ TEST_F(DraftServiceTest, LockedOrCorruptDbFailsToOpenWithoutCrashing) {
   EXPECT_EQ(h->DiskNodes(), before);
 }
 
+TEST_F(DraftServiceTest, BadIndexOptionsFailBeforeTheStoreIsTouched) {
+  DraftServerOptions options = Options("bad_options", /*sync=*/false);
+  options.index.low_water = 1.5;
+  auto bad = DraftServer::Open(options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("low_water 1.5"));
+  options.index.low_water = 0.75;
+  EXPECT_NE(StartOrDie(options), nullptr);
+}
+
 // Calls whose clients give up (deadlines far too short) are still finished
 // exactly once: otherwise the harness's Shutdown() (no deadline) would wait
 // forever for their reactors. Nothing they inserted is half-written.

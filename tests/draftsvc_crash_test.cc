@@ -49,6 +49,7 @@
 #include "gtest/gtest.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"
+#include "tests/server_process.h"
 
 extern char** environ;
 
@@ -58,6 +59,8 @@ namespace {
 namespace v1 = ::lookahead::v1;
 using Path = std::vector<int32_t>;
 using Counts = std::map<Path, int64_t>;
+using ::lookahead::testing::ChildProcess;
+using ::lookahead::testing::ServerProcess;
 
 constexpr char kNamespace[] = "crash";
 constexpr int32_t kVocab = 49152;
@@ -129,61 +132,6 @@ class NodeCollector : public TrieScanVisitor {
   Counts counts;
 };
 
-// A child process with stdout+stderr going to a log file.
-class ChildProcess {
- public:
-  ChildProcess(std::vector<std::string> args, const std::string& log_file)
-      : log_file_(log_file) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log_file_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) !=
-        0) {
-      pid_ = -1;
-    }
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~ChildProcess() {
-    if (pid_ > 0) Kill(SIGKILL);
-  }
-
-  // True iff the process is still running.
-  bool Running() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      status_ = status;
-      return false;
-    }
-    return true;
-  }
-  // Sends `signal` (0: none) and reaps the process; returns its wait status.
-  int Kill(int signal) {
-    if (pid_ <= 0) return status_;
-    if (signal != 0) kill(pid_, signal);
-    waitpid(pid_, &status_, 0);
-    pid_ = -1;
-    return status_;
-  }
-  std::string Log() const {
-    std::ifstream in(log_file_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-
- private:
-  const std::string log_file_;
-  pid_t pid_ = -1;
-  int status_ = -1;
-};
-
 // Whether wait status `status` of a server we SIGKILLed says that it was
 // killed by us. A server that exited 0 after logging a SIGTERM/SIGINT was
 // stopped from outside (a stale pid in someone else's kill on this shared
@@ -204,34 +152,18 @@ void ExpectKilledByUs(int status, const std::string& log, int life) {
 }
 
 // The real draftsvc binary in --sync mode on a free loopback port.
-class ServerProcess : public ChildProcess {
- public:
-  ServerProcess(const std::string& binary, const std::string& db_path,
-                const std::string& work_dir, const std::string& generation)
-      : ChildProcess(
-            {binary, "--host=127.0.0.1", "--port=0",
-             absl::StrCat("--port_file=", work_dir, "/port.", generation),
-             "--db_path=" + db_path, "--sync",
-             absl::StrCat("--branch_length=", kBranchLength),
-             "--capacity_nodes=1099511627776"},
-            absl::StrCat(work_dir, "/server.", generation, ".log")),
-        port_file_(absl::StrCat(work_dir, "/port.", generation)) {}
-
-  // Waits for the port file; returns the port or 0 (the server died or
-  // timed out; see Log()).
-  int WaitForPort() {
-    for (int i = 0; i < 3000 && Running(); ++i) {
-      std::ifstream in(port_file_);
-      int port = 0;
-      if (in >> port && port > 0) return port;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return 0;
-  }
-
- private:
-  const std::string port_file_;
-};
+std::unique_ptr<ServerProcess> StartServer(const std::string& binary,
+                                           const std::string& db_path,
+                                           const std::string& work_dir,
+                                           const std::string& generation) {
+  return std::make_unique<ServerProcess>(
+      std::vector<std::string>{binary, "--host=127.0.0.1", "--port=0",
+                               "--db_path=" + db_path, "--sync",
+                               absl::StrCat("--branch_length=", kBranchLength),
+                               "--capacity_nodes=2147483646"},
+      absl::StrCat(work_dir, "/port.", generation),
+      absl::StrCat(work_dir, "/server.", generation, ".log"));
+}
 
 // One writer's loop against one server life: opens a session, then Steps
 // until an RPC fails (the server was killed) or `stop` is set. Each Step is
@@ -432,7 +364,9 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
   int64_t total_acks = 0;
   int64_t nodes = 0;
   for (int kill = 0; kill <= kKills; ++kill) {
-    ServerProcess server(binary, db_path, work_dir, absl::StrCat(kill));
+    auto server_process =
+        StartServer(binary, db_path, work_dir, absl::StrCat(kill));
+    ServerProcess& server = *server_process;
     const int port = server.WaitForPort();
     ASSERT_GT(port, 0) << "draftsvc did not start:\n" << server.Log();
     auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
@@ -531,7 +465,9 @@ TEST(DraftsvcCrashTest, SeparateWriterProcessAckLogSurvivesSigkill) {
   std::mt19937 rng(7);
   constexpr int kLives = 4;
   for (int life = 0; life < kLives; ++life) {
-    ServerProcess server(binary, db_path, work_dir, absl::StrCat("s", life));
+    auto server_process =
+        StartServer(binary, db_path, work_dir, absl::StrCat("s", life));
+    ServerProcess& server = *server_process;
     const int port = server.WaitForPort();
     ASSERT_GT(port, 0) << "draftsvc did not start:\n" << server.Log();
     ChildProcess writer({stress, absl::StrCat("--target=127.0.0.1:", port),

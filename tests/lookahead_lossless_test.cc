@@ -162,9 +162,9 @@ TEST_F(LookaheadLosslessTest, DeadDraftServiceCostsOnlyDrafts) {
   const GenerationResult plain = Run(prompt, greedy, false);
   DraftRequest step;
   step.decoding_length = 16;
-  auto provider = SessionDraftProvider::Open(
-      client_.get(), "dies", "lossless", model_->config().vocab_size, prompt,
-      step);
+  auto provider =
+      SessionDraftProvider::Open(client_.get(), "dies", "lossless",
+                                 model_->config().vocab_size, prompt, step);
   ASSERT_TRUE(provider.ok()) << provider.status();
   server_->Kill(SIGKILL);  // Every Step now fails: no drafts, same output.
   GenerationOptions options;

@@ -15,12 +15,19 @@
 extern char** environ;
 
 namespace lookahead::testing {
+namespace {
 
-ServerProcess::ServerProcess(std::vector<std::string> args,
-                             std::string port_file, std::string log_file)
-    : port_file_(std::move(port_file)), log_file_(std::move(log_file)) {
-  ::unlink(port_file_.c_str());
-  args.push_back("--port_file=" + port_file_);
+std::vector<std::string> WithPortFile(std::vector<std::string> args,
+                                      const std::string& port_file) {
+  ::unlink(port_file.c_str());
+  args.push_back("--port_file=" + port_file);
+  return args;
+}
+
+}  // namespace
+
+ChildProcess::ChildProcess(std::vector<std::string> args, std::string log_file)
+    : log_file_(std::move(log_file)) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -36,21 +43,11 @@ ServerProcess::ServerProcess(std::vector<std::string> args,
   posix_spawn_file_actions_destroy(&actions);
 }
 
-ServerProcess::~ServerProcess() {
+ChildProcess::~ChildProcess() {
   if (pid_ > 0) Kill(SIGKILL);
 }
 
-int ServerProcess::WaitForPort(int timeout_ms) {
-  for (int waited = 0; waited < timeout_ms && Running(); waited += 10) {
-    std::ifstream in(port_file_);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return 0;
-}
-
-bool ServerProcess::Running() {
+bool ChildProcess::Running() {
   if (pid_ <= 0) return false;
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -61,7 +58,7 @@ bool ServerProcess::Running() {
   return true;
 }
 
-int ServerProcess::Kill(int signal) {
+int ChildProcess::Kill(int signal) {
   if (pid_ <= 0) return status_;
   if (signal != 0) ::kill(pid_, signal);
   waitpid(pid_, &status_, 0);
@@ -69,11 +66,27 @@ int ServerProcess::Kill(int signal) {
   return status_;
 }
 
-std::string ServerProcess::Log() const {
+std::string ChildProcess::Log() const {
   std::ifstream in(log_file_);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+ServerProcess::ServerProcess(std::vector<std::string> args,
+                             const std::string& port_file, std::string log_file)
+    : ChildProcess(WithPortFile(std::move(args), port_file),
+                   std::move(log_file)),
+      port_file_(port_file) {}
+
+int ServerProcess::WaitForPort(int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms && Running(); waited += 10) {
+    std::ifstream in(port_file_);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
 }
 
 }  // namespace lookahead::testing

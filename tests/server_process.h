@@ -1,7 +1,7 @@
-// ServerProcess: a real service binary started as a child process for a
-// cross-service test, with stdout+stderr in a log file and the bound port
-// read from the --port_file it writes once serving. The destructor SIGKILLs
-// it if it still runs. Thread-compatible.
+// Real service binaries as child processes of a cross-service test.
+// ChildProcess: stdout+stderr go to a log file; the destructor SIGKILLs the
+// process if it still runs. ServerProcess: also passes --port_file and reads
+// back the port the server bound once serving. Thread-compatible.
 #ifndef LOOKAHEAD_TESTS_SERVER_PROCESS_H_
 #define LOOKAHEAD_TESTS_SERVER_PROCESS_H_
 
@@ -12,19 +12,15 @@
 
 namespace lookahead::testing {
 
-class ServerProcess {
+class ChildProcess {
  public:
-  // Spawns `args` (args[0] is the binary) with "--port_file=<port_file>"
-  // appended. A spawn failure shows as WaitForPort() == 0.
-  ServerProcess(std::vector<std::string> args, std::string port_file,
-                std::string log_file);
-  ~ServerProcess();
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
+  // Spawns `args` (args[0] is the binary). A spawn failure shows as
+  // Running() == false.
+  ChildProcess(std::vector<std::string> args, std::string log_file);
+  ~ChildProcess();  // SIGKILLs a process still running.
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
 
-  // Waits up to `timeout_ms` for the port file; returns the port, or 0 if
-  // the process died or the time ran out (see Log()).
-  int WaitForPort(int timeout_ms = 30000);
   // True iff the process is still running.
   bool Running();
   // Sends `signal` (0: none) and reaps the process; returns its wait status.
@@ -33,10 +29,23 @@ class ServerProcess {
   std::string Log() const;
 
  private:
-  const std::string port_file_;
   const std::string log_file_;
   pid_t pid_ = -1;
   int status_ = -1;
+};
+
+class ServerProcess : public ChildProcess {
+ public:
+  // Spawns `args` with "--port_file=<port_file>" appended.
+  ServerProcess(std::vector<std::string> args, const std::string& port_file,
+                std::string log_file);
+
+  // Waits up to `timeout_ms` for the port file; returns the port, or 0 if
+  // the process died or the time ran out (see Log()).
+  int WaitForPort(int timeout_ms = 30000);
+
+ private:
+  const std::string port_file_;
 };
 
 }  // namespace lookahead::testing

@@ -196,13 +196,8 @@ def r6(x):
 
 def encode(tok, text, parse_special, add_special_tokens):
   """HF ids for text. parse_special=False encodes special-token text as text."""
-  backend = tok._tokenizer  # tokenizers.Tokenizer
-  old = backend.encode_special_tokens
-  backend.encode_special_tokens = not parse_special
-  try:
-    return tok(text, add_special_tokens=add_special_tokens)["input_ids"]
-  finally:
-    backend.encode_special_tokens = old
+  return tok(text, add_special_tokens=add_special_tokens,
+             split_special_tokens=not parse_special)["input_ids"]
 
 
 def unpermute_qk(w, n_head):
@@ -379,7 +374,7 @@ def main():
                        "add_special_tokens=False everywhere (GGUF "
                        "add_bos_token=false). parse_special=False means "
                        "special-token text is encoded as plain text "
-                       "(tokenizers' encode_special_tokens=True).",
+                       "(HF split_special_tokens=True).",
           "vocab_size": vocab,
       },
       "num_greedy": NUM_GREEDY,

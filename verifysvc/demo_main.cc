@@ -21,8 +21,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "verifysvc/generate.h"
 #include "verifysvc/draft_client.h"
+#include "verifysvc/generate.h"
 #include "verifysvc/llama_model.h"
 #include "verifysvc/model_files.h"
 #include "verifysvc/text_stream.h"
@@ -73,9 +73,9 @@ absl::Status Run() {
               absl::ToDoubleSeconds(absl::Now() - t0));
 
   std::vector<ChatMessage> chat = {
-      {"user", absl::StrCat("Answer the question using the passage.\n\n",
-                            "Passage:\n", passage, "\n\nQuestion: ",
-                            question)}};
+      {"user",
+       absl::StrCat("Answer the question using the passage.\n\n", "Passage:\n",
+                    passage, "\n\nQuestion: ", question)}};
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
                    tokenizer->EncodeChat(chat, /*add_generation_prompt=*/true));
   std::printf("prompt: %zu tokens; question: %s\n\n", prompt.size(),
@@ -95,25 +95,24 @@ absl::Status Run() {
   step.branch_length = absl::GetFlag(FLAGS_branch_length);
   ASSIGN_OR_RETURN(
       auto drafts,
-      SessionDraftProvider::Open(client.get(),
-                                 absl::StrCat("demo/", absl::ToUnixMicros(
-                                                           absl::Now())),
-                                 absl::GetFlag(FLAGS_name_space),
-                                 model->config().vocab_size, prompt, step));
+      SessionDraftProvider::Open(
+          client.get(), absl::StrCat("demo/", absl::ToUnixMicros(absl::Now())),
+          absl::GetFlag(FLAGS_name_space), model->config().vocab_size, prompt,
+          step));
   DecodeOptions visible;
   visible.render_special = false;  // No "<|im_end|>" in the answer.
   TextStream stream(tokenizer.get(), visible);
   std::printf("answer (lookahead, streamed):\n");
-  ASSIGN_OR_RETURN(
-      GenerationResult fast,
-      Generate(*model, prompt, options, drafts.get(),
-             [&](absl::Span<const int32_t> tokens) {
-               for (int32_t t : tokens) {
-                 absl::StatusOr<std::string> text = stream.Feed(t);
-                 if (text.ok()) std::cout << *text;
-               }
-               std::cout.flush();
-             }));
+  ASSIGN_OR_RETURN(GenerationResult fast,
+                   Generate(*model, prompt, options, drafts.get(),
+                            [&](absl::Span<const int32_t> tokens) {
+                              for (int32_t t : tokens) {
+                                absl::StatusOr<std::string> text =
+                                    stream.Feed(t);
+                                if (text.ok()) std::cout << *text;
+                              }
+                              std::cout.flush();
+                            }));
   std::cout << stream.Finish() << "\n\n";
   drafts.reset();  // Closes the session.
 
@@ -124,10 +123,11 @@ absl::Status Run() {
   std::printf("lookahead: %3zu tokens in %3d steps, %.2f s, %.1f tokens/s\n",
               fast.tokens.size(), fast.steps, fast.total_seconds,
               fast.tokens.size() / fast.total_seconds);
-  std::printf("EDL (tokens per step): %.2f; draft tokens accepted: %lld of "
-              "%lld\n",
-              fast.edl(), static_cast<long long>(fast.accepted_draft_tokens),
-              static_cast<long long>(fast.draft_tokens));
+  std::printf(
+      "EDL (tokens per step): %.2f; draft tokens accepted: %lld of "
+      "%lld\n",
+      fast.edl(), static_cast<long long>(fast.accepted_draft_tokens),
+      static_cast<long long>(fast.draft_tokens));
   std::printf("speedup over plain decoding: %.2fx\n",
               plain.total_seconds / fast.total_seconds);
   std::printf("outputs identical to plain decoding: %s\n",

@@ -1,10 +1,11 @@
 #include "verifysvc/draft_client.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include <grpcpp/grpcpp.h>
 
 namespace lookahead::verifysvc {
 namespace {
@@ -23,8 +24,8 @@ std::unique_ptr<DraftClient> DraftClient::Create(const std::string& target,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   auto channel = grpc::CreateCustomChannel(
       target, grpc::InsecureChannelCredentials(), args);
-  return std::unique_ptr<DraftClient>(new DraftClient(
-      lookahead::v1::DraftService::NewStub(channel), options));
+  return std::unique_ptr<DraftClient>(
+      new DraftClient(lookahead::v1::DraftService::NewStub(channel), options));
 }
 
 absl::Status DraftClient::OpenSession(absl::string_view session_id,
@@ -71,9 +72,8 @@ absl::StatusOr<std::vector<absl::StatusOr<DraftTree>>> DraftClient::Step(
   trees.reserve(requests.size());
   for (const lookahead::v1::SessionDraft& draft : response.drafts()) {
     if (draft.code() != 0) {
-      trees.push_back(
-          absl::Status(static_cast<absl::StatusCode>(draft.code()),
-                       draft.message()));
+      trees.push_back(absl::Status(static_cast<absl::StatusCode>(draft.code()),
+                                   draft.message()));
     } else {
       trees.push_back(DraftTreeFromProto(draft.tree(), vocab_size));
     }
@@ -106,8 +106,8 @@ absl::StatusOr<DraftTree> DraftTreeFromProto(
     const int32_t parent = tree.parents(i);
     if (token < 0 || token >= vocab_size) {
       return absl::InvalidArgumentError(
-          absl::StrCat("draft node ", i, " has token ", token,
-                       " outside [0, ", vocab_size, ")"));
+          absl::StrCat("draft node ", i, " has token ", token, " outside [0, ",
+                       vocab_size, ")"));
     }
     if (parent < -1 || parent >= i) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -31,7 +31,8 @@ class DraftProvider {
   // `accepted`: the tokens emitted since the previous call (on the first
   // call, the first generated token). Returns the tree to verify below the
   // last of them. An error costs nothing but the drafts of this step.
-  virtual absl::StatusOr<DraftTree> Next(absl::Span<const int32_t> accepted) = 0;
+  virtual absl::StatusOr<DraftTree> Next(
+      absl::Span<const int32_t> accepted) = 0;
 };
 
 // A DraftProvider backed by one draftsvc session.
@@ -74,9 +75,9 @@ struct GenerationResult {
   // token) plus one per verify step, so plain decoding has steps ==
   // tokens.size() and EDL = tokens / steps = 1.
   int steps = 0;
-  int64_t draft_tokens = 0;     // Draft nodes verified, summed over steps.
+  int64_t draft_tokens = 0;  // Draft nodes verified, summed over steps.
   int64_t accepted_draft_tokens = 0;
-  double prefill_seconds = 0;   // Time to the first token.
+  double prefill_seconds = 0;  // Time to the first token.
   double total_seconds = 0;
   GenerationFinish finish = GenerationFinish::kLength;
 

@@ -1,7 +1,8 @@
 #include "verifysvc/model_files.h"
 
-#include <cstdlib>
 #include <sys/stat.h>
+
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 

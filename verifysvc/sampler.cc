@@ -49,10 +49,11 @@ uint64_t CounterRandom(uint64_t seed, uint64_t counter) {
                                    0x632be59bd9b4e019ULL));
 }
 
-double CounterUniform(uint64_t seed, int64_t position) {
-  return static_cast<double>(
-             CounterRandom(seed, static_cast<uint64_t>(position)) >> 11) *
-         0x1.0p-53;
+double CounterUniform(uint64_t seed, int64_t position, int32_t token) {
+  const uint64_t stream = CounterRandom(seed, static_cast<uint64_t>(position));
+  const uint64_t bits =
+      CounterRandom(stream, static_cast<uint64_t>(static_cast<uint32_t>(token)));
+  return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53;
 }
 
 int32_t ArgMax(absl::Span<const float> logits) {
@@ -73,35 +74,42 @@ int32_t SampleToken(absl::Span<const float> logits,
   if (params.greedy()) return ArgMax(logits);
   const int vocab = static_cast<int>(logits.size());
   const double inv_t = 1.0 / static_cast<double>(params.temperature);
-  const double u = CounterUniform(params.seed, position);
-  const float max_logit = Clean(logits[ArgMax(logits)]);
-  if (std::isinf(max_logit)) return ArgMax(logits);
-  auto weight = [&](int32_t i) {
-    return std::exp((static_cast<double>(Clean(logits[i])) - max_logit) *
-                    inv_t);
+  const int32_t best_logit_index = ArgMax(logits);
+  const float max_logit = Clean(logits[best_logit_index]);
+  if (std::isinf(max_logit)) return best_logit_index;
+  // z(i) = (logit_i - max) / T <= 0; softmax(z) is the target distribution.
+  auto z = [&](int32_t i) {
+    return (static_cast<double>(Clean(logits[i])) - max_logit) * inv_t;
+  };
+  // Gumbel noise -log(-log(u)) for u in (0, 1) as CounterUniform makes it is
+  // at most -log(-log(1 - 2^-54)) < 38: tokens with z + 38 below the best
+  // score so far cannot win and need no noise (an exact shortcut).
+  constexpr double kMaxGumbel = 38.0;
+  auto gumbel = [&](int32_t i) {
+    return -std::log(-std::log(CounterUniform(params.seed, position, i)));
+  };
+  int32_t best = best_logit_index;
+  double best_score = z(best) + gumbel(best);
+  auto consider = [&](int32_t i) {
+    const double zi = z(i);
+    if (zi + kMaxGumbel < best_score || i == best_logit_index) return;
+    const double score = zi + gumbel(i);
+    if (score > best_score || (score == best_score && i < best)) {
+      best_score = score;
+      best = i;
+    }
   };
 
   const bool truncate =
       (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.0f;
   if (!truncate) {
-    // Full distribution: inverse CDF in index order.
-    double total = 0.0;
-    for (int32_t i = 0; i < vocab; ++i) total += weight(i);
-    const double target = u * total;
-    double acc = 0.0;
-    int32_t last_positive = 0;
-    for (int32_t i = 0; i < vocab; ++i) {
-      const double w = weight(i);
-      if (w <= 0.0) continue;
-      last_positive = i;
-      acc += w;
-      if (target < acc) return i;
-    }
-    return last_positive;  // rounding left target at the very end
+    for (int32_t i = 0; i < vocab; ++i) consider(i);
+    return best;
   }
 
-  // Total order: logit desc, index asc. Sort only as long a prefix as the cut
-  // needs; the prefix of a total order is unique, so this is deterministic.
+  // Candidate set: a prefix of the total order (logit desc, index asc). Sort
+  // only as long a prefix as the cut needs; a prefix of a total order is
+  // unique, so this is deterministic.
   std::vector<int32_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);
   auto before = [&](int32_t a, int32_t b) {
@@ -109,10 +117,13 @@ int32_t SampleToken(absl::Span<const float> logits,
     const float lb = Clean(logits[b]);
     return la > lb || (la == lb && a < b);
   };
-  double total_all = 0.0;
-  for (int32_t i = 0; i < vocab; ++i) total_all += weight(i);
+  auto weight = [&](int32_t i) { return std::exp(z(i)); };
   const int k_cap =
       (params.top_k > 0 && params.top_k < vocab) ? params.top_k : vocab;
+  double total_all = 0.0;
+  if (k_cap == vocab) {
+    for (int32_t i = 0; i < vocab; ++i) total_all += weight(i);
+  }
   // Probabilities are relative to the top-k set when top_k applies.
   int sorted = k_cap < vocab ? k_cap : std::min(64, vocab);
   int keep = 0;
@@ -134,15 +145,9 @@ int32_t SampleToken(absl::Span<const float> logits,
     if (reached || sorted == k_cap) break;
     sorted = std::min(sorted * 8, k_cap);
   }
-  double total = 0.0;
-  for (int j = 0; j < keep; ++j) total += weight(order[j]);
-  const double target = u * total;
-  double acc = 0.0;
-  for (int j = 0; j < keep; ++j) {
-    acc += weight(order[j]);
-    if (target < acc) return order[j];
-  }
-  return order[keep - 1];
+  // order[0] is the argmax (same tie rule), already scored.
+  for (int j = 1; j < keep; ++j) consider(order[j]);
+  return best;
 }
 
 }  // namespace verifysvc

@@ -328,7 +328,7 @@ def main():
     case["greedy_ids"] = toks
     case["greedy_margins"] = margins
     case["greedy_text"] = tok.decode(toks)
-    if min(margins) < 0.01:
+    if min(margins) < 0.005:  # 5x the C++ test's logit tolerance
       print(f"WARNING: {name}: a greedy step is a near-tie (margin "
             f"{min(margins)}); pick another prompt", flush=True)
     print(f"{name}: {len(ids)} prompt tokens, min margin "

@@ -29,7 +29,10 @@ ABSL_FLAG(std::string, thread_sweep, "1x1,1x2,2x1,2x2",
           "intra_op x blas thread settings for the decode sweep");
 ABSL_FLAG(int, decode_tokens, 48, "tokens per plain-decode measurement");
 ABSL_FLAG(int, intra_op, 1, "intra-op threads for the curve");
-ABSL_FLAG(int, blas, 2, "OpenBLAS threads for the curve");
+ABSL_FLAG(int, blas, 1, "OpenBLAS threads for the curve");
+ABSL_FLAG(std::string, prompt_ids, "",
+          "if set: comma-separated prompt token ids; print 16 greedy tokens "
+          "and exit (a sanity check against a reference)");
 
 namespace lookahead {
 namespace verifysvc {
@@ -81,6 +84,24 @@ int Run() {
   std::printf("model %s: %d layers, D=%d, vocab=%d; load %.0f ms\n",
               path.c_str(), model.config().block_count,
               model.config().embedding_length, vocab, Ms(t0, Clock::now()));
+  if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
+    std::vector<int32_t> prompt;
+    for (int id : ParseInts(absl::GetFlag(FLAGS_prompt_ids))) prompt.push_back(id);
+    auto cache = model.NewCache();
+    if (!cache.ok() || prompt.empty()) return 1;
+    auto logits = model.Prefill(cache->get(), prompt);
+    if (!logits.ok()) return 1;
+    int32_t token = ArgMax(absl::MakeConstSpan(logits->data_ptr<float>(), vocab));
+    std::printf("greedy:");
+    for (int i = 0; i < 16; ++i) {
+      std::printf(" %d", token);
+      auto out = model.VerifyAndAccept(cache->get(), token, {}, {});
+      if (!out.ok()) return 1;
+      token = (*out)[0];
+    }
+    std::printf("\n");
+    return 0;
+  }
   std::mt19937 rng(1);
   const int reps = absl::GetFlag(FLAGS_reps);
 

@@ -19,9 +19,8 @@ absl::StatusOr<AcceptResult> AcceptLongestPath(
                      " tokens and ", parents.size(), " parents"));
   }
   if (parents[0] != -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node 0 must be the root (parent -1), has parent ",
-                     parents[0]));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node 0 must be the root (parent -1), has parent ", parents[0]));
   }
   std::vector<std::vector<int32_t>> children(n);
   for (int i = 1; i < n; ++i) {
@@ -33,15 +32,14 @@ absl::StatusOr<AcceptResult> AcceptLongestPath(
   }
   if (!logits.defined() || logits.dim() != 2 || logits.size(0) != n ||
       logits.size(1) < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "logits must be (", n, ", vocab), got ",
-        logits.defined() ? logits.dim() : 0, "-dim tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("logits must be (", n, ", vocab), got ",
+                     logits.defined() ? logits.dim() : 0, "-dim tensor"));
   }
-  ASSIGN_OR_RETURN(torch::Tensor host, (TorchStatusOr<torch::Tensor>(
-                       "logits to host", [&] {
-                         return logits.to(torch::kCPU, torch::kFloat)
-                             .contiguous();
-                       })));
+  ASSIGN_OR_RETURN(torch::Tensor host,
+                   (TorchStatusOr<torch::Tensor>("logits to host", [&] {
+                     return logits.to(torch::kCPU, torch::kFloat).contiguous();
+                   })));
   const int64_t vocab = host.size(1);
   const float* data = host.data_ptr<float>();
 
@@ -50,9 +48,8 @@ absl::StatusOr<AcceptResult> AcceptLongestPath(
   int64_t position = root_position;
   while (true) {
     result.path.push_back(node);
-    const int32_t token =
-        SampleToken(absl::MakeConstSpan(data + node * vocab, vocab), params,
-                    position + 1);
+    const int32_t token = SampleToken(
+        absl::MakeConstSpan(data + node * vocab, vocab), params, position + 1);
     result.tokens.push_back(token);
     int32_t next = -1;
     for (int32_t child : children[node]) {

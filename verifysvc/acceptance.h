@@ -12,10 +12,10 @@
 #ifndef LOOKAHEAD_VERIFYSVC_ACCEPTANCE_H_
 #define LOOKAHEAD_VERIFYSVC_ACCEPTANCE_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"

@@ -2,11 +2,11 @@
 // pure function of the token prefix, decoded plainly one token at a time.
 #include "verifysvc/acceptance.h"
 
+#include <torch/torch.h>
+
 #include <random>
 #include <set>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -23,7 +23,8 @@ constexpr int kVocab = 12;
 // sampled continuations are predictable by a draft, random enough to branch.
 std::vector<float> LogitsFor(const std::vector<int32_t>& prefix) {
   uint64_t h = 1469598103934665603ULL;
-  for (int32_t t : prefix) h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ULL;
+  for (int32_t t : prefix)
+    h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ULL;
   std::mt19937_64 rng(h);
   std::normal_distribution<float> normal(0.0f, 2.0f);
   std::vector<float> logits(kVocab);
@@ -50,8 +51,8 @@ struct Tree {
 
 // Random tree under root token `root`: with probability p_true a child
 // carries the next token of `truth`; no two siblings share a token.
-Tree RandomTree(std::mt19937& rng, int32_t root, const std::vector<int32_t>& truth,
-                int max_nodes) {
+Tree RandomTree(std::mt19937& rng, int32_t root,
+                const std::vector<int32_t>& truth, int max_nodes) {
   Tree tree{{root}, {-1}};
   std::vector<int> depth = {0};
   std::vector<std::set<int32_t>> child_tokens(1);
@@ -64,7 +65,8 @@ Tree RandomTree(std::mt19937& rng, int32_t root, const std::vector<int32_t>& tru
     for (int k = parent, d = depth[parent]; k > 0; k = tree.parents[k], --d) {
       on_truth = on_truth && tree.tokens[k] == truth[d - 1];
     }
-    if (on_truth && rng() % 2 == 0 && depth[parent] < static_cast<int>(truth.size())) {
+    if (on_truth && rng() % 2 == 0 &&
+        depth[parent] < static_cast<int>(truth.size())) {
       token = truth[depth[parent]];
     }
     if (child_tokens[parent].count(token)) continue;
@@ -83,7 +85,8 @@ void CheckAgainstOracle(const SamplingParams& params) {
   for (int trial = 0; trial < 300; ++trial) {
     std::vector<int32_t> context;
     const int ctx = 1 + static_cast<int>(rng() % 10);
-    for (int i = 0; i < ctx; ++i) context.push_back(static_cast<int32_t>(rng() % kVocab));
+    for (int i = 0; i < ctx; ++i)
+      context.push_back(static_cast<int32_t>(rng() % kVocab));
     const int64_t root_position = ctx - 1;
     const std::vector<int32_t> truth = PlainDecode(context, 16, params);
     Tree tree = RandomTree(rng, context.back(), truth, 40);
@@ -93,7 +96,8 @@ void CheckAgainstOracle(const SamplingParams& params) {
     int deepest_true = 0;
     for (int i = 0; i < n; ++i) {
       std::vector<int32_t> path;
-      for (int k = i; k > 0; k = tree.parents[k]) path.insert(path.begin(), tree.tokens[k]);
+      for (int k = i; k > 0; k = tree.parents[k])
+        path.insert(path.begin(), tree.tokens[k]);
       std::vector<int32_t> prefix = context;
       prefix.insert(prefix.end(), path.begin(), path.end());
       std::vector<float> row = LogitsFor(prefix);
@@ -115,7 +119,8 @@ void CheckAgainstOracle(const SamplingParams& params) {
     }
     // Lossless: emitted tokens are the plain-decoding tokens.
     EXPECT_EQ(result->tokens,
-              std::vector<int32_t>(truth.begin(), truth.begin() + result->tokens.size()))
+              std::vector<int32_t>(truth.begin(),
+                                   truth.begin() + result->tokens.size()))
         << "trial " << trial;
     total_accepted += static_cast<int>(result->path.size()) - 1;
   }
@@ -150,7 +155,8 @@ TEST(AcceptLongestPathTest, RootOnlyIsOneDecodeStep) {
 TEST(AcceptLongestPathTest, BadInput) {
   torch::Tensor logits = torch::zeros({3, 5});
   const std::vector<int32_t> tokens = {1, 2, 3};
-  auto r = AcceptLongestPath(tokens, std::vector<int32_t>{0, 0, 1}, logits, {}, 0);
+  auto r =
+      AcceptLongestPath(tokens, std::vector<int32_t>{0, 0, 1}, logits, {}, 0);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(), HasSubstr("node 0 must be the root"));
   r = AcceptLongestPath(tokens, std::vector<int32_t>{-1, 0, 2}, logits, {}, 0);
@@ -159,7 +165,8 @@ TEST(AcceptLongestPathTest, BadInput) {
   EXPECT_THAT(r.status().message(), HasSubstr("node 1 has parent -1"));
   r = AcceptLongestPath(tokens, std::vector<int32_t>{-1, 0}, logits, {}, 0);
   EXPECT_THAT(r.status().message(), HasSubstr("3 tokens and 2 parents"));
-  r = AcceptLongestPath(tokens, std::vector<int32_t>{-1, 0, 1}, torch::zeros({2, 5}), {}, 0);
+  r = AcceptLongestPath(tokens, std::vector<int32_t>{-1, 0, 1},
+                        torch::zeros({2, 5}), {}, 0);
   EXPECT_THAT(r.status().message(), HasSubstr("logits must be (3, vocab)"));
   r = AcceptLongestPath({}, {}, logits, {}, 0);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);

@@ -15,8 +15,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "verifysvc/engine_test_util.h"
 #include "verifysvc/llama_model.h"
 #include "verifysvc/threading.h"
@@ -76,7 +76,8 @@ int Run() {
   const auto t0 = Clock::now();
   auto loaded = LlamaModel::Load(**file, {});
   if (!loaded.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
+    std::fprintf(stderr, "%s\n",
+                 std::string(loaded.status().message()).c_str());
     return 1;
   }
   const LlamaModel& model = **loaded;
@@ -86,12 +87,14 @@ int Run() {
               model.config().embedding_length, vocab, Ms(t0, Clock::now()));
   if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
     std::vector<int32_t> prompt;
-    for (int id : ParseInts(absl::GetFlag(FLAGS_prompt_ids))) prompt.push_back(id);
+    for (int id : ParseInts(absl::GetFlag(FLAGS_prompt_ids)))
+      prompt.push_back(id);
     auto cache = model.NewCache();
     if (!cache.ok() || prompt.empty()) return 1;
     auto logits = model.Prefill(cache->get(), prompt);
     if (!logits.ok()) return 1;
-    int32_t token = ArgMax(absl::MakeConstSpan(logits->data_ptr<float>(), vocab));
+    int32_t token =
+        ArgMax(absl::MakeConstSpan(logits->data_ptr<float>(), vocab));
     std::printf("greedy:");
     for (int i = 0; i < 16; ++i) {
       std::printf(" %d", token);
@@ -109,8 +112,8 @@ int Run() {
   std::printf("\nplain greedy decoding, batch 1, context 64 -> 64+%d\n",
               absl::GetFlag(FLAGS_decode_tokens));
   std::printf("%-14s %10s %10s\n", "intra x blas", "ms/token", "tokens/s");
-  for (absl::string_view setting :
-       absl::StrSplit(absl::GetFlag(FLAGS_thread_sweep), ',', absl::SkipEmpty())) {
+  for (absl::string_view setting : absl::StrSplit(
+           absl::GetFlag(FLAGS_thread_sweep), ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(setting, 'x');
     int intra = 1, blas = 1;
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &intra) ||
@@ -123,7 +126,8 @@ int Run() {
     if (!ConfigureThreads(options).ok()) continue;
     auto cache = *model.NewCache(512);
     const std::vector<int32_t> prompt = RandomTokens(rng, 64, vocab);
-    (void)model.Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, 63));
+    (void)model.Prefill(cache.get(),
+                        absl::MakeConstSpan(prompt).subspan(0, 63));
     int32_t token = prompt.back();
     const int n = absl::GetFlag(FLAGS_decode_tokens);
     (void)model.VerifyAndAccept(cache.get(), token, {}, {});  // warm up
@@ -147,10 +151,12 @@ int Run() {
   // (2) Tree-verify forward latency (ms) by context and tree size.
   const std::vector<int> contexts = ParseInts(absl::GetFlag(FLAGS_contexts));
   const std::vector<int> sizes = ParseInts(absl::GetFlag(FLAGS_tree_sizes));
-  std::printf("\ntree verify forward latency, ms (median of %d), threads %dx%d\n",
-              reps, chosen.intra_op_threads, chosen.blas_threads);
+  std::printf(
+      "\ntree verify forward latency, ms (median of %d), threads %dx%d\n", reps,
+      chosen.intra_op_threads, chosen.blas_threads);
   std::printf("%-8s", "tokens");
-  for (int c : contexts) std::printf(" %9s", ("ctx" + std::to_string(c)).c_str());
+  for (int c : contexts)
+    std::printf(" %9s", ("ctx" + std::to_string(c)).c_str());
   std::printf("\n");
   std::vector<std::unique_ptr<KvCache>> caches;
   for (int c : contexts) {

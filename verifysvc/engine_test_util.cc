@@ -47,7 +47,8 @@ absl::StatusOr<std::string> TinyModelGguf(const TinyModelSpec& s) {
                  float scale, float mean = 0.0f) -> absl::Status {
     int64_t n = 1;
     for (int64_t x : dims) n *= x;
-    return w.AddTensor(name, std::move(dims), RandomValues(rng, n, scale, mean));
+    return w.AddTensor(name, std::move(dims),
+                       RandomValues(rng, n, scale, mean));
   };
   RETURN_IF_ERROR(add("token_embd.weight", {d, v}, 1.0f));
   for (int l = 0; l < s.layers; ++l) {
@@ -87,7 +88,8 @@ std::string RealModelPath() {
     base = dir;
   } else {
     const char* home = std::getenv("HOME");
-    base = absl::StrCat(home == nullptr ? "" : home, "/.cache/lookahead/models");
+    base =
+        absl::StrCat(home == nullptr ? "" : home, "/.cache/lookahead/models");
   }
   return base + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
@@ -122,16 +124,16 @@ torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
     torch::Tensor head = t.narrow(2, 0, r);
     torch::Tensor z;
     if (c.rope_style == RopeStyle::kAdjacentPairs) {
-      z = torch::view_as_complex(head.reshape({n, heads, r / 2, 2}).contiguous());
+      z = torch::view_as_complex(
+          head.reshape({n, heads, r / 2, 2}).contiguous());
     } else {
       z = torch::complex(head.narrow(2, 0, r / 2).contiguous(),
                          head.narrow(2, r / 2, r / 2).contiguous());
     }
     z = z * rot.unsqueeze(1);
-    torch::Tensor out =
-        c.rope_style == RopeStyle::kAdjacentPairs
-            ? torch::view_as_real(z).reshape({n, heads, r})
-            : torch::cat({torch::real(z), torch::imag(z)}, -1);
+    torch::Tensor out = c.rope_style == RopeStyle::kAdjacentPairs
+                            ? torch::view_as_real(z).reshape({n, heads, r})
+                            : torch::cat({torch::real(z), torch::imag(z)}, -1);
     return torch::cat({out, t.narrow(2, r, hd - r)}, -1);
   };
   auto norm = [&](torch::Tensor t, const torch::Tensor& weight) {

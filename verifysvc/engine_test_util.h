@@ -4,12 +4,12 @@
 #ifndef LOOKAHEAD_VERIFYSVC_ENGINE_TEST_UTIL_H_
 #define LOOKAHEAD_VERIFYSVC_ENGINE_TEST_UTIL_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"

@@ -25,8 +25,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
   if (!status.ok()) {
     return absl::ResourceExhaustedError(status.message());
   }
-  return std::unique_ptr<KvCache>(new KvCache(shape, std::move(k),
-                                              std::move(v)));
+  return std::unique_ptr<KvCache>(
+      new KvCache(shape, std::move(k), std::move(v)));
 }
 
 absl::Status KvCache::BeginTree(absl::Span<const int32_t> parents) {
@@ -56,15 +56,15 @@ absl::Status KvCache::CommitPath(absl::Span<const int32_t> path) {
   for (size_t i = 0; i < path.size(); ++i) {
     const int32_t node = path[i];
     if (node < 0 || node >= n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "path[", i, "] = ", node, " is not a node of the ", n,
-          "-node provisional tree"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("path[", i, "] = ", node, " is not a node of the ", n,
+                       "-node provisional tree"));
     }
     const int32_t want_parent = i == 0 ? -1 : path[i - 1];
     if (pending_parents_[node] != want_parent) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "path[", i, "] = node ", node, " has parent ",
-          pending_parents_[node], ", expected ", want_parent,
+          "path[", i, "] = node ", node, " has parent ", pending_parents_[node],
+          ", expected ", want_parent,
           " (a path must start at a root and descend parent to child)"));
     }
   }
@@ -81,10 +81,10 @@ absl::Status KvCache::CommitPath(absl::Span<const int32_t> path) {
       }
       const auto index_options =
           torch::TensorOptions().dtype(torch::kLong).device(k_.device());
-      torch::Tensor src_index = torch::tensor(src, torch::kLong)
-                                    .to(index_options.device());
-      torch::Tensor dst_index = torch::tensor(dst, torch::kLong)
-                                    .to(index_options.device());
+      torch::Tensor src_index =
+          torch::tensor(src, torch::kLong).to(index_options.device());
+      torch::Tensor dst_index =
+          torch::tensor(dst, torch::kLong).to(index_options.device());
       // Gather first (a copy), then scatter: safe although ranges overlap.
       // rows: (layers, kv_heads, path, head_dim)
       torch::Tensor k_rows = k_.index_select(2, src_index);

@@ -12,11 +12,11 @@
 #ifndef LOOKAHEAD_VERIFYSVC_KV_CACHE_H_
 #define LOOKAHEAD_VERIFYSVC_KV_CACHE_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -1,9 +1,9 @@
 #include "verifysvc/kv_cache.h"
 
+#include <torch/torch.h>
+
 #include <random>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -48,7 +48,8 @@ TEST(KvCacheTest, ShapesAndAccounting) {
   EXPECT_EQ(cache->Pending(), 0);
   absl::Status overflow = cache->BeginTree(std::vector<int32_t>(8, -1));
   EXPECT_EQ(overflow.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(overflow.message(), HasSubstr("3 committed + 8 new tokens > capacity 10"));
+  EXPECT_THAT(overflow.message(),
+              HasSubstr("3 committed + 8 new tokens > capacity 10"));
   EXPECT_TRUE(cache->BeginTree(std::vector<int32_t>(7, -1)).ok());
   EXPECT_TRUE(cache->Truncate(1).ok());
   EXPECT_EQ(cache->Length(), 1);
@@ -66,14 +67,16 @@ TEST(KvCacheTest, CommitPathMovesPathRows) {
     const int len = cache->Length();
     const int n = 1 + static_cast<int>(rng() % 20);
     std::vector<int32_t> parents(n);
-    for (int i = 0; i < n; ++i) parents[i] = static_cast<int32_t>(rng() % (i + 1)) - 1;
+    for (int i = 0; i < n; ++i)
+      parents[i] = static_cast<int32_t>(rng() % (i + 1)) - 1;
     ASSERT_TRUE(cache->BeginTree(parents).ok());
     const float tag = static_cast<float>(round % 10) / 10.0f;
     FillSlots(*cache, len, n, tag);
     std::vector<int32_t> path = {0};
     while (true) {
       std::vector<int32_t> kids;
-      for (int i = 0; i < n; ++i) if (parents[i] == path.back()) kids.push_back(i);
+      for (int i = 0; i < n; ++i)
+        if (parents[i] == path.back()) kids.push_back(i);
       if (kids.empty() || rng() % 3 == 0) break;
       path.push_back(kids[rng() % kids.size()]);
     }
@@ -83,9 +86,11 @@ TEST(KvCacheTest, CommitPathMovesPathRows) {
   }
   for (int s = 0; s < cache->Length(); ++s) {
     for (int l = 0; l < 2; ++l) {
-      EXPECT_TRUE(cache->k()[l].select(1, s).eq(committed_tags[s]).all().item<bool>())
+      EXPECT_TRUE(
+          cache->k()[l].select(1, s).eq(committed_tags[s]).all().item<bool>())
           << "slot " << s;
-      EXPECT_TRUE(cache->v()[l].select(1, s).eq(-committed_tags[s]).all().item<bool>());
+      EXPECT_TRUE(
+          cache->v()[l].select(1, s).eq(-committed_tags[s]).all().item<bool>());
     }
   }
 }

@@ -139,8 +139,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
                      LoadTensor(file, p + "attn_k.weight", {d, kvd}, options));
     ASSIGN_OR_RETURN(torch::Tensor wv,
                      LoadTensor(file, p + "attn_v.weight", {d, kvd}, options));
-    ASSIGN_OR_RETURN(lw.wo, LoadTensor(file, p + "attn_output.weight",
-                                       {qd, d}, options));
+    ASSIGN_OR_RETURN(
+        lw.wo, LoadTensor(file, p + "attn_output.weight", {qd, d}, options));
     ASSIGN_OR_RETURN(lw.ffn_norm,
                      LoadTensor(file, p + "ffn_norm.weight", {d}, options));
     ASSIGN_OR_RETURN(torch::Tensor wg,
@@ -152,10 +152,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     torch::Tensor bq, bk, bv;
     if (c.qkv_bias) {
       ASSIGN_OR_RETURN(bq, LoadTensor(file, p + "attn_q.bias", {qd}, options));
-      ASSIGN_OR_RETURN(bk,
-                       LoadTensor(file, p + "attn_k.bias", {kvd}, options));
-      ASSIGN_OR_RETURN(bv,
-                       LoadTensor(file, p + "attn_v.bias", {kvd}, options));
+      ASSIGN_OR_RETURN(bk, LoadTensor(file, p + "attn_k.bias", {kvd}, options));
+      ASSIGN_OR_RETURN(bv, LoadTensor(file, p + "attn_v.bias", {kvd}, options));
     }
     RETURN_IF_ERROR(TorchStatus("fusing layer weights", [&] {
       lw.wqkv = torch::cat({wq, wk, wv}, 0).contiguous();
@@ -167,8 +165,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   // inv_freq[i] = base^(-2i/R) / scaling, in float64 for exact angles.
   std::vector<double> inv_freq(c.rope_dim / 2);
   for (int i = 0; i < c.rope_dim / 2; ++i) {
-    inv_freq[i] = std::pow(static_cast<double>(c.rope_freq_base),
-                           -2.0 * i / c.rope_dim);
+    inv_freq[i] =
+        std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim);
     if (c.rope_scaling == RopeScaling::kLinear) {
       inv_freq[i] /= c.rope_scaling_factor;
     }
@@ -207,9 +205,9 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(
   shape.kv_heads = config_.head_count_kv;
   shape.head_dim = config_.head_dim;
   shape.capacity = capacity;
-  return KvCache::Create(shape, torch::TensorOptions()
-                                    .dtype(options_.dtype)
-                                    .device(options_.device));
+  return KvCache::Create(
+      shape,
+      torch::TensorOptions().dtype(options_.dtype).device(options_.device));
 }
 
 absl::Status LlamaModel::ValidateBatch(
@@ -246,10 +244,9 @@ absl::Status LlamaModel::ValidateBatch(
     }
     for (size_t i = 0; i < in.tokens.size(); ++i) {
       if (in.tokens[i] < 0 || in.tokens[i] >= config_.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, "token id ", in.tokens[i], " at index ", i,
-                         " is outside the vocabulary [0, ",
-                         config_.vocab_size, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "token id ", in.tokens[i], " at index ", i,
+            " is outside the vocabulary [0, ", config_.vocab_size, ")"));
       }
     }
     absl::StatusOr<TreeLayout> layout = TreeLayout::Build(in.parents);
@@ -262,8 +259,7 @@ absl::Status LlamaModel::ValidateBatch(
     if (needed > in.cache->Capacity()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           where, "KV cache overflow: ", in.cache->Length(), " committed + ",
-          in.tokens.size(), " new tokens > capacity ",
-          in.cache->Capacity()));
+          in.tokens.size(), " new tokens > capacity ", in.cache->Capacity()));
     }
   }
   return absl::OkStatus();
@@ -292,8 +288,8 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
   const torch::Dtype dtype = options_.dtype;
   const int64_t num_seqs = static_cast<int64_t>(batch.size());
   const int64_t heads = c.head_count, kv_heads = c.head_count_kv,
-                head_dim = c.head_dim, group = heads / kv_heads,
-                qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.feed_forward_length;
+                head_dim = c.head_dim, group = heads / kv_heads, qd = c.q_dim(),
+                kvd = c.kv_dim(), ffn = c.feed_forward_length;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
   // Pack all sequences' tokens; positions = cache length + tree depth.
@@ -318,15 +314,16 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
     if (n > 1) {
       // mask: (n, len + n); 0 = may attend, -inf = may not.
       torch::Tensor allowed =
-          torch::from_blob(const_cast<uint8_t*>(layout.dense().data()),
-                           {n, n}, torch::kUInt8)
+          torch::from_blob(const_cast<uint8_t*>(layout.dense().data()), {n, n},
+                           torch::kUInt8)
               .to(torch::kBool);
-      torch::Tensor tree_part = torch::zeros({n, n}, torch::kFloat)
-                                    .masked_fill(allowed.logical_not(),
-                                                 -std::numeric_limits<float>::infinity());
-      masks[s] = torch::cat({torch::zeros({n, len}, torch::kFloat), tree_part},
-                            1)
-                     .to(device, dtype);
+      torch::Tensor tree_part =
+          torch::zeros({n, n}, torch::kFloat)
+              .masked_fill(allowed.logical_not(),
+                           -std::numeric_limits<float>::infinity());
+      masks[s] =
+          torch::cat({torch::zeros({n, len}, torch::kFloat), tree_part}, 1)
+              .to(device, dtype);
     }
   }
   const int64_t total = offsets[num_seqs];
@@ -343,13 +340,15 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
     const LayerWeights& lw = weights_.layers[l];
     torch::Tensor h = RmsNorm(x, lw.attn_norm, c.rms_norm_eps);
     torch::Tensor qkv = Linear(h, lw.wqkv, lw.bqkv);  // (T, qd + 2 kvd)
-    torch::Tensor q = ApplyRope(qkv.narrow(1, 0, qd).view({total, heads, head_dim}),
-                                cos, sin, c.rope_dim, c.rope_style);
+    torch::Tensor q =
+        ApplyRope(qkv.narrow(1, 0, qd).view({total, heads, head_dim}), cos, sin,
+                  c.rope_dim, c.rope_style);
     // q: (T, H, hd); k, v: (T, KV, hd)
-    torch::Tensor k = ApplyRope(
-        qkv.narrow(1, qd, kvd).view({total, kv_heads, head_dim}), cos, sin,
-        c.rope_dim, c.rope_style);
-    torch::Tensor v = qkv.narrow(1, qd + kvd, kvd).view({total, kv_heads, head_dim});
+    torch::Tensor k =
+        ApplyRope(qkv.narrow(1, qd, kvd).view({total, kv_heads, head_dim}), cos,
+                  sin, c.rope_dim, c.rope_style);
+    torch::Tensor v =
+        qkv.narrow(1, qd + kvd, kvd).view({total, kv_heads, head_dim});
     torch::Tensor attn = torch::empty({total, qd}, x.options());  // (T, H*hd)
     for (int64_t s = 0; s < num_seqs; ++s) {
       KvCache* cache = batch[s].cache;
@@ -375,10 +374,9 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
                                 .to(dtype)
                                 .view({kv_heads, group * n, span});
       torch::Tensor out = torch::matmul(probs, values);  // (KV, G*n, hd)
-      attn.narrow(0, off, n)
-          .copy_(out.view({kv_heads, group, n, head_dim})
-                     .permute({2, 0, 1, 3})
-                     .reshape({n, qd}));
+      attn.narrow(0, off, n).copy_(out.view({kv_heads, group, n, head_dim})
+                                       .permute({2, 0, 1, 3})
+                                       .reshape({n, qd}));
     }
     x = x + Linear(attn, lw.wo);
     h = RmsNorm(x, lw.ffn_norm, c.rms_norm_eps);
@@ -388,8 +386,8 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
     x = x + Linear(act, lw.w_down);
   }
   torch::Tensor rows = torch::tensor(logit_rows, torch::kLong).to(device);
-  torch::Tensor h = RmsNorm(x.index_select(0, rows), weights_.output_norm,
-                            c.rms_norm_eps);
+  torch::Tensor h =
+      RmsNorm(x.index_select(0, rows), weights_.output_norm, c.rms_norm_eps);
   torch::Tensor logits =
       Linear(h, weights_.output).to(torch::kFloat);  // (rows, V)
   std::vector<torch::Tensor> result;
@@ -410,8 +408,8 @@ absl::StatusOr<torch::Tensor> LlamaModel::Prefill(
   torch::Tensor last;
   for (size_t start = 0; start < tokens.size();
        start += options_.prefill_chunk_tokens) {
-    const size_t n = std::min<size_t>(options_.prefill_chunk_tokens,
-                                      tokens.size() - start);
+    const size_t n =
+        std::min<size_t>(options_.prefill_chunk_tokens, tokens.size() - start);
     SequenceInput in;
     in.cache = cache;
     in.tokens.assign(tokens.begin() + start, tokens.begin() + start + n);
@@ -438,9 +436,9 @@ absl::StatusOr<torch::Tensor> LlamaModel::VerifyTree(
   }
   for (size_t j = 0; j < draft.parents.size(); ++j) {
     if (draft.parents[j] < -1 || draft.parents[j] >= static_cast<int32_t>(j)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "draft node ", j, " has parent ", draft.parents[j],
-          "; must be -1 (child of the root) or in [0, ", j, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("draft node ", j, " has parent ", draft.parents[j],
+                       "; must be -1 (child of the root) or in [0, ", j, ")"));
     }
   }
   SequenceInput in = MakeVerifyInput(cache, root_token, draft);
@@ -457,9 +455,9 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::VerifyAndAccept(
   const int64_t root_position = cache->Length();
   ASSIGN_OR_RETURN(torch::Tensor logits, VerifyTree(cache, root_token, draft));
   SequenceInput in = MakeVerifyInput(cache, root_token, draft);
-  ASSIGN_OR_RETURN(AcceptResult accepted,
-                   AcceptLongestPath(in.tokens, in.parents, logits, params,
-                                     root_position));
+  ASSIGN_OR_RETURN(
+      AcceptResult accepted,
+      AcceptLongestPath(in.tokens, in.parents, logits, params, root_position));
   RETURN_IF_ERROR(cache->CommitPath(accepted.path));
   return std::move(accepted.tokens);
 }

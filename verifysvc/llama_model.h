@@ -8,11 +8,11 @@
 #ifndef LOOKAHEAD_VERIFYSVC_LLAMA_MODEL_H_
 #define LOOKAHEAD_VERIFYSVC_LLAMA_MODEL_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -52,10 +52,10 @@ struct LayerWeights {
 };
 
 struct LlamaWeights {
-  torch::Tensor token_embd;   // (V, D)
+  torch::Tensor token_embd;  // (V, D)
   std::vector<LayerWeights> layers;
-  torch::Tensor output_norm;  // (D)
-  torch::Tensor output;       // (V, D); the same tensor as token_embd if tied
+  torch::Tensor output_norm;    // (D)
+  torch::Tensor output;         // (V, D); the same tensor as token_embd if tied
   torch::Tensor rope_inv_freq;  // (rope_dim/2) float64, scaling applied
 };
 
@@ -65,9 +65,9 @@ struct LlamaWeights {
 // K/V rows go provisionally to slots [Length(), Length() + n) (see KvCache).
 // A prefill chunk is a chain: parents = {-1, 0, 1, ...}.
 struct SequenceInput {
-  KvCache* cache = nullptr;     // not owned; distinct for each input
-  std::vector<int32_t> tokens;  // n >= 1 token ids < vocab_size
-  std::vector<int32_t> parents; // n entries, parents[i] in [-1, i)
+  KvCache* cache = nullptr;       // not owned; distinct for each input
+  std::vector<int32_t> tokens;    // n >= 1 token ids < vocab_size
+  std::vector<int32_t> parents;   // n entries, parents[i] in [-1, i)
   bool last_logits_only = false;  // true: logits for the last node only
 };
 

@@ -1,11 +1,11 @@
 // LlamaModel on the real embedded model (SmolLM2-135M-Instruct Q4_1): the
 // config read from metadata, tree-mask metamorphic properties and KV commit.
 // Needs the model (tools/setup.sh).
+#include <torch/torch.h>
+
 #include <memory>
 #include <random>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "gtest/gtest.h"
 #include "verifysvc/engine_test_util.h"
@@ -69,7 +69,9 @@ TEST_F(RealModelTest, ChainTreeEqualsCausalForward) {
   const std::vector<int32_t> all = Tokens(rng, 24);
   const torch::Tensor want = ReferenceCausalLogits(*model_, all);
   auto cache = NewCache();
-  ASSERT_TRUE(model_->Prefill(cache.get(), absl::MakeConstSpan(all).subspan(0, 11)).ok());
+  ASSERT_TRUE(
+      model_->Prefill(cache.get(), absl::MakeConstSpan(all).subspan(0, 11))
+          .ok());
   DraftTree chain;
   for (int i = 12; i < 24; ++i) {
     chain.tokens.push_back(all[i]);
@@ -80,7 +82,8 @@ TEST_F(RealModelTest, ChainTreeEqualsCausalForward) {
   EXPECT_LT(MaxAbsDiff(*logits, want.narrow(0, 11, 13)), kRefTol);
   // Same tokens decoded one at a time through the engine.
   auto seq = NewCache();
-  ASSERT_TRUE(model_->Prefill(seq.get(), absl::MakeConstSpan(all).subspan(0, 11)).ok());
+  ASSERT_TRUE(
+      model_->Prefill(seq.get(), absl::MakeConstSpan(all).subspan(0, 11)).ok());
   double worst = 0;
   for (int i = 11; i < 24; ++i) {
     auto one = model_->Prefill(seq.get(), absl::MakeConstSpan(&all[i], 1));
@@ -96,7 +99,9 @@ TEST_F(RealModelTest, LeavesEqualSeparateDecodes) {
   const std::vector<int32_t> prompt = Tokens(rng, 30);
   const std::vector<int32_t> leaves = Tokens(rng, 10);
   auto cache = NewCache();
-  ASSERT_TRUE(model_->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, 29)).ok());
+  ASSERT_TRUE(
+      model_->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, 29))
+          .ok());
   DraftTree draft{leaves, std::vector<int32_t>(leaves.size(), -1)};
   auto logits = model_->VerifyTree(cache.get(), prompt[29], draft);
   ASSERT_TRUE(logits.ok()) << logits.status();
@@ -114,7 +119,9 @@ TEST_F(RealModelTest, CommitPathEqualsCausalCache) {
   std::mt19937 rng(3);
   const std::vector<int32_t> prompt = Tokens(rng, 16);
   auto cache = NewCache();
-  ASSERT_TRUE(model_->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, 15)).ok());
+  ASSERT_TRUE(
+      model_->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, 15))
+          .ok());
   // Root with two branches; accept root -> 2 -> 4 -> 5 -> 7 (node = draft
   // index + 1), a non-contiguous path.
   DraftTree draft{Tokens(rng, 7), {-1, -1, 0, 1, 3, 2, 4}};
@@ -127,8 +134,12 @@ TEST_F(RealModelTest, CommitPathEqualsCausalCache) {
   ASSERT_TRUE(model_->Prefill(causal.get(), tokens).ok());
   ASSERT_EQ(cache->Length(), causal->Length());
   const int64_t len = cache->Length();
-  EXPECT_LT(MaxAbsDiff(cache->k().narrow(2, 0, len), causal->k().narrow(2, 0, len)), kTol);
-  EXPECT_LT(MaxAbsDiff(cache->v().narrow(2, 0, len), causal->v().narrow(2, 0, len)), kTol);
+  EXPECT_LT(
+      MaxAbsDiff(cache->k().narrow(2, 0, len), causal->k().narrow(2, 0, len)),
+      kTol);
+  EXPECT_LT(
+      MaxAbsDiff(cache->v().narrow(2, 0, len), causal->v().narrow(2, 0, len)),
+      kTol);
 }
 
 }  // namespace

@@ -3,12 +3,12 @@
 // and bad input.
 #include "verifysvc/llama_model.h"
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -39,7 +39,8 @@ class TinyModelTest : public ::testing::TestWithParam<TinyModelSpec> {
     return cache.ok() ? *std::move(cache) : nullptr;
   }
   std::vector<int32_t> RandomTokens(std::mt19937& rng, int n) {
-    std::uniform_int_distribution<int32_t> tok(0, model_->config().vocab_size - 1);
+    std::uniform_int_distribution<int32_t> tok(0,
+                                               model_->config().vocab_size - 1);
     std::vector<int32_t> t(n);
     for (int32_t& x : t) x = tok(rng);
     return t;
@@ -120,7 +121,9 @@ TEST_P(TinyModelTest, ChainTreeEqualsCausalAndSequentialDecode) {
   const torch::Tensor want = ReferenceCausalLogits(*model_, all);
 
   auto cache = NewCache();
-  ASSERT_TRUE(model_->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, 8)).ok());
+  ASSERT_TRUE(
+      model_->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, 8))
+          .ok());
   DraftTree draft;
   draft.tokens.assign(chain.begin(), chain.end());
   for (int i = 0; i < 8; ++i) draft.parents.push_back(i - 1);
@@ -129,7 +132,9 @@ TEST_P(TinyModelTest, ChainTreeEqualsCausalAndSequentialDecode) {
   EXPECT_LT(MaxAbsDiff(*logits, want.narrow(0, 8, 9)), kTol);
 
   auto seq = NewCache();
-  ASSERT_TRUE(model_->Prefill(seq.get(), absl::MakeConstSpan(prompt).subspan(0, 8)).ok());
+  ASSERT_TRUE(
+      model_->Prefill(seq.get(), absl::MakeConstSpan(prompt).subspan(0, 8))
+          .ok());
   for (int i = 8; i < 17; ++i) {
     auto one = model_->Prefill(seq.get(), absl::MakeConstSpan(&all[i], 1));
     ASSERT_TRUE(one.ok());
@@ -143,7 +148,9 @@ TEST_P(TinyModelTest, LeavesEqualSeparateDecodes) {
   const std::vector<int32_t> prompt = RandomTokens(rng, 20);
   const std::vector<int32_t> leaves = RandomTokens(rng, 12);
   auto cache = NewCache();
-  ASSERT_TRUE(model_->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, 19)).ok());
+  ASSERT_TRUE(
+      model_->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, 19))
+          .ok());
   DraftTree draft;
   draft.tokens = leaves;
   draft.parents.assign(leaves.size(), -1);
@@ -152,7 +159,8 @@ TEST_P(TinyModelTest, LeavesEqualSeparateDecodes) {
   for (size_t j = 0; j < leaves.size(); ++j) {
     auto single = NewCache();
     ASSERT_TRUE(model_->Prefill(single.get(), prompt).ok());
-    auto one = model_->Prefill(single.get(), absl::MakeConstSpan(&leaves[j], 1));
+    auto one =
+        model_->Prefill(single.get(), absl::MakeConstSpan(&leaves[j], 1));
     ASSERT_TRUE(one.ok());
     EXPECT_LT(MaxAbsDiff(*one, (*logits)[j + 1]), kTol) << "leaf " << j;
   }
@@ -175,7 +183,8 @@ TEST_P(TinyModelTest, RandomTreesMatchReferencePerPath) {
     ASSERT_TRUE(logits.ok()) << logits.status();
     for (int i = 0; i < n; ++i) {
       std::vector<int32_t> path;
-      for (int j = i; j >= 0; j = in.parents[j]) path.insert(path.begin(), in.tokens[j]);
+      for (int j = i; j >= 0; j = in.parents[j])
+        path.insert(path.begin(), in.tokens[j]);
       std::vector<int32_t> all = prompt;
       all.insert(all.end(), path.begin(), path.end());
       const torch::Tensor want = ReferenceCausalLogits(*model_, all);
@@ -212,7 +221,8 @@ TEST_P(TinyModelTest, BatchEqualsSeparateForwards) {
     in.cache = solo_caches[s].get();
     auto solo = model_->Forward(absl::MakeConstSpan(&in, 1));
     ASSERT_TRUE(solo.ok());
-    EXPECT_EQ((*logits)[s].size(0), s == 2 ? 1 : static_cast<int64_t>(in.tokens.size()));
+    EXPECT_EQ((*logits)[s].size(0),
+              s == 2 ? 1 : static_cast<int64_t>(in.tokens.size()));
     EXPECT_LT(MaxAbsDiff((*logits)[s], (*solo)[0]), kTol) << "sequence " << s;
     EXPECT_EQ(caches[s]->Pending(), static_cast<int>(in.tokens.size()));
   }
@@ -225,7 +235,10 @@ TEST_P(TinyModelTest, CommitPathEqualsCausalCache) {
   for (int trial = 0; trial < 8; ++trial) {
     const std::vector<int32_t> prompt = RandomTokens(rng, 5 + trial);
     auto cache = NewCache();
-    ASSERT_TRUE(model_->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(0, prompt.size() - 1)).ok());
+    ASSERT_TRUE(model_
+                    ->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(
+                                               0, prompt.size() - 1))
+                    .ok());
     DraftTree draft;
     const int n = 1 + static_cast<int>(rng() % 20);
     draft.tokens = RandomTokens(rng, n);
@@ -238,7 +251,8 @@ TEST_P(TinyModelTest, CommitPathEqualsCausalCache) {
     std::vector<int32_t> tokens = prompt;
     for (int node = 0;;) {
       std::vector<int32_t> kids;
-      for (int j = 0; j < n; ++j) if (draft.parents[j] + 1 == node) kids.push_back(j + 1);
+      for (int j = 0; j < n; ++j)
+        if (draft.parents[j] + 1 == node) kids.push_back(j + 1);
       if (kids.empty() || rng() % 4 == 0) break;
       node = kids[rng() % kids.size()];
       path.push_back(node);
@@ -252,8 +266,12 @@ TEST_P(TinyModelTest, CommitPathEqualsCausalCache) {
     ASSERT_TRUE(model_->Prefill(causal.get(), tokens).ok());
     ASSERT_EQ(causal->Length(), cache->Length());
     const int64_t len = cache->Length();
-    EXPECT_LT(MaxAbsDiff(cache->k().narrow(2, 0, len), causal->k().narrow(2, 0, len)), kTol);
-    EXPECT_LT(MaxAbsDiff(cache->v().narrow(2, 0, len), causal->v().narrow(2, 0, len)), kTol);
+    EXPECT_LT(
+        MaxAbsDiff(cache->k().narrow(2, 0, len), causal->k().narrow(2, 0, len)),
+        kTol);
+    EXPECT_LT(
+        MaxAbsDiff(cache->v().narrow(2, 0, len), causal->v().narrow(2, 0, len)),
+        kTol);
     const int32_t next = RandomTokens(rng, 1)[0];
     auto a = model_->Prefill(cache.get(), absl::MakeConstSpan(&next, 1));
     auto b = model_->Prefill(causal.get(), absl::MakeConstSpan(&next, 1));
@@ -281,7 +299,8 @@ TinyModelSpec MhaSpec() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Specs, TinyModelTest,
-                         ::testing::Values(TinyModelSpec{}, MhaSpec(), Qwen2Spec()),
+                         ::testing::Values(TinyModelSpec{}, MhaSpec(),
+                                           Qwen2Spec()),
                          [](const auto& info) {
                            return absl::StrCat(info.param.architecture, "_h",
                                                info.param.heads, "_kv",
@@ -342,7 +361,8 @@ TEST_F(BadInputTest, EmptyTokens) {
   absl::Status s = Run({}, {});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("no tokens"));
-  EXPECT_EQ(model_->Forward({}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model_->Forward({}).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(model_->Prefill(cache_.get(), {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -379,7 +399,8 @@ TEST_F(BadInputTest, CacheOverflow) {
   for (int i = 0; i < 14; ++i) parents.push_back(i - 1);
   absl::Status s = Run(tokens, parents);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(s.message(), HasSubstr("3 committed + 14 new tokens > capacity 16"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("3 committed + 14 new tokens > capacity 16"));
   tokens.pop_back();
   parents.pop_back();
   SequenceInput in{cache_.get(), tokens, parents};
@@ -416,12 +437,15 @@ TEST(LoadTest, MissingOrMisshapenTensor) {
   GgufWriter w;
   w.AddMetadata("general.architecture", GgufValue::String("llama"));
   for (const auto& [k, v] : std::vector<std::pair<std::string, uint32_t>>{
-           {"llama.context_length", 64}, {"llama.embedding_length", 8},
-           {"llama.block_count", 1}, {"llama.feed_forward_length", 16},
+           {"llama.context_length", 64},
+           {"llama.embedding_length", 8},
+           {"llama.block_count", 1},
+           {"llama.feed_forward_length", 16},
            {"llama.attention.head_count", 2}}) {
     w.AddMetadata(k, GgufValue::Uint32(v));
   }
-  w.AddMetadata("llama.attention.layer_norm_rms_epsilon", GgufValue::Float32(1e-5f));
+  w.AddMetadata("llama.attention.layer_norm_rms_epsilon",
+                GgufValue::Float32(1e-5f));
   std::vector<float> embd(8 * 10, 0.5f), norm(8, 1.0f), wrong(8 * 3, 0.1f);
   ASSERT_TRUE(w.AddTensor("token_embd.weight", {8, 10}, embd).ok());
   ASSERT_TRUE(w.AddTensor("output_norm.weight", {8}, norm).ok());

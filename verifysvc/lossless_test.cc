@@ -53,13 +53,15 @@ const ::testing::Environment* const kEnv =
 std::vector<int32_t> PlainDecode(const std::vector<int32_t>& prompt,
                                  const SamplingParams& params) {
   auto cache = *g_model->NewCache(512);
-  EXPECT_TRUE(g_model->Prefill(cache.get(),
-                               absl::MakeConstSpan(prompt).subspan(0, prompt.size() - 1))
+  EXPECT_TRUE(g_model
+                  ->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(
+                                             0, prompt.size() - 1))
                   .ok());
   std::vector<int32_t> out;
   int32_t root = prompt.back();
   while (static_cast<int>(out.size()) < kNewTokens) {
-    auto step = g_model->VerifyAndAccept(cache.get(), root, DraftTree{}, params);
+    auto step =
+        g_model->VerifyAndAccept(cache.get(), root, DraftTree{}, params);
     EXPECT_TRUE(step.ok()) << step.status();
     if (!step.ok()) return out;
     EXPECT_EQ(step->size(), 1u);
@@ -78,11 +80,12 @@ DraftTree RandomDraft(std::mt19937& rng, const std::vector<int32_t>& future) {
   DraftTree tree;
   std::vector<int> depth;  // depth of draft node j (children of root: 1)
   const int kind = uniform(0, 9);
-  const int size = uniform(1, 4) == 1 ? uniform(1, kMaxTreeSize) : uniform(1, 16);
+  const int size =
+      uniform(1, 4) == 1 ? uniform(1, kMaxTreeSize) : uniform(1, 16);
   if (kind >= 2 && !future.empty()) {
     // A chain copied from the truth, perturbed at one depth for kind >= 6.
-    const int d = std::min<int>({uniform(1, kMaxDepth), size,
-                                 static_cast<int>(future.size())});
+    const int d = std::min<int>(
+        {uniform(1, kMaxDepth), size, static_cast<int>(future.size())});
     const int bad = kind >= 6 ? uniform(0, d - 1) : -1;
     for (int i = 0; i < d; ++i) {
       tree.tokens.push_back(i == bad ? random_token() : future[i]);
@@ -96,7 +99,8 @@ DraftTree RandomDraft(std::mt19937& rng, const std::vector<int32_t>& future) {
     if (parent >= 0 && depth[parent] >= kMaxDepth) continue;
     const int d = parent < 0 ? 1 : depth[parent] + 1;
     // Sometimes a true token at the right depth but on the wrong branch.
-    const bool copy = uniform(0, 3) == 0 && d <= static_cast<int>(future.size());
+    const bool copy =
+        uniform(0, 3) == 0 && d <= static_cast<int>(future.size());
     tree.tokens.push_back(copy ? future[d - 1] : random_token());
     tree.parents.push_back(parent);
     depth.push_back(d);
@@ -114,8 +118,9 @@ std::vector<int32_t> SpeculativeDecode(const std::vector<int32_t>& prompt,
                                        const std::vector<int32_t>& truth,
                                        std::mt19937& rng, SpecStats* stats) {
   auto cache = *g_model->NewCache(512);
-  EXPECT_TRUE(g_model->Prefill(cache.get(),
-                               absl::MakeConstSpan(prompt).subspan(0, prompt.size() - 1))
+  EXPECT_TRUE(g_model
+                  ->Prefill(cache.get(), absl::MakeConstSpan(prompt).subspan(
+                                             0, prompt.size() - 1))
                   .ok());
   std::vector<int32_t> out;
   int32_t root = prompt.back();
@@ -161,18 +166,21 @@ TEST_P(LosslessTest, DraftsChangeNoToken) {
     SpecStats stats;
     const std::vector<int32_t> spec =
         SpeculativeDecode(prompt, params, plain, rng, &stats);
-    EXPECT_EQ(spec, plain) << "prompt " << p << "\n plain " << absl::StrJoin(plain, " ")
-                           << "\n spec  " << absl::StrJoin(spec, " ");
+    EXPECT_EQ(spec, plain) << "prompt " << p << "\n plain "
+                           << absl::StrJoin(plain, " ") << "\n spec  "
+                           << absl::StrJoin(spec, " ");
     // The drafts were really used: well over a token accepted per step.
     EXPECT_GT(stats.accepted_draft_tokens, kNewTokens / 4)
         << "steps " << stats.steps;
-    std::printf("prompt %d %s: %d steps for %d tokens (%d draft tokens accepted)\n",
-                p, params.greedy() ? "greedy " : "sampled", stats.steps,
-                kNewTokens, stats.accepted_draft_tokens);
+    std::printf(
+        "prompt %d %s: %d steps for %d tokens (%d draft tokens accepted)\n", p,
+        params.greedy() ? "greedy " : "sampled", stats.steps, kNewTokens,
+        stats.accepted_draft_tokens);
   }
-  std::printf("prompt %d took %.1f s\n", p,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                  .count());
+  std::printf(
+      "prompt %d took %.1f s\n", p,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
 }
 
 INSTANTIATE_TEST_SUITE_P(Prompts, LosslessTest, ::testing::Range(0, kPrompts));

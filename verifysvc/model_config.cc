@@ -46,12 +46,13 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
     c.head_count_kv = c.head_count;
   }
   if (file.FindValue(a + "attention.key_length") != nullptr) {
-    ASSIGN_OR_RETURN(c.head_dim, GetPositiveInt(file, a + "attention.key_length"));
+    ASSIGN_OR_RETURN(c.head_dim,
+                     GetPositiveInt(file, a + "attention.key_length"));
   } else {
     if (c.embedding_length % c.head_count != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "embedding_length ", c.embedding_length,
-          " is not divisible by head_count ", c.head_count));
+      return absl::InvalidArgumentError(
+          absl::StrCat("embedding_length ", c.embedding_length,
+                       " is not divisible by head_count ", c.head_count));
     }
     c.head_dim = c.embedding_length / c.head_count;
   }
@@ -76,8 +77,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
                    file.GetFloatOr(a + "rope.scaling.factor", 0.0f));
   ASSIGN_OR_RETURN(float scale_linear,  // older files
                    file.GetFloatOr(a + "rope.scale_linear", 0.0f));
-  if (scaling == "linear" || (scaling == "none" && scale_linear > 0.0f &&
-                              scale_linear != 1.0f)) {
+  if (scaling == "linear" ||
+      (scaling == "none" && scale_linear > 0.0f && scale_linear != 1.0f)) {
     c.rope_scaling = RopeScaling::kLinear;
     c.rope_scaling_factor = factor > 0.0f ? factor : scale_linear;
     if (!(c.rope_scaling_factor > 0.0f)) {
@@ -95,9 +96,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
     return absl::NotFoundError("tensor token_embd.weight is missing");
   }
   if (embd->dims.size() != 2 || embd->dims[0] != c.embedding_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "token_embd.weight must have dims [", c.embedding_length,
-        ", vocab], got ", embd->dims.size(), " dims"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("token_embd.weight must have dims [", c.embedding_length,
+                     ", vocab], got ", embd->dims.size(), " dims"));
   }
   c.vocab_size = static_cast<int>(embd->dims[1]);
   c.tied_output = file.FindTensor("output.weight") == nullptr;

@@ -31,13 +31,13 @@ enum class RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;  // general.architecture: "llama" or "qwen2"
-  int vocab_size = 0;        // token_embd.weight dims[1]
-  int embedding_length = 0;  // {arch}.embedding_length (model width D)
-  int block_count = 0;       // {arch}.block_count (layers)
-  int head_count = 0;        // {arch}.attention.head_count (query heads H)
-  int head_count_kv = 0;     // {arch}.attention.head_count_kv (KV heads)
-  int head_dim = 0;          // {arch}.attention.key_length, or D / H
+  std::string architecture;     // general.architecture: "llama" or "qwen2"
+  int vocab_size = 0;           // token_embd.weight dims[1]
+  int embedding_length = 0;     // {arch}.embedding_length (model width D)
+  int block_count = 0;          // {arch}.block_count (layers)
+  int head_count = 0;           // {arch}.attention.head_count (query heads H)
+  int head_count_kv = 0;        // {arch}.attention.head_count_kv (KV heads)
+  int head_dim = 0;             // {arch}.attention.key_length, or D / H
   int feed_forward_length = 0;  // {arch}.feed_forward_length (F)
   int context_length = 0;       // {arch}.context_length
   float rms_norm_eps = 1e-5f;   // {arch}.attention.layer_norm_rms_epsilon
@@ -45,7 +45,7 @@ struct ModelConfig {
   int rope_dim = 0;  // {arch}.rope.dimension_count, default head_dim
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   RopeScaling rope_scaling = RopeScaling::kNone;  // {arch}.rope.scaling.type
-  float rope_scaling_factor = 1.0f;  // {arch}.rope.scaling.factor
+  float rope_scaling_factor = 1.0f;               // {arch}.rope.scaling.factor
   // Per-frequency divisors from tensor rope_freqs.weight (llama3-style rope
   // scaling as llama.cpp's converter stores it); false if absent.
   bool has_rope_freq_factors = false;

@@ -62,9 +62,10 @@ TEST(ModelConfigTest, DefaultsFromMinimalHeader) {
 }
 
 TEST(ModelConfigTest, RopeScaling) {
-  auto linear = Parse("llama", "",
-                      {{"llama.rope.scaling.type", GgufValue::String("linear")},
-                       {"llama.rope.scaling.factor", GgufValue::Float32(4.0f)}});
+  auto linear =
+      Parse("llama", "",
+            {{"llama.rope.scaling.type", GgufValue::String("linear")},
+             {"llama.rope.scaling.factor", GgufValue::Float32(4.0f)}});
   ASSERT_TRUE(linear.ok()) << linear.status();
   EXPECT_EQ(linear->rope_scaling, RopeScaling::kLinear);
   EXPECT_FLOAT_EQ(linear->rope_scaling_factor, 4.0f);
@@ -85,12 +86,15 @@ TEST(ModelConfigTest, BadHeaders) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(),
               HasSubstr("llama.attention.layer_norm_rms_epsilon"));
-  auto gqa = Parse("llama", "", {{"llama.attention.head_count_kv", GgufValue::Uint32(3)}});
+  auto gqa = Parse("llama", "",
+                   {{"llama.attention.head_count_kv", GgufValue::Uint32(3)}});
   EXPECT_EQ(gqa.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(gqa.status().message(), HasSubstr("multiple of head_count_kv 3"));
-  auto rope = Parse("llama", "", {{"llama.rope.dimension_count", GgufValue::Uint32(12)}});
+  auto rope = Parse("llama", "",
+                    {{"llama.rope.dimension_count", GgufValue::Uint32(12)}});
   EXPECT_THAT(rope.status().message(), HasSubstr("rope dimension 12"));
-  auto typed = Parse("llama", "", {{"llama.rope.freq_base", GgufValue::String("x")}});
+  auto typed =
+      Parse("llama", "", {{"llama.rope.freq_base", GgufValue::String("x")}});
   EXPECT_EQ(typed.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -20,7 +20,8 @@ std::vector<double> Softmax(const std::vector<float>& logits, double t) {
   for (float x : logits) m = std::max<double>(m, x);
   std::vector<double> p(logits.size());
   double z = 0;
-  for (size_t i = 0; i < p.size(); ++i) z += p[i] = std::exp((logits[i] - m) / t);
+  for (size_t i = 0; i < p.size(); ++i)
+    z += p[i] = std::exp((logits[i] - m) / t);
   for (double& x : p) x /= z;
   return p;
 }
@@ -78,7 +79,8 @@ TEST(SamplerTest, GreedyAndTopK1AreArgMax) {
 }
 
 // Empirical frequencies over many positions follow the (truncated) softmax.
-void CheckDistribution(const SamplingParams& base, const std::vector<float>& logits,
+void CheckDistribution(const SamplingParams& base,
+                       const std::vector<float>& logits,
                        const std::vector<double>& want) {
   const int n = 60000;
   std::vector<int> counts(logits.size(), 0);
@@ -94,7 +96,8 @@ void CheckDistribution(const SamplingParams& base, const std::vector<float>& log
 }
 
 TEST(SamplerTest, FollowsTemperatureTopKTopP) {
-  const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 0.4f, -1.0f, 3.0f, 0.0f, 1.2f};
+  const std::vector<float> logits = {2.0f,  1.0f, 0.5f, 0.4f,
+                                     -1.0f, 3.0f, 0.0f, 1.2f};
   SamplingParams p;
   p.temperature = 0.8f;
   p.seed = 42;
@@ -106,7 +109,9 @@ TEST(SamplerTest, FollowsTemperatureTopKTopP) {
   {
     std::vector<float> kept = {logits[5], logits[0], logits[7]};
     auto s = Softmax(kept, 0.8);
-    want[5] = s[0]; want[0] = s[1]; want[7] = s[2];
+    want[5] = s[0];
+    want[0] = s[1];
+    want[7] = s[2];
   }
   CheckDistribution(p, logits, want);
 
@@ -138,13 +143,16 @@ TEST(SamplerTest, ReplaysBitForBitAndDependsOnSeed) {
   a.top_k = 40;
   a.seed = 7;
   std::vector<int32_t> first, again;
-  for (int pos = 0; pos < 200; ++pos) first.push_back(SampleToken(logits, a, pos));
-  for (int pos = 0; pos < 200; ++pos) again.push_back(SampleToken(logits, a, pos));
+  for (int pos = 0; pos < 200; ++pos)
+    first.push_back(SampleToken(logits, a, pos));
+  for (int pos = 0; pos < 200; ++pos)
+    again.push_back(SampleToken(logits, a, pos));
   EXPECT_EQ(first, again);
   SamplingParams b = a;
   b.seed = 8;
   std::vector<int32_t> other;
-  for (int pos = 0; pos < 200; ++pos) other.push_back(SampleToken(logits, b, pos));
+  for (int pos = 0; pos < 200; ++pos)
+    other.push_back(SampleToken(logits, b, pos));
   EXPECT_NE(first, other);
   EXPECT_GT(std::set<int32_t>(first.begin(), first.end()).size(), 5u);
 }
@@ -178,7 +186,8 @@ TEST(SamplerTest, ValidateRejectsBadParams) {
   p.top_p = 0.0f;
   EXPECT_THAT(ValidateSamplingParams(p).message(), HasSubstr("top_p"));
   p.top_p = 1.5f;
-  EXPECT_EQ(ValidateSamplingParams(p).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateSamplingParams(p).code(),
+            absl::StatusCode::kInvalidArgument);
   p.top_p = 1.0f;
   p.top_k = -1;
   EXPECT_THAT(ValidateSamplingParams(p).message(), HasSubstr("top_k"));

@@ -1,8 +1,7 @@
 #include "verifysvc/threading.h"
 
-#include <dlfcn.h>
-
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 #include "absl/strings/str_cat.h"
 #include "verifysvc/torch_status.h"
@@ -30,10 +29,9 @@ GetThreadsFn FindBlasGetter() {
 
 absl::Status ConfigureThreads(const ThreadOptions& options) {
   if (options.intra_op_threads < 1 || options.inter_op_threads < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("thread counts must be >= 1, got intra_op=",
-                     options.intra_op_threads,
-                     " inter_op=", options.inter_op_threads));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "thread counts must be >= 1, got intra_op=", options.intra_op_threads,
+        " inter_op=", options.inter_op_threads));
   }
   absl::Status status = TorchStatus("at::set_num_threads", [&] {
     at::set_num_threads(options.intra_op_threads);

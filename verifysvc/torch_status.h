@@ -2,17 +2,17 @@
 //
 // LibTorch reports errors by throwing c10::Error (and occasionally
 // std::exception). Every call into torch from the verifier goes through
-// TorchStatus/TorchStatusOr so that no exception crosses a public API. Stateless;
-// safe to call from any thread.
+// TorchStatus/TorchStatusOr so that no exception crosses a public API.
+// Stateless; safe to call from any thread.
 #ifndef LOOKAHEAD_VERIFYSVC_TORCH_STATUS_H_
 #define LOOKAHEAD_VERIFYSVC_TORCH_STATUS_H_
+
+#include <c10/util/Exception.h>
 
 #include <exception>
 #include <string>
 #include <type_traits>
 #include <utility>
-
-#include <c10/util/Exception.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

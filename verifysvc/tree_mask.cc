@@ -46,9 +46,8 @@ absl::StatusOr<PackedTreeMask> PackedTreeMask::Pack(
     absl::Span<const uint8_t> dense, int rows, int cols) {
   if (rows < 0 || cols < 0 ||
       dense.size() != static_cast<size_t>(rows) * static_cast<size_t>(cols)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask of ", dense.size(), " bytes is not (", rows, ", ",
-                     cols, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mask of ", dense.size(), " bytes is not (", rows, ", ", cols, ")"));
   }
   PackedTreeMask packed(rows, cols);
   const int wpr = packed.words_per_row();

@@ -13,6 +13,9 @@
 //     draft-verification path), which is equivalent and faster.
 // Needs the real model (tools/setup.sh fetches it).
 
+#include <google/protobuf/util/json_util.h>
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,9 +27,6 @@
 #include <string>
 #include <vector>
 
-#include <google/protobuf/util/json_util.h>
-#include <torch/torch.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -37,6 +37,7 @@
 #include "verifysvc/gguf.h"
 #include "verifysvc/kv_cache.h"
 #include "verifysvc/llama_model.h"
+#include "verifysvc/model_files.h"
 #include "verifysvc/sampler.h"
 #include "verifysvc/threading.h"
 #include "verifysvc/tokenizer.h"
@@ -54,7 +55,6 @@ using ::lookahead::verifysvc::SequenceInput;
 using ::lookahead::verifysvc::Tokenizer;
 
 constexpr char kGoldenPath[] = "tests/golden/smollm2_q4_1.json";
-constexpr char kModelFile[] = "SmolLM2-135M-Instruct.Q4_1.gguf";
 // Max |ours - HF| for a float32 logit (logits here are O(10)).
 constexpr float kLogitTolerance = 1e-3f;
 constexpr int kTopSteps = 8;
@@ -69,11 +69,7 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
-std::string ModelPath() {
-  std::string dir = Env("LOOKAHEAD_MODEL_DIR");
-  if (dir.empty()) dir = Env("HOME") + "/.cache/lookahead/models";
-  return dir + "/" + kModelFile;
-}
+std::string ModelPath() { return verifysvc::DefaultModelPath(); }
 
 bool Exists(const std::string& path) { return std::ifstream(path).good(); }
 
@@ -152,7 +148,7 @@ class GoldenTest : public ::testing::Test {
 // A truncated or hand-edited golden file must not pass by checking nothing.
 TEST_F(GoldenTest, FileIsComplete) {
   EXPECT_EQ(golden_.format_version(), 1);
-  EXPECT_EQ(golden_.generator().model_file(), kModelFile);
+  EXPECT_EQ(golden_.generator().model_file(), verifysvc::kDefaultModelFile);
   EXPECT_EQ(golden_.probe_ids_size(), kNumProbes);
   EXPECT_GE(golden_.cases_size(), kMinCases);
   EXPECT_GE(golden_.tokenizer_cases_size(), 10);
@@ -193,8 +189,8 @@ TEST_F(GoldenTest, TokenizerMatchesReference) {
   }
   for (const ModelCase& c : golden_.cases()) {
     const std::vector<int32_t> want(c.token_ids().begin(), c.token_ids().end());
-    const std::vector<int32_t> got =
-        tok.Encode(c.prompt(), Options(c.parse_special(), c.add_special_tokens()));
+    const std::vector<int32_t> got = tok.Encode(
+        c.prompt(), Options(c.parse_special(), c.add_special_tokens()));
     EXPECT_EQ(got, want) << "prompt " << c.name() << ": \"" << c.prompt()
                          << "\"\n  ours " << Ids(got) << "\n  HF   "
                          << Ids(want) << "\n  first difference at "
@@ -219,8 +215,8 @@ TEST_F(GoldenTest, TokenizerMatchesReference) {
 
 // Float32 logits (vocab) of a (1, vocab) or (vocab) CPU tensor.
 std::vector<float> ToVector(const torch::Tensor& logits) {
-  torch::Tensor t = logits.reshape({-1}).to(torch::kCPU, torch::kFloat32)
-                        .contiguous();
+  torch::Tensor t =
+      logits.reshape({-1}).to(torch::kCPU, torch::kFloat32).contiguous();
   return std::vector<float>(t.data_ptr<float>(),
                             t.data_ptr<float>() + t.numel());
 }
@@ -294,8 +290,7 @@ float CheckCase(const LlamaModel& model, const GoldenFile& golden,
   absl::StatusOr<std::unique_ptr<KvCache>> cache = model.NewCache();
   EXPECT_TRUE(cache.ok()) << cache.status();
   if (!cache.ok()) return max_diff;
-  const std::vector<int32_t> prompt(c.token_ids().begin(),
-                                    c.token_ids().end());
+  const std::vector<int32_t> prompt(c.token_ids().begin(), c.token_ids().end());
   absl::StatusOr<torch::Tensor> prefill = model.Prefill(cache->get(), prompt);
   EXPECT_TRUE(prefill.ok()) << c.name() << ": " << prefill.status();
   if (!prefill.ok()) return max_diff;
@@ -364,9 +359,11 @@ TEST_F(GoldenTest, ModelMatchesReference) {
   for (const ModelCase& c : golden_.cases()) {
     const bool full_decode = index++ % kFullDecodeEvery == 0;
     const float diff = CheckCase(**model, golden_, c, full_decode);
-    std::printf("golden %-18s %3d prompt tokens  %-6s max |logit - HF| "
-                "%.2e\n", c.name().c_str(), c.token_ids_size(),
-                full_decode ? "decode" : "chain", diff);
+    std::printf(
+        "golden %-18s %3d prompt tokens  %-6s max |logit - HF| "
+        "%.2e\n",
+        c.name().c_str(), c.token_ids_size(), full_decode ? "decode" : "chain",
+        diff);
     std::fflush(stdout);
     max_diff = std::max(max_diff, diff);
   }

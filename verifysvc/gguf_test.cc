@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "verifysvc/dequant.h"
 #include "verifysvc/gguf_writer.h"
+#include "verifysvc/model_files.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -646,17 +647,7 @@ TEST(GgufRandomizedTest, RandomFilesMatchWriterInputs) {
 
 // ------------------------------------------------------------- real model
 
-std::string ModelPath() {
-  const char* dir = std::getenv("LOOKAHEAD_MODEL_DIR");
-  std::string d;
-  if (dir != nullptr && *dir != '\0') {
-    d = dir;
-  } else {
-    const char* home = std::getenv("HOME");
-    d = absl::StrCat(home ? home : "", "/.cache/lookahead/models");
-  }
-  return absl::StrCat(d, "/SmolLM2-135M-Instruct.Q4_1.gguf");
-}
+std::string ModelPath() { return DefaultModelPath(); }
 
 struct Golden {
   const char* name;

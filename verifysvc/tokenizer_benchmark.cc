@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "verifysvc/gguf.h"
+#include "verifysvc/model_files.h"
 #include "verifysvc/text_stream.h"
 #include "verifysvc/tokenizer.h"
 
@@ -30,14 +31,7 @@ constexpr char kCode[] =
 
 const Tokenizer* LoadOnce() {
   static const Tokenizer* tokenizer = [] {
-    const char* dir = std::getenv("LOOKAHEAD_MODEL_DIR");
-    const char* home = std::getenv("HOME");
-    std::string path =
-        absl::StrCat(dir != nullptr && *dir ? std::string(dir)
-                                            : absl::StrCat(home ? home : "",
-                                                           "/.cache/lookahead/"
-                                                           "models"),
-                     "/SmolLM2-135M-Instruct.Q4_1.gguf");
+    const std::string path = DefaultModelPath();
     auto file = GgufFile::Open(path);
     if (!file.ok()) {
       std::fprintf(stderr, "%s; run tools/setup.sh\n",

@@ -15,6 +15,7 @@
 #include "verifysvc/chat_template.h"
 #include "verifysvc/gguf.h"
 #include "verifysvc/gguf_writer.h"
+#include "verifysvc/model_files.h"
 #include "verifysvc/text_stream.h"
 
 namespace lookahead::verifysvc {
@@ -519,18 +520,7 @@ TEST(SpmTest, RandomTextRoundTrips) {
 // ---------------------------------------------------------------------------
 // The real SmolLM2-135M-Instruct tokenizer.
 
-std::string ModelPath() {
-  const char* dir = std::getenv("LOOKAHEAD_MODEL_DIR");
-  std::string base;
-  if (dir != nullptr && *dir != '\0') {
-    base = dir;
-  } else {
-    const char* home = std::getenv("HOME");
-    base =
-        absl::StrCat(home != nullptr ? home : "", "/.cache/lookahead/models");
-  }
-  return base + "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+std::string ModelPath() { return DefaultModelPath(); }
 
 class SmolLm2Test : public ::testing::Test {
  protected:

@@ -280,6 +280,96 @@ TEST_P(TinyModelTest, CommitPathEqualsCausalCache) {
   }
 }
 
+// The scheduler's loop: several sequences verify random drafts in ONE
+// Forward per step, each accepts and commits its own path; every sequence
+// emits exactly its plain-decoding tokens (greedy and seeded sampling).
+TEST_P(TinyModelTest, BatchedSpeculativeDecodingIsLossless) {
+  std::mt19937 rng(29);
+  constexpr int kSeqs = 4, kTokens = 40;
+  for (bool greedy : {true, false}) {
+    std::vector<std::vector<int32_t>> prompts, plain(kSeqs);
+    std::vector<SamplingParams> params(kSeqs);
+    for (int s = 0; s < kSeqs; ++s) {
+      prompts.push_back(RandomTokens(rng, 2 + 3 * s));
+      if (!greedy) {
+        params[s].temperature = 0.9f;
+        params[s].top_p = s % 2 ? 0.9f : 1.0f;
+        params[s].seed = 100 + s;
+      }
+      auto cache = NewCache();
+      ASSERT_TRUE(
+          model_
+              ->Prefill(cache.get(), absl::MakeConstSpan(prompts[s])
+                                         .subspan(0, prompts[s].size() - 1))
+              .ok());
+      int32_t root = prompts[s].back();
+      while (static_cast<int>(plain[s].size()) < kTokens) {
+        auto step = model_->VerifyAndAccept(cache.get(), root, {}, params[s]);
+        ASSERT_TRUE(step.ok()) << step.status();
+        plain[s].push_back(root = step->back());
+      }
+    }
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<std::vector<int32_t>> out(kSeqs);
+    std::vector<int32_t> roots;
+    for (int s = 0; s < kSeqs; ++s) {
+      caches.push_back(NewCache());
+      ASSERT_TRUE(
+          model_
+              ->Prefill(caches[s].get(), absl::MakeConstSpan(prompts[s])
+                                             .subspan(0, prompts[s].size() - 1))
+              .ok());
+      roots.push_back(prompts[s].back());
+    }
+    int accepted = 0;
+    while (true) {
+      std::vector<SequenceInput> batch;
+      std::vector<int> which;
+      for (int s = 0; s < kSeqs; ++s) {
+        if (static_cast<int>(out[s].size()) >= kTokens) continue;
+        DraftTree draft;  // truth chain (maybe perturbed) plus random leaves
+        const int depth = static_cast<int>(rng() % 6);
+        for (int d = 0; d < depth && out[s].size() + d < plain[s].size(); ++d) {
+          draft.tokens.push_back(rng() % 5 == 0 ? RandomTokens(rng, 1)[0]
+                                                : plain[s][out[s].size() + d]);
+          draft.parents.push_back(d - 1);
+        }
+        for (int extra = static_cast<int>(rng() % 4); extra > 0; --extra) {
+          draft.parents.push_back(
+              static_cast<int32_t>(rng() % (draft.tokens.size() + 1)) - 1);
+          draft.tokens.push_back(RandomTokens(rng, 1)[0]);
+        }
+        batch.push_back(MakeVerifyInput(caches[s].get(), roots[s], draft));
+        which.push_back(s);
+      }
+      if (batch.empty()) break;
+      std::vector<int64_t> root_positions;
+      for (const SequenceInput& in : batch)
+        root_positions.push_back(in.cache->Length());
+      auto logits = model_->Forward(batch);
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      for (size_t b = 0; b < batch.size(); ++b) {
+        const int s = which[b];
+        auto result =
+            AcceptLongestPath(batch[b].tokens, batch[b].parents, (*logits)[b],
+                              params[s], root_positions[b]);
+        ASSERT_TRUE(result.ok()) << result.status();
+        ASSERT_TRUE(caches[s]->CommitPath(result->path).ok());
+        accepted += static_cast<int>(result->path.size()) - 1;
+        out[s].insert(out[s].end(), result->tokens.begin(),
+                      result->tokens.end());
+        roots[s] = out[s].back();
+      }
+    }
+    for (int s = 0; s < kSeqs; ++s) {
+      out[s].resize(kTokens);
+      EXPECT_EQ(out[s], plain[s])
+          << "sequence " << s << (greedy ? " greedy" : " sampled");
+    }
+    EXPECT_GT(accepted, kSeqs * kTokens / 4);
+  }
+}
+
 TinyModelSpec Qwen2Spec() {
   TinyModelSpec s;
   s.architecture = "qwen2";

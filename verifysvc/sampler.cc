@@ -23,6 +23,59 @@ float Clean(float x) {
   return std::isnan(x) ? -std::numeric_limits<float>::infinity() : x;
 }
 
+// Returns the smallest prefix of `candidates` in the order `before` whose
+// softmax(z) probability (relative to all candidates) reaches top_p, as a
+// set. O(n): weights are bucketed by z so that only the boundary bucket is
+// sorted.
+template <typename ZFn, typename Before>
+std::vector<int32_t> Nucleus(const std::vector<int32_t>& candidates, ZFn z,
+                             Before before, float top_p) {
+  constexpr int kBins = 1024;
+  double z_lo = 0.0, denom = 0.0;
+  for (int32_t i : candidates) {
+    if (!std::isinf(z(i))) z_lo = std::min(z_lo, z(i));
+    denom += std::exp(z(i));
+  }
+  const double target = static_cast<double>(top_p) * denom;
+  // Bin by z over the finite range [z_lo, 0]; monotone, so a higher bin
+  // never holds a later token of the order. -inf (weight 0) goes to bin 0.
+  auto bin = [&](int32_t i) {
+    const double zi = z(i);
+    if (std::isinf(zi)) return 0;
+    if (!(z_lo < 0.0)) return kBins - 1;
+    const int b = static_cast<int>((zi - z_lo) / -z_lo * kBins);
+    return std::min(kBins - 1, std::max(0, b));
+  };
+  std::vector<double> bin_weight(kBins, 0.0);
+  for (int32_t i : candidates) bin_weight[bin(i)] += std::exp(z(i));
+  double cum = 0.0;
+  int boundary = -1;
+  for (int b = kBins - 1; b >= 0; --b) {
+    if (cum + bin_weight[b] >= target) {
+      boundary = b;
+      break;
+    }
+    cum += bin_weight[b];
+  }
+  if (boundary < 0) return candidates;  // rounding: keep everything
+  std::vector<int32_t> kept, edge;
+  for (int32_t i : candidates) {
+    const int b = bin(i);
+    if (b > boundary) {
+      kept.push_back(i);
+    } else if (b == boundary) {
+      edge.push_back(i);
+    }
+  }
+  std::sort(edge.begin(), edge.end(), before);
+  for (int32_t i : edge) {
+    kept.push_back(i);
+    cum += std::exp(z(i));
+    if (cum >= target) break;
+  }
+  return kept;
+}
+
 }  // namespace
 
 absl::Status ValidateSamplingParams(const SamplingParams& params) {
@@ -74,79 +127,63 @@ int32_t SampleToken(absl::Span<const float> logits,
   if (params.greedy()) return ArgMax(logits);
   const int vocab = static_cast<int>(logits.size());
   const double inv_t = 1.0 / static_cast<double>(params.temperature);
-  const int32_t best_logit_index = ArgMax(logits);
-  const float max_logit = Clean(logits[best_logit_index]);
-  if (std::isinf(max_logit)) return best_logit_index;
+  const int32_t top = ArgMax(logits);
+  const float max_logit = Clean(logits[top]);
+  if (std::isinf(max_logit)) return top;
   // z(i) = (logit_i - max) / T <= 0; softmax(z) is the target distribution.
   auto z = [&](int32_t i) {
     return (static_cast<double>(Clean(logits[i])) - max_logit) * inv_t;
   };
-  // Gumbel noise -log(-log(u)) for u in (0, 1) as CounterUniform makes it is
-  // at most -log(-log(1 - 2^-54)) < 38: tokens with z + 38 below the best
-  // score so far cannot win and need no noise (an exact shortcut).
-  constexpr double kMaxGumbel = 38.0;
-  auto gumbel = [&](int32_t i) {
-    return -std::log(-std::log(CounterUniform(params.seed, position, i)));
-  };
-  int32_t best = best_logit_index;
-  double best_score = z(best) + gumbel(best);
-  auto consider = [&](int32_t i) {
-    const double zi = z(i);
-    if (zi + kMaxGumbel < best_score || i == best_logit_index) return;
-    const double score = zi + gumbel(i);
-    if (score > best_score || (score == best_score && i < best)) {
-      best_score = score;
-      best = i;
-    }
-  };
-
-  const bool truncate =
-      (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.0f;
-  if (!truncate) {
-    for (int32_t i = 0; i < vocab; ++i) consider(i);
-    return best;
-  }
-
-  // Candidate set: a prefix of the total order (logit desc, index asc). Sort
-  // only as long a prefix as the cut needs; a prefix of a total order is
-  // unique, so this is deterministic.
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
+  // The total order of candidates: logit desc, index asc.
   auto before = [&](int32_t a, int32_t b) {
     const float la = Clean(logits[a]);
     const float lb = Clean(logits[b]);
     return la > lb || (la == lb && a < b);
   };
-  auto weight = [&](int32_t i) { return std::exp(z(i)); };
-  const int k_cap =
-      (params.top_k > 0 && params.top_k < vocab) ? params.top_k : vocab;
-  double total_all = 0.0;
-  if (k_cap == vocab) {
-    for (int32_t i = 0; i < vocab; ++i) total_all += weight(i);
+
+  // Candidate set (empty = the whole vocabulary). `top` is always in it.
+  std::vector<int32_t> candidates;
+  if (params.top_k > 0 && params.top_k < vocab) {
+    candidates.resize(vocab);
+    std::iota(candidates.begin(), candidates.end(), 0);
+    std::nth_element(candidates.begin(), candidates.begin() + params.top_k - 1,
+                     candidates.end(), before);
+    candidates.resize(params.top_k);
   }
-  // Probabilities are relative to the top-k set when top_k applies.
-  int sorted = k_cap < vocab ? k_cap : std::min(64, vocab);
-  int keep = 0;
-  while (true) {
-    std::partial_sort(order.begin(), order.begin() + sorted, order.end(),
-                      before);
-    double denom = total_all;
-    if (k_cap < vocab) {
-      denom = 0.0;
-      for (int j = 0; j < k_cap; ++j) denom += weight(order[j]);
+  if (params.top_p < 1.0f) {
+    if (candidates.empty()) {
+      candidates.resize(vocab);
+      std::iota(candidates.begin(), candidates.end(), 0);
     }
-    double cum = 0.0;
-    bool reached = false;
-    for (int j = 0; j < sorted && !reached; ++j) {
-      cum += weight(order[j]);
-      keep = j + 1;
-      reached = params.top_p < 1.0f && cum >= params.top_p * denom;
-    }
-    if (reached || sorted == k_cap) break;
-    sorted = std::min(sorted * 8, k_cap);
+    candidates = Nucleus(candidates, z, before, params.top_p);
   }
-  // order[0] is the argmax (same tie rule), already scored.
-  for (int j = 1; j < keep; ++j) consider(order[j]);
+
+  // Gumbel-max: argmax z_i + g_i with g_i = -log(-log(u_i)).
+  auto gumbel = [&](int32_t i) {
+    return -std::log(-std::log(CounterUniform(params.seed, position, i)));
+  };
+  int32_t best = top;
+  double best_score = z(top) + gumbel(top);
+  auto consider = [&](int32_t i) {
+    if (i == top) return;
+    const double d = best_score - z(i);  // i wins iff g_i > d (or ties)
+    // g <= 38 always (u <= 1 - 2^-54), so large d needs no noise at all.
+    if (d > 38.0) return;
+    const double u = CounterUniform(params.seed, position, i);
+    // Necessary for g_i >= d: u >= exp(-exp(-d)) >= 1 - exp(-d). The margin
+    // keeps this shortcut exact despite rounding.
+    if (d > 0.0 && u < 1.0 - std::exp(-d) - 1e-9) return;
+    const double score = z(i) - std::log(-std::log(u));
+    if (score > best_score || (score == best_score && i < best)) {
+      best_score = score;
+      best = i;
+    }
+  };
+  if (candidates.empty()) {
+    for (int32_t i = 0; i < vocab; ++i) consider(i);
+  } else {
+    for (int32_t i : candidates) consider(i);
+  }
   return best;
 }
 

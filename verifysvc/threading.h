@@ -22,11 +22,13 @@ struct ThreadOptions {
   // graph work. Can only be set before the pool starts; a later call keeps the
   // old size (reported in the returned status only if it differs).
   int inter_op_threads = 1;
-  // OpenBLAS threads for the matmuls, which dominate decoding time. Default 1:
-  // fastest measured on the shared 2-core CI machine (1x1 39-55 ms/token vs
-  // 1x2 47-70, 2x1 42-102, 2x2 130; see verifysvc/engine_bench). On an idle
-  // machine with spare cores 2 may win: measure with engine_bench.
-  // <= 0 means "leave OpenBLAS alone".
+  // OpenBLAS threads for the matmuls, which dominate decoding time. Default 1,
+  // the fastest measured on the shared 2-core CI machine (engine_bench, ms per
+  // decoded token, intra x blas): 1x1 28-55, 1x2 28-70, 2x1 30-102, 2x2
+  // 29-130; ranges span quiet to busy, and extra threads only lose when the
+  // other core is busy. 1 BLAS thread also gives the smoothest tree-verify
+  // curve (gemm on 2-8 rows is erratic with 2). On a dedicated machine with
+  // spare cores, measure with engine_bench. <= 0 leaves OpenBLAS alone.
   int blas_threads = 1;
 };
 

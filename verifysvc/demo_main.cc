@@ -37,7 +37,8 @@ ABSL_FLAG(std::string, question, "", "the question about the passage");
 ABSL_FLAG(int, max_new_tokens, 160, "tokens to generate at most");
 ABSL_FLAG(int, decoding_length, 16, "draft tokens per step");
 ABSL_FLAG(int, branch_length, 8, "draft branch depth");
-ABSL_FLAG(int, blas_threads, 2, "OpenBLAS threads");
+ABSL_FLAG(int, blas_threads, lookahead::verifysvc::AvailableCores(),
+          "OpenBLAS threads (default: one per available core)");
 
 namespace lookahead::verifysvc {
 namespace {

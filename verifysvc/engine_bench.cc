@@ -29,7 +29,8 @@ ABSL_FLAG(std::string, thread_sweep, "1x1,1x2,2x1,2x2",
           "intra_op x blas thread settings for the decode sweep");
 ABSL_FLAG(int, decode_tokens, 48, "tokens per plain-decode measurement");
 ABSL_FLAG(int, intra_op, 1, "intra-op threads for the curve");
-ABSL_FLAG(int, blas, 1, "OpenBLAS threads for the curve");
+ABSL_FLAG(int, blas, lookahead::verifysvc::AvailableCores(),
+          "OpenBLAS threads for the curve (default: one per core)");
 ABSL_FLAG(std::string, prompt_ids, "",
           "if set: comma-separated prompt token ids; print 16 greedy tokens "
           "and exit (a sanity check against a reference)");

@@ -144,9 +144,9 @@ torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
   for (const LayerWeights& lw : w.layers) {
     torch::Tensor wqkv = lw.wqkv.to(torch::kDouble);
     torch::Tensor hn = norm(x, lw.attn_norm);
-    torch::Tensor q = hn.matmul(wqkv.narrow(0, 0, qd).t());
-    torch::Tensor k = hn.matmul(wqkv.narrow(0, qd, kvd).t());
-    torch::Tensor v = hn.matmul(wqkv.narrow(0, qd + kvd, kvd).t());
+    torch::Tensor q = hn.matmul(wqkv.narrow(1, 0, qd));
+    torch::Tensor k = hn.matmul(wqkv.narrow(1, qd, kvd));
+    torch::Tensor v = hn.matmul(wqkv.narrow(1, qd + kvd, kvd));
     if (lw.bqkv.defined()) {
       torch::Tensor b = lw.bqkv.to(torch::kDouble);
       q = q + b.narrow(0, 0, qd);
@@ -163,16 +163,16 @@ torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
                                 -std::numeric_limits<double>::infinity());
     torch::Tensor o = scores.softmax(-1).matmul(v);  // (H, n, hd)
     o = o.permute({1, 0, 2}).reshape({n, qd});
-    x = x + o.matmul(lw.wo.to(torch::kDouble).t());
+    x = x + o.matmul(lw.wo.to(torch::kDouble));
     torch::Tensor hf = norm(x, lw.ffn_norm);
     torch::Tensor gu = lw.w_gate_up.to(torch::kDouble);
-    torch::Tensor gate = hf.matmul(gu.narrow(0, 0, f).t());
-    torch::Tensor up = hf.matmul(gu.narrow(0, f, f).t());
-    x = x + (gate * torch::sigmoid(gate) * up)
-                .matmul(lw.w_down.to(torch::kDouble).t());
+    torch::Tensor gate = hf.matmul(gu.narrow(1, 0, f));
+    torch::Tensor up = hf.matmul(gu.narrow(1, f, f));
+    x = x +
+        (gate * torch::sigmoid(gate) * up).matmul(lw.w_down.to(torch::kDouble));
   }
   x = norm(x, w.output_norm);
-  return x.matmul(w.output.to(torch::kDouble).t()).to(torch::kFloat);
+  return x.matmul(w.output.to(torch::kDouble)).to(torch::kFloat);
 }
 
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {

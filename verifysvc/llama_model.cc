@@ -72,23 +72,36 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
   return torch::cat({rotated, x.narrow(2, rope_dim, head_dim - rope_dim)}, -1);
 }
 
-// x: (T, in), weight: (out, in), bias: (out) or undefined -> (T, out).
-// Up to kMaxGemvRows tokens go through one gemv each: OpenBLAS gemm on a few
-// rows packs the whole weight matrix first and measured ~2x slower than mv
-// for one row and ~1.5x for two (engine_bench, 2-core machine).
-constexpr int64_t kMaxGemvRows = 3;
+// x: (T, in), weight: (in, out) contiguous, bias: (out) or undefined ->
+// (T, out). OpenBLAS (2-core machine, /tmp-style micro-benchmark of the
+// 135M model's shapes) is fastest with: one gemv per row for 1-2 rows (gemm
+// packs the whole matrix first: 2-4x slower); for more rows, x @ weight with
+// the rows padded to a multiple of 16, since its small-M gemm kernels are
+// 1.5-2.5x slower for 4, 8 or 12 rows than for 16 (e.g. 3072x576: 12 rows
+// 1.0 ms, 16 rows 0.47 ms). Padding rows are zeros and are sliced off; every
+// real row is computed exactly as without them.
+constexpr int64_t kMaxGemvRows = 2;
+constexpr int64_t kGemmRowMultiple = 16;
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
                      const torch::Tensor& bias = {}) {
   const int64_t rows = x.size(0);
+  torch::Tensor y;
   if (rows <= kMaxGemvRows) {
-    std::vector<torch::Tensor> out;
-    out.reserve(rows);
-    for (int64_t r = 0; r < rows; ++r) out.push_back(torch::mv(weight, x[r]));
-    torch::Tensor y = rows == 1 ? out[0].unsqueeze(0) : torch::stack(out);
-    return bias.defined() ? y + bias : y;
+    const torch::Tensor w = weight.t();  // (out, in) view: gemv "T"
+    y = rows == 1 ? torch::mv(w, x[0]).unsqueeze(0)
+                  : torch::stack({torch::mv(w, x[0]), torch::mv(w, x[1])});
+  } else {
+    const int64_t padded =
+        (rows + kGemmRowMultiple - 1) / kGemmRowMultiple * kGemmRowMultiple;
+    if (padded == rows) {
+      y = torch::mm(x, weight);
+    } else {
+      torch::Tensor xp = torch::zeros({padded, x.size(1)}, x.options());
+      xp.narrow(0, 0, rows).copy_(x);
+      y = torch::mm(xp, weight).narrow(0, 0, rows);
+    }
   }
-  return bias.defined() ? torch::linear(x, weight, bias)
-                        : torch::linear(x, weight);
+  return bias.defined() ? y + bias : y;
 }
 
 }  // namespace
@@ -128,6 +141,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     ASSIGN_OR_RETURN(w.output,
                      LoadTensor(file, "output.weight", {d, v}, options));
   }
+  // Matmul weights are kept input-major (in, out) for Linear (a tied head
+  // costs a transposed copy of the embedding: 113 MiB for SmolLM2 in fp32).
+  auto input_major = [](const torch::Tensor& t) { return t.t().contiguous(); };
+  RETURN_IF_ERROR(TorchStatus("transposing the output head",
+                              [&] { w.output = input_major(w.output); }));
   for (int l = 0; l < c.block_count; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     LayerWeights lw;
@@ -140,14 +158,15 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     ASSIGN_OR_RETURN(torch::Tensor wv,
                      LoadTensor(file, p + "attn_v.weight", {d, kvd}, options));
     ASSIGN_OR_RETURN(
-        lw.wo, LoadTensor(file, p + "attn_output.weight", {qd, d}, options));
+        torch::Tensor wo,
+        LoadTensor(file, p + "attn_output.weight", {qd, d}, options));
     ASSIGN_OR_RETURN(lw.ffn_norm,
                      LoadTensor(file, p + "ffn_norm.weight", {d}, options));
     ASSIGN_OR_RETURN(torch::Tensor wg,
                      LoadTensor(file, p + "ffn_gate.weight", {d, f}, options));
     ASSIGN_OR_RETURN(torch::Tensor wu,
                      LoadTensor(file, p + "ffn_up.weight", {d, f}, options));
-    ASSIGN_OR_RETURN(lw.w_down,
+    ASSIGN_OR_RETURN(torch::Tensor w_down,
                      LoadTensor(file, p + "ffn_down.weight", {f, d}, options));
     torch::Tensor bq, bk, bv;
     if (c.qkv_bias) {
@@ -156,8 +175,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
       ASSIGN_OR_RETURN(bv, LoadTensor(file, p + "attn_v.bias", {kvd}, options));
     }
     RETURN_IF_ERROR(TorchStatus("fusing layer weights", [&] {
-      lw.wqkv = torch::cat({wq, wk, wv}, 0).contiguous();
-      lw.w_gate_up = torch::cat({wg, wu}, 0).contiguous();
+      lw.wqkv = input_major(torch::cat({wq, wk, wv}, 0));
+      lw.wo = input_major(wo);
+      lw.w_gate_up = input_major(torch::cat({wg, wu}, 0));
+      lw.w_down = input_major(w_down);
       if (c.qkv_bias) lw.bqkv = torch::cat({bq, bk, bv}, 0).contiguous();
     }));
     w.layers.push_back(std::move(lw));

@@ -40,22 +40,23 @@ struct ModelOptions {
   int prefill_chunk_tokens = 256;
 };
 
-// Float weights of one layer (PyTorch (out, in) layout).
+// Float weights of one layer. Matmul weights are input-major, (in, out)
+// contiguous, so a layer computes y = x @ w (OpenBLAS is fastest that way).
 struct LayerWeights {
   torch::Tensor attn_norm;  // (D)
-  torch::Tensor wqkv;       // (H*hd + 2*KV*hd, D): q, k, v rows stacked
+  torch::Tensor wqkv;       // (D, H*hd + 2*KV*hd): q, k, v columns stacked
   torch::Tensor bqkv;       // (H*hd + 2*KV*hd) or undefined (no bias)
-  torch::Tensor wo;         // (D, H*hd)
+  torch::Tensor wo;         // (H*hd, D)
   torch::Tensor ffn_norm;   // (D)
-  torch::Tensor w_gate_up;  // (2*F, D): gate rows then up rows
-  torch::Tensor w_down;     // (D, F)
+  torch::Tensor w_gate_up;  // (D, 2*F): gate columns then up columns
+  torch::Tensor w_down;     // (F, D)
 };
 
 struct LlamaWeights {
   torch::Tensor token_embd;  // (V, D)
   std::vector<LayerWeights> layers;
   torch::Tensor output_norm;    // (D)
-  torch::Tensor output;         // (V, D); the same tensor as token_embd if tied
+  torch::Tensor output;         // (D, V): token_embd transposed if tied
   torch::Tensor rope_inv_freq;  // (rope_dim/2) float64, scaling applied
 };
 

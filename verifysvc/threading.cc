@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <sched.h>
 
 #include "absl/strings/str_cat.h"
 #include "verifysvc/torch_status.h"
@@ -26,6 +27,13 @@ GetThreadsFn FindBlasGetter() {
 }
 
 }  // namespace
+
+int AvailableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  const int cores = CPU_COUNT(&set);
+  return cores > 0 ? cores : 1;
+}
 
 absl::Status ConfigureThreads(const ThreadOptions& options) {
   if (options.intra_op_threads < 1 || options.inter_op_threads < 1) {

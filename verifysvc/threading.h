@@ -13,6 +13,9 @@
 namespace lookahead {
 namespace verifysvc {
 
+// Cores this process may run on (its CPU affinity mask; at least 1).
+int AvailableCores();
+
 struct ThreadOptions {
   // LibTorch intra-op (OpenMP) threads for element-wise ops, softmax and
   // non-BLAS kernels. Default 1: the work between matmuls is tiny for a
@@ -22,14 +25,15 @@ struct ThreadOptions {
   // graph work. Can only be set before the pool starts; a later call keeps the
   // old size (reported in the returned status only if it differs).
   int inter_op_threads = 1;
-  // OpenBLAS threads for the matmuls, which dominate decoding time. Default 1,
-  // the fastest measured on the shared 2-core CI machine (engine_bench, ms per
-  // decoded token, intra x blas): 1x1 28-55, 1x2 28-70, 2x1 30-102, 2x2
-  // 29-130; ranges span quiet to busy, and extra threads only lose when the
-  // other core is busy. 1 BLAS thread also gives the smoothest tree-verify
-  // curve (gemm on 2-8 rows is erratic with 2). On a dedicated machine with
-  // spare cores, measure with engine_bench. <= 0 leaves OpenBLAS alone.
-  int blas_threads = 1;
+  // OpenBLAS threads for the matmuls, which dominate decoding time. Default:
+  // one per core this process may run on (AvailableCores()), so the BLAS pool
+  // owns the machine and nothing else spins beside it. Measured on the 2-core
+  // machine, quiet (engine_bench, ms per decoded token, intra x blas): 1x1
+  // 26.2, 1x2 18.1. When another process keeps a core busy a second BLAS
+  // thread loses (1x1 28-55 vs 1x2 28-70 on a loaded machine): give a
+  // service its cores (Kubernetes CPU requests) rather than fewer threads.
+  // <= 0 leaves OpenBLAS alone.
+  int blas_threads = AvailableCores();
 };
 
 // Applies `options`. Returns OK iff every setting that this process supports

@@ -41,4 +41,4 @@ awk '/^   3\. Grant of Patent License/,/^   4\. Redistribution/' \
 bazel-bin/verifysvc/lookahead_demo \
   --draftsvc="127.0.0.1:$(cat "$work/port")" \
   --document="$work/passage.txt" \
-  --question="When do the patent licenses granted to You terminate?"
+  --question="What does each Contributor grant to You? Answer with the exact words of the passage."

@@ -7,12 +7,12 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "draftsvc/trie_format.h"
 
 namespace lookahead::draftsvc {
 namespace {
 
 constexpr size_t kMaxSessionIdBytes = 256;
-constexpr size_t kMaxNamespaceBytes = 128;
 // Prune batches are split so no single batch holds millions of paths.
 constexpr size_t kMaxMutationsPerBatch = size_t{1} << 16;
 
@@ -142,21 +142,8 @@ DraftIndex::~DraftIndex() = default;
 absl::StatusOr<std::string> DraftIndex::CanonicalNamespace(
     absl::string_view ns) {
   if (ns.empty()) return std::string("default");
-  if (ns.size() > kMaxNamespaceBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("namespace is ", ns.size(), " bytes; at most ",
-                     kMaxNamespaceBytes, " allowed"));
-  }
-  for (size_t i = 0; i < ns.size(); ++i) {
-    const char c = ns[i];
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "namespace has a character outside [A-Za-z0-9_.-] at byte ", i,
-          " (code ", static_cast<int>(static_cast<unsigned char>(c)), ")"));
-    }
-  }
+  // One naming rule for memory and disk (keys embed the name).
+  RETURN_IF_ERROR(trie_format::ValidateNamespace(ns));
   return std::string(ns);
 }
 

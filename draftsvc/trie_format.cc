@@ -30,8 +30,8 @@ uint32_t ReadBigEndian32(const char* p) {
 absl::Status ValidateNamespace(absl::string_view name) {
   if (name.empty() || name.size() > kMaxNamespaceBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("namespace must be 1..", kMaxNamespaceBytes,
-                     " bytes, got ", name.size()));
+        absl::StrCat("namespace is ", name.size(), " bytes; it must be 1..",
+                     kMaxNamespaceBytes, " bytes"));
   }
   for (char c : name) {
     if (!IsNameChar(c)) {

@@ -23,7 +23,7 @@ cleanup() {
 trap cleanup EXIT
 
 db="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/draftsvc-db"
-bazel-bin/draftsvc/draftsvc --host=127.0.0.1 --port=0 \
+.bazel/bin/draftsvc/draftsvc --host=127.0.0.1 --port=0 \
   --port_file="$work/port" --db_path="$db" >"$work/draftsvc.log" 2>&1 &
 draftsvc_pid=$!
 for _ in $(seq 100); do
@@ -38,7 +38,7 @@ echo "draftsvc on 127.0.0.1:$(cat "$work/port"), db $db"
 awk '/^   3\. Grant of Patent License/,/^   4\. Redistribution/' \
   /usr/share/common-licenses/Apache-2.0 | sed '$d' >"$work/passage.txt"
 
-bazel-bin/verifysvc/lookahead_demo \
+.bazel/bin/verifysvc/lookahead_demo \
   --draftsvc="127.0.0.1:$(cat "$work/port")" \
   --document="$work/passage.txt" \
   --question="What does each Contributor grant to You? Answer with the exact words of the passage."

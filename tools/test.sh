@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing (tools/setup.sh), builds with
 # Bazel offline, runs the unit, integration and golden tests, then the GGUF
-# fuzz target for a bounded time.
+# fuzz target for a bounded time (LOOKAHEAD_FUZZ_SECONDS, default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/setup.sh
-bazel test --test_output=errors //...
-if [[ -x tools/fuzz.sh ]]; then
-  tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+bazel test --test_output=errors //... 2>&1 | tee "$log" || status=$?
+passed=$(grep -cE '^//.* PASSED' "$log" || true)
+failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|INCOMPLETE)' "$log" || true)
+if ((status == 0)); then
+  if tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"; then
+    passed=$((passed + 1))
+  else
+    status=$?
+    failed=$((failed + 1))
+  fi
 fi
+echo "${passed} passed, ${failed} failed"
+exit "$status"

@@ -1,5 +1,6 @@
 #include "verifysvc/engine_test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -181,6 +182,13 @@ double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
       .abs()
       .max()
       .item<double>();
+}
+
+double MaxCommittedCacheDiff(const KvCache& a, const KvCache& b) {
+  if (a.Length() != b.Length()) return std::numeric_limits<double>::infinity();
+  const int64_t len = a.Length();
+  return std::max(MaxAbsDiff(a.k().narrow(2, 0, len), b.k().narrow(2, 0, len)),
+                  MaxAbsDiff(a.v().narrow(2, 0, len), b.v().narrow(2, 0, len)));
 }
 
 }  // namespace verifysvc

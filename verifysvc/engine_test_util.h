@@ -58,6 +58,10 @@ torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
 // Max |a - b| (float64), or +inf if shapes differ.
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b);
 
+// Max |a - b| over the committed K and V rows of two caches, or +inf if
+// their lengths or shapes differ.
+double MaxCommittedCacheDiff(const KvCache& a, const KvCache& b);
+
 }  // namespace verifysvc
 }  // namespace lookahead
 

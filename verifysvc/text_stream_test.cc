@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "verifysvc/tokenizer.h"
+#include "verifysvc/utf8_test_util.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -17,26 +18,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kFffd[] = "\xEF\xBF\xBD";
-
-std::string Encode(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 // The oracle: the sets of all well-formed encodings and all their proper
 // prefixes, built by encoding every scalar value. Replacement follows the
@@ -47,7 +28,7 @@ class Utf8Oracle {
   Utf8Oracle() {
     for (uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
       if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-      std::string e = Encode(cp);
+      std::string e = Utf8(cp);
       complete_.insert(e);
       for (size_t k = 1; k < e.size(); ++k) prefixes_.insert(e.substr(0, k));
     }
@@ -119,11 +100,11 @@ std::string RandomBytes(std::mt19937& rng, int n) {
       case 2: {
         uint32_t cp = rng() % 0x110000;
         if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xE000;
-        s += Encode(cp);
+        s += Utf8(cp);
         break;
       }
       case 3: {  // a cut character
-        std::string e = Encode(0x80 + rng() % (0x110000 - 0x80));
+        std::string e = Utf8(0x80 + rng() % (0x110000 - 0x80));
         s += e.substr(0, 1 + rng() % (e.size() - 1));
         break;
       }
@@ -208,7 +189,7 @@ std::unique_ptr<Tokenizer> ByteTokenizer() {
   for (int b = 0; b < 256; ++b) {
     bool printable =
         (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-    spec.tokens.push_back(Encode(printable ? b : next++));
+    spec.tokens.push_back(Utf8(printable ? b : next++));
   }
   spec.tokens.push_back("<|end|>");
   spec.token_types.assign(spec.tokens.size(), 1);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <queue>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,16 @@ double StepCostModel::Seconds(int tokens) const {
   const auto& [x1, y1] = points_[hi];
   const double y = y0 + (y1 - y0) * (tokens - x0) / double(x1 - x0);
   return std::max(y, points_.front().second);
+}
+
+void StepCostModel::Observe(int tokens, double seconds, double weight) {
+  if (!(seconds > 0)) return;
+  auto nearest = std::min_element(
+      points_.begin(), points_.end(), [tokens](const auto& a, const auto& b) {
+        return std::abs(a.first - tokens) < std::abs(b.first - tokens);
+      });
+  if (std::abs(nearest->first - tokens) > nearest->first / 4) return;
+  nearest->second += weight * (seconds - nearest->second);
 }
 
 double ExpectedAccepted(const DraftCandidate& candidate, int tokens) {

@@ -29,6 +29,10 @@ class StepCostModel {
   // Piecewise-linear through the points; below the first point its cost,
   // beyond the last the last segment's slope extended.
   double Seconds(int tokens) const;
+  // Folds in a pass just timed: the point nearest `tokens` (within a
+  // quarter of its token count) moves `weight` of the way to `seconds`, so
+  // the model follows the machine's load. Thread-compatible.
+  void Observe(int tokens, double seconds, double weight = 0.1);
   const std::vector<std::pair<int, double>>& points() const { return points_; }
 
  private:

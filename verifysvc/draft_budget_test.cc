@@ -31,6 +31,15 @@ TEST(StepCostModelTest, InterpolatesAndExtrapolates) {
   EXPECT_NEAR(cost.Seconds(128), 0.15 + 0.095 * 64 / 48, 1e-12);
 }
 
+TEST(StepCostModelTest, ObserveMovesTheNearestPointOnly) {
+  StepCostModel cost = CpuCost();
+  cost.Observe(16, 0.155, 0.5);
+  EXPECT_NEAR(cost.Seconds(16), 0.105, 1e-12);
+  EXPECT_DOUBLE_EQ(cost.Seconds(1), 0.020);
+  cost.Observe(40, 1.0, 0.5);  // 24 tokens from 16 and 64: no point is near.
+  EXPECT_NEAR(cost.Seconds(64), 0.15, 1e-12);
+}
+
 TEST(StepCostModelTest, RejectsBadPoints) {
   EXPECT_FALSE(StepCostModel::Create({}).ok());
   EXPECT_FALSE(StepCostModel::Create({{2, 0.1}, {2, 0.2}}).ok());

@@ -7,18 +7,6 @@
 #include "common/status_macros.h"
 
 namespace lookahead::verifysvc {
-namespace {
-
-// Keeps the first `max_nodes` nodes: nodes are in topological order, so any
-// prefix is still a tree.
-void TrimDraft(DraftTree* tree, int max_nodes) {
-  max_nodes = std::max(max_nodes, 0);
-  if (static_cast<int>(tree->tokens.size()) <= max_nodes) return;
-  tree->tokens.resize(max_nodes);
-  tree->parents.resize(max_nodes);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<SessionDraftProvider>>
 SessionDraftProvider::Open(DraftClient* client, std::string session_id,

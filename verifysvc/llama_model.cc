@@ -106,6 +106,13 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
 
 }  // namespace
 
+void TrimDraft(DraftTree* tree, int max_nodes) {
+  max_nodes = std::max(max_nodes, 0);
+  if (static_cast<int>(tree->tokens.size()) <= max_nodes) return;
+  tree->tokens.resize(max_nodes);
+  tree->parents.resize(max_nodes);
+}
+
 SequenceInput MakeVerifyInput(KvCache* cache, int32_t root_token,
                               const DraftTree& draft) {
   SequenceInput input;

@@ -79,6 +79,10 @@ struct DraftTree {
   std::vector<int32_t> parents;
 };
 
+// Keeps the first `max_nodes` (>= 0) nodes of `tree`: nodes are in
+// topological order, so any prefix is still a tree.
+void TrimDraft(DraftTree* tree, int max_nodes);
+
 // The tree [root, draft...] as forward input: node 0 = root (parent -1),
 // draft node j = node j + 1 with parent draft.parents[j] + 1.
 SequenceInput MakeVerifyInput(KvCache* cache, int32_t root_token,

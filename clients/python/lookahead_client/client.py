@@ -1,0 +1,212 @@
+"""A small synchronous client of lookahead.v1.GenerationService.
+
+Errors are the server's: every method raises grpc.RpcError, whose code() and
+details() are what verifysvc sent (INVALID_ARGUMENT naming the bad field,
+RESOURCE_EXHAUSTED when it is full, UNAVAILABLE when nothing listens).
+A Client may be shared by threads (gRPC channels and stubs are thread-safe).
+"""
+
+import collections.abc
+import dataclasses
+from typing import (Callable, Iterable, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
+
+import grpc
+
+try:
+    from .proto import draft_pb2, generation_pb2, generation_pb2_grpc
+except ImportError as e:  # pragma: no cover - depends on the checkout
+    raise ImportError(
+        "lookahead_client.proto is missing or stale: run "
+        "clients/python/gen_protos.sh (needs python3-grpc-tools)") from e
+
+# Names accepted for `draft_mode`; None leaves the server's default
+# (trie-hierarchical).
+DRAFT_MODES = {
+    "off": draft_pb2.DRAFT_MODE_OFF,
+    "hierarchical": draft_pb2.DRAFT_MODE_TRIE_HIERARCHICAL,
+    "parallel": draft_pb2.DRAFT_MODE_TRIE_PARALLEL,
+}
+
+# A chat turn: {"role": ..., "content": ...} or (role, content).
+ChatTurn = Union[Mapping[str, str], Tuple[str, str]]
+
+
+@dataclasses.dataclass
+class Completion:
+    """One Generate call's stream, collected."""
+
+    text: str
+    token_ids: List[int]
+    # Usage from the last message (edl, tokens_per_second, ...).
+    usage: "generation_pb2.Usage"
+    # Stream messages received, i.e. decoding steps seen by the client.
+    messages: int
+
+    @property
+    def finish_reason(self) -> str:
+        return generation_pb2.FinishReason.Name(self.usage.finish_reason)
+
+
+class Client:
+    """Talks to one verifysvc at `target` ("host:port")."""
+
+    def __init__(self, target: str = "127.0.0.1:50051",
+                 channel: Optional[grpc.Channel] = None):
+        # Streams carry one message per decoding step; the defaults suit them.
+        self._channel = channel or grpc.insecure_channel(target)
+        self._owns_channel = channel is None
+        self._stub = generation_pb2_grpc.GenerationServiceStub(self._channel)
+
+    def close(self) -> None:
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def wait_ready(self, timeout: float) -> None:
+        """Blocks until the channel connects; grpc.FutureTimeoutError after
+        `timeout` seconds (nothing listening at the target)."""
+        grpc.channel_ready_future(self._channel).result(timeout=timeout)
+
+    def generate(self, prompt: Optional[str] = None, *,
+                 chat: Optional[Sequence[ChatTurn]] = None,
+                 tokens: Optional[Sequence[int]] = None,
+                 max_new_tokens: int = 0,
+                 temperature: float = 0.0,
+                 top_p: float = 0.0,
+                 top_k: int = 0,
+                 seed: int = 0,
+                 stop: Iterable[str] = (),
+                 draft_mode: Optional[str] = None,
+                 namespace: str = "",
+                 decoding_length: int = 0,
+                 timeout: Optional[float] = None,
+                 ) -> Iterator["generation_pb2.GenerateResponse"]:
+        """Streams GenerateResponse messages, one per decoding step; the last
+        one has `usage` set.
+
+        Exactly one of `prompt` (raw text), `chat` (rendered with the model's
+        chat template) or `tokens` (ids used as given). Zeros mean the
+        server's defaults; temperature 0 is greedy. `draft_mode` is one of
+        DRAFT_MODES' keys or None. `timeout` is the whole call's deadline in
+        seconds. Closing the iterator early cancels the call on the server.
+        """
+        request = build_request(
+            prompt, chat=chat, tokens=tokens, max_new_tokens=max_new_tokens,
+            temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+            stop=stop, draft_mode=draft_mode, namespace=namespace,
+            decoding_length=decoding_length)
+        call = self._stub.Generate(request, timeout=timeout)
+        try:
+            yield from call
+        finally:
+            # No-op when the stream ended; frees the server's batch slot when
+            # the caller stopped reading.
+            call.cancel()
+
+    def complete(self, prompt: Optional[str] = None, *,
+                 on_text: Optional[Callable[[str], None]] = None,
+                 **kwargs) -> Completion:
+        """Runs generate(prompt, **kwargs) to the end and collects it.
+        `on_text` sees each piece of text as it arrives (for streaming)."""
+        pieces: List[str] = []
+        token_ids: List[int] = []
+        usage = None
+        messages = 0
+        for message in self.generate(prompt, **kwargs):
+            messages += 1
+            if message.text:
+                pieces.append(message.text)
+                if on_text is not None:
+                    on_text(message.text)
+            token_ids.extend(message.token_ids)
+            if message.HasField("usage"):
+                usage = message.usage
+        if usage is None:
+            raise RuntimeError("Generate stream ended without usage: "
+                               "the server broke the protocol")
+        return Completion("".join(pieces), token_ids, usage, messages)
+
+    def tokenize(self, text: Optional[str] = None, *,
+                 chat: Optional[Sequence[ChatTurn]] = None,
+                 add_special: bool = False,
+                 timeout: Optional[float] = None) -> List[int]:
+        """Token ids of `text`, or of `chat` rendered with the template."""
+        if (text is None) == (chat is None):
+            raise ValueError("tokenize needs exactly one of text, chat")
+        request = generation_pb2.TokenizeRequest(add_special=add_special)
+        if chat is not None:
+            request.chat.CopyFrom(chat_messages(chat))
+        else:
+            request.text = text
+        return list(self._stub.Tokenize(request, timeout=timeout).ids)
+
+    def detokenize(self, ids: Sequence[int], *,
+                   timeout: Optional[float] = None) -> str:
+        request = generation_pb2.DetokenizeRequest(ids=list(ids))
+        return self._stub.Detokenize(request, timeout=timeout).text
+
+    def model_info(self, *, timeout: Optional[float] = None
+                   ) -> "generation_pb2.ModelInfoResponse":
+        return self._stub.ModelInfo(generation_pb2.ModelInfoRequest(),
+                                    timeout=timeout)
+
+    def stats(self, *, timeout: Optional[float] = None
+              ) -> "generation_pb2.GenerationStatsResponse":
+        return self._stub.Stats(generation_pb2.GenerationStatsRequest(),
+                                timeout=timeout)
+
+
+def chat_messages(chat: Sequence[ChatTurn]) -> "generation_pb2.ChatMessages":
+    """ChatMessages from dicts {"role", "content"} or (role, content) pairs."""
+    messages = generation_pb2.ChatMessages()
+    for turn in chat:
+        if isinstance(turn, collections.abc.Mapping):
+            role, content = turn["role"], turn["content"]
+        else:
+            role, content = turn
+        messages.messages.add(role=role, content=content)
+    return messages
+
+
+def build_request(prompt: Optional[str] = None, *,
+                  chat: Optional[Sequence[ChatTurn]] = None,
+                  tokens: Optional[Sequence[int]] = None,
+                  max_new_tokens: int = 0,
+                  temperature: float = 0.0,
+                  top_p: float = 0.0,
+                  top_k: int = 0,
+                  seed: int = 0,
+                  stop: Iterable[str] = (),
+                  draft_mode: Optional[str] = None,
+                  namespace: str = "",
+                  decoding_length: int = 0,
+                  ) -> "generation_pb2.GenerateRequest":
+    """The GenerateRequest for Client.generate's arguments. The server checks
+    the values; this only checks what the message cannot express."""
+    if sum(x is not None for x in (prompt, chat, tokens)) != 1:
+        raise ValueError("generate needs exactly one of prompt, chat, tokens")
+    if draft_mode is not None and draft_mode not in DRAFT_MODES:
+        raise ValueError(f"draft_mode {draft_mode!r} is not one of "
+                         f"{sorted(DRAFT_MODES)} (or None for the default)")
+    request = generation_pb2.GenerateRequest(
+        max_new_tokens=max_new_tokens,
+        sampling=generation_pb2.SamplingParams(
+            temperature=temperature, top_p=top_p, top_k=top_k, seed=seed),
+        stop=list(stop),
+        draft=generation_pb2.DraftParams(
+            mode=DRAFT_MODES.get(draft_mode, draft_pb2.DRAFT_MODE_UNSPECIFIED),
+            decoding_length=decoding_length,
+            namespace=namespace))
+    if chat is not None:
+        request.chat.CopyFrom(chat_messages(chat))
+    elif tokens is not None:
+        request.tokens.ids.extend(tokens)
+    else:
+        request.text = prompt
+    return request

@@ -1,6 +1,7 @@
 #include "verifysvc/draft_sessions.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -145,6 +146,7 @@ void DraftSessions::Close(int64_t handle, std::vector<int32_t> accepted) {
       session.state = State::kClosing;  // RunOpen finishes the close.
       break;
     case State::kClosed:
+    case State::kFailed:
       Erase(it);  // Nothing on draftsvc to close.
       break;
     case State::kClosing:
@@ -229,13 +231,17 @@ void DraftSessions::RunOpen(const Task& task) {
     next_attempt_ = absl::InfinitePast();
     return;
   }
-  session.state = State::kClosed;  // Step() retries after the backoff.
-  if (absl::IsUnavailable(opened) || absl::IsDeadlineExceeded(opened)) {
-    stats_.available = false;
-    backoff_ =
-        std::clamp(backoff_ * 2, options_.min_backoff, options_.max_backoff);
-    next_attempt_ = absl::Now() + backoff_;
+  if (!absl::IsUnavailable(opened) && !absl::IsDeadlineExceeded(opened)) {
+    std::fprintf(stderr, "verifysvc: draft session %s gets no drafts: %s\n",
+                 id.c_str(), opened.ToString().c_str());
+    session.state = State::kFailed;
+    return;
   }
+  session.state = State::kClosed;  // Step() retries after the backoff.
+  stats_.available = false;
+  backoff_ =
+      std::clamp(backoff_ * 2, options_.min_backoff, options_.max_backoff);
+  next_attempt_ = absl::Now() + backoff_;
 }
 
 void DraftSessions::RunClose(const Task& task) {

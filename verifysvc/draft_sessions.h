@@ -84,7 +84,10 @@ class DraftSessions {
   DraftSessionsStats Stats() const;
 
  private:
-  enum class State { kOpening, kOpen, kClosed, kClosing };
+  // kClosed: the open failed for a transient reason (retried after the
+  // backoff); kFailed: draftsvc refused it (e.g. the namespace holds another
+  // vocabulary): no drafts for this sequence.
+  enum class State { kOpening, kOpen, kClosed, kFailed, kClosing };
   struct Session {
     std::string id;
     std::string name_space;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing (tools/setup.sh), builds with
-# Bazel offline, runs the unit, integration and golden tests, then the GGUF
-# fuzz target for a bounded time (LOOKAHEAD_FUZZ_SECONDS, default 60).
+# Bazel offline, runs the unit, integration and golden tests, the clients
+# against the real service pair (tools/client_test.sh), then the GGUF fuzz
+# target for a bounded time (LOOKAHEAD_FUZZ_SECONDS, default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,13 +13,18 @@ status=0
 bazel test --test_output=errors //... 2>&1 | tee "$log" || status=$?
 passed=$(grep -cE '^//.* PASSED' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|INCOMPLETE)' "$log" || true)
-if ((status == 0)); then
-  if tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"; then
+# Each extra step counts as one test.
+run_step() {
+  if "$@"; then
     passed=$((passed + 1))
   else
-    status=$?
+    status=1
     failed=$((failed + 1))
   fi
+}
+if ((status == 0)); then
+  run_step tools/client_test.sh
+  run_step tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"
 fi
 echo "${passed} passed, ${failed} failed"
 exit "$status"

@@ -5,8 +5,8 @@
 // parameters (greedy, or seeded sampling keyed by absolute position).
 //
 // The scheduler of verifysvc batches many sequences; this single-sequence
-// loop is the reference it is tested against, and what the demo and the
-// engine benchmark run. Thread-compatible: one call per KvCache at a time.
+// loop is the reference it is tested against, and what the engine
+// benchmark runs. Thread-compatible: one call per KvCache at a time.
 #ifndef LOOKAHEAD_VERIFYSVC_GENERATE_H_
 #define LOOKAHEAD_VERIFYSVC_GENERATE_H_
 

@@ -1,0 +1,170 @@
+// draftsvc dies under load and comes back, against the real service pair.
+//
+// draftsvc runs with --sync (every acknowledged write durable). A warm-up
+// request fills its trie; after a Flush its node count is the floor. Eight
+// generations stream; draftsvc is SIGKILLed once they all have their first
+// message. Every one must still finish OK with exactly the tokens of plain
+// decoding (drafts only ever change speed). draftsvc then restarts on the
+// same database and port: it must hold at least the flushed nodes, and the
+// verifier must find it again so that a repeat of the warm-up prompt is
+// drafted from the persisted trie (usage.edl > 2).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/service_pair.h"
+
+namespace lookahead::testing {
+namespace {
+
+namespace v1 = ::lookahead::v1;
+
+constexpr int kStreams = 8;
+constexpr int kNewTokens = 48;
+// The verifier reconnects with backoff; it gets this long after the restart.
+constexpr int kResumeWithinMs = 10000;
+
+const char* const kWarmUp =
+    "List the months of the year, one per line, each with its number of days.";
+const char* const kPrompts[] = {
+    kWarmUp,
+    "Write a Python function that checks whether a number is prime.",
+    "Explain in two sentences why the sky is blue.",
+    "Repeat exactly: one two three four five six seven eight nine ten.",
+};
+
+std::string StatsLine(const v1::GenerationStatsResponse& s) {
+  return absl::StrCat("draftsvc_available=", s.draftsvc_available(),
+                      " draft_step_failures=", s.draft_step_failures(),
+                      " draft_sessions_reopened=", s.draft_sessions_reopened(),
+                      " accepted_draft_tokens=", s.accepted_draft_tokens());
+}
+
+TEST(ServiceDraftsvcKillTest, StreamsSurviveKillAndDraftsResumeAfterRestart) {
+  PairOptions options;
+  options.name = "kill";
+  options.draftsvc_flags = {"--sync"};
+  auto started = ServicePair::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServicePair& pair = **started;
+  struct LogsOnFailure {
+    ServicePair& pair;
+    ~LogsOnFailure() {
+      if (::testing::Test::HasFailure()) {
+        std::printf("%s\n", pair.Logs().c_str());
+      }
+    }
+  } logs_on_failure{pair};
+
+  // Warm up the trie, make it durable, and count what must survive.
+  const v1::GenerateRequest warm_up = ChatRequest(kWarmUp, kNewTokens);
+  const Generation warm_plain = pair.Reference(warm_up);
+  ASSERT_TRUE(warm_plain.status.ok()) << warm_plain.status.error_message();
+  const Generation warm = pair.Generate(warm_up);
+  ASSERT_TRUE(warm.status.ok()) << warm.status.error_message();
+  EXPECT_EQ(warm.tokens, warm_plain.tokens);
+  ASSERT_TRUE(pair.FlushDrafts().ok());
+  absl::StatusOr<int64_t> nodes_before = pair.OutputNodes("default");
+  ASSERT_TRUE(nodes_before.ok()) << nodes_before.status();
+  ASSERT_GT(*nodes_before, 0) << "the warm-up wrote nothing to draftsvc";
+
+  std::vector<v1::GenerateRequest> requests;
+  std::vector<Generation> plain;
+  for (int i = 0; i < kStreams; ++i) {
+    v1::GenerateRequest request = ChatRequest(kPrompts[i / 2], kNewTokens);
+    if (i % 2 == 1) SetSeededSampling(&request, 4200 + i);
+    requests.push_back(request);
+    plain.push_back(pair.Reference(request));
+    ASSERT_TRUE(plain.back().status.ok())
+        << plain.back().status.error_message();
+  }
+
+  // Eight streams; draftsvc dies once each has its first message.
+  std::mutex mu;
+  std::condition_variable cv;
+  int first_messages = 0;
+  std::atomic<int> messages_at_kill{-1};
+  std::atomic<int> messages{0};
+  std::vector<Generation> got(kStreams);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      StreamHooks hooks;
+      hooks.on_message = [&](grpc::ClientContext*, int message) {
+        messages.fetch_add(1);
+        if (message != 1) return;
+        std::lock_guard<std::mutex> lock(mu);
+        ++first_messages;
+        cv.notify_all();
+      };
+      got[i] = pair.Generate(requests[i], hooks);
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(60),
+                [&] { return first_messages == kStreams; });
+  }
+  pair.KillDraftsvc();
+  messages_at_kill = messages.load();
+  for (std::thread& t : clients) t.join();
+  std::printf("killed draftsvc after %d stream messages (of %d in all)\n",
+              messages_at_kill.load(), messages.load());
+  for (int i = 0; i < kStreams; ++i) {
+    SCOPED_TRACE(
+        absl::StrCat("stream ", i, ": ", requests[i].ShortDebugString()));
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens, plain[i].tokens)
+        << "\n  with the kill: " << TokensToString(got[i].tokens)
+        << "\n  drafts off:    " << TokensToString(plain[i].tokens);
+  }
+  absl::StatusOr<v1::GenerationStatsResponse> down = pair.Stats();
+  ASSERT_TRUE(down.ok()) << down.status();
+  std::printf("after the kill: %s\n", StatsLine(*down).c_str());
+
+  // Same database, same port: the flushed trie is back, and so are drafts.
+  const int old_port = pair.draftsvc_port();
+  ASSERT_TRUE(pair.RestartDraftsvc().ok()) << pair.Logs();
+  ASSERT_EQ(pair.draftsvc_port(), old_port);
+  absl::StatusOr<int64_t> nodes_after = pair.OutputNodes("default");
+  ASSERT_TRUE(nodes_after.ok()) << nodes_after.status();
+  std::printf(
+      "output nodes: %lld flushed before the kill, %lld after restart\n",
+      static_cast<long long>(*nodes_before),
+      static_cast<long long>(*nodes_after));
+  EXPECT_GE(*nodes_after, *nodes_before);
+
+  const auto restarted = std::chrono::steady_clock::now();
+  double edl = 0;
+  int tries = 0;
+  while (true) {
+    ++tries;
+    const Generation repeat = pair.Generate(warm_up);
+    ASSERT_TRUE(repeat.status.ok()) << repeat.status.error_message();
+    EXPECT_EQ(repeat.tokens, warm_plain.tokens) << "repeat " << tries;
+    edl = repeat.usage.edl();
+    const double elapsed = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - restarted)
+                               .count();
+    absl::StatusOr<v1::GenerationStatsResponse> now = pair.Stats();
+    std::printf(
+        "repeat %d at %.1f s after restart: edl %.3f; %s\n", tries, elapsed,
+        edl,
+        now.ok() ? StatsLine(*now).c_str() : now.status().ToString().c_str());
+    if (edl > 2.0 || elapsed * 1000 > kResumeWithinMs) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_GT(edl, 2.0) << "drafts did not resume within " << kResumeWithinMs
+                      << " ms of the restart";
+}
+
+}  // namespace
+}  // namespace lookahead::testing

@@ -1,0 +1,284 @@
+// The service pair is lossless and its drafts pay off, end to end: real
+// draftsvc and verifysvc binaries over loopback gRPC, the real model.
+//
+//   * Every golden prompt (tests/golden/smollm2_q4_1.json), greedy and with
+//     seeded sampling, gives exactly the tokens of plain decoding
+//     (DRAFT_MODE_OFF) with hierarchical trie drafts, and with parallel
+//     drafts for a few; drafts must really be accepted somewhere, or the
+//     comparison proves nothing.
+//   * Retrieval-augmented prompts (a passage and a question whose answer
+//     quotes it) reach an effective decoding length (usage.edl) of at least
+//     2 the first time the passage is seen, from the prompt trie alone; a
+//     reworded question on the same passage does better still, because the
+//     first answer is now in the namespace's output trie.
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/golden.pb.h"
+#include "tests/service_pair.h"
+
+namespace lookahead::testing {
+namespace {
+
+namespace v1 = ::lookahead::v1;
+using ::lookahead::golden::GoldenFile;
+using ::lookahead::golden::ModelCase;
+
+constexpr char kGoldenPath[] = "tests/golden/smollm2_q4_1.json";
+constexpr int kGoldenNewTokens = 32;
+constexpr int kRagNewTokens = 64;
+// Every kParallelEvery-th golden case also runs with parallel drafts.
+constexpr int kParallelEvery = 7;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+// The golden file from the runfiles (a test's working directory is the
+// workspace's runfiles root).
+absl::StatusOr<GoldenFile> LoadGolden() {
+  std::string path = kGoldenPath;
+  if (!std::ifstream(path).good()) {
+    path = absl::StrCat(Env("TEST_SRCDIR"), "/", Env("TEST_WORKSPACE"), "/",
+                        kGoldenPath);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::ostringstream json;
+  json << in.rdbuf();
+  GoldenFile golden;
+  const auto status =
+      google::protobuf::util::JsonStringToMessage(json.str(), &golden);
+  if (!status.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", status.ToString()));
+  }
+  return golden;
+}
+
+// Fails the test unless `fast` streamed OK and holds exactly `plain`'s tokens.
+void ExpectSameAsPlain(const Generation& fast, const Generation& plain,
+                       const std::string& what) {
+  ASSERT_TRUE(plain.status.ok())
+      << what << " (drafts off): " << plain.status.error_message();
+  ASSERT_TRUE(fast.status.ok()) << what << ": " << fast.status.error_message();
+  EXPECT_TRUE(fast.has_usage) << what << ": no usage on the last message";
+  EXPECT_EQ(fast.tokens, plain.tokens)
+      << what << "\n  drafts:     " << TokensToString(fast.tokens)
+      << "\n  drafts off: " << TokensToString(plain.tokens);
+}
+
+class ServiceLosslessTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    PairOptions options;
+    options.name = "lossless";
+    auto pair = ServicePair::Start(options);
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    pair_ = pair->release();
+  }
+  static void TearDownTestSuite() {
+    delete pair_;
+    pair_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(pair_, nullptr); }
+  void TearDown() override {
+    if (HasFailure()) std::printf("%s\n", pair_->Logs().c_str());
+  }
+
+  static ServicePair* pair_;
+};
+
+ServicePair* ServiceLosslessTest::pair_ = nullptr;
+
+TEST_F(ServiceLosslessTest, GoldenPromptsMatchPlainDecoding) {
+  absl::StatusOr<GoldenFile> golden = LoadGolden();
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  ASSERT_GE(golden->cases_size(), 20) << "truncated golden file?";
+  int64_t draft_tokens = 0, accepted = 0;
+  for (int i = 0; i < golden->cases_size(); ++i) {
+    const ModelCase& c = golden->cases(i);
+    SCOPED_TRACE(c.name());
+    const std::vector<int32_t> ids(c.token_ids().begin(), c.token_ids().end());
+    v1::GenerateRequest greedy = TokensRequest(ids, kGoldenNewTokens);
+    v1::GenerateRequest seeded = greedy;
+    SetSeededSampling(&seeded, 7000 + i);
+    SetDraftMode(&greedy, v1::DRAFT_MODE_TRIE_HIERARCHICAL);
+    SetDraftMode(&seeded, v1::DRAFT_MODE_TRIE_HIERARCHICAL);
+
+    const Generation plain = pair_->Reference(greedy);
+    const Generation fast = pair_->Generate(greedy);
+    ExpectSameAsPlain(fast, plain, "greedy, hierarchical drafts");
+    if (HasFatalFailure()) return;  // a dead server fails every later call
+    draft_tokens += fast.usage.draft_tokens();
+    accepted += fast.usage.accepted_draft_tokens();
+    if (i % kParallelEvery == 0) {
+      v1::GenerateRequest parallel = greedy;
+      SetDraftMode(&parallel, v1::DRAFT_MODE_TRIE_PARALLEL);
+      const Generation chains = pair_->Generate(parallel);
+      ExpectSameAsPlain(chains, plain, "greedy, parallel drafts");
+      if (HasFatalFailure()) return;
+      draft_tokens += chains.usage.draft_tokens();
+      accepted += chains.usage.accepted_draft_tokens();
+    }
+
+    const Generation plain_sampled = pair_->Reference(seeded);
+    const Generation fast_sampled = pair_->Generate(seeded);
+    ExpectSameAsPlain(fast_sampled, plain_sampled,
+                      "seeded sampling, hierarchical drafts");
+    if (HasFatalFailure()) return;
+    draft_tokens += fast_sampled.usage.draft_tokens();
+    accepted += fast_sampled.usage.accepted_draft_tokens();
+    std::printf("%-18s greedy edl %.2f, sampled edl %.2f\n", c.name().c_str(),
+                fast.usage.edl(), fast_sampled.usage.edl());
+  }
+  // Drafts must really be verified and partly accepted, or the comparisons
+  // above prove nothing.
+  std::printf("draft tokens accepted: %lld of %lld\n",
+              static_cast<long long>(accepted),
+              static_cast<long long>(draft_tokens));
+  EXPECT_GT(accepted, 0);
+}
+
+// A passage from a real document and two questions whose answers quote it.
+struct RagCase {
+  const char* name;
+  const char* passage;
+  const char* question;
+  const char* reworded;
+};
+
+// Apache License 2.0 sections 3 and 4 (a)-(c) and the BSD license's
+// conditions, as in /usr/share/common-licenses (line breaks joined). The
+// model's answers quote them, but not verbatim from start to end: an answer
+// that copies its passage word for word already gets the most drafts a step
+// allows on first sight, and a second sight has nothing left to add.
+const RagCase kRagCases[] = {
+    {"apache_patent",
+     "3. Grant of Patent License. Subject to the terms and conditions of "
+     "this License, each Contributor hereby grants to You a perpetual, "
+     "worldwide, non-exclusive, no-charge, royalty-free, irrevocable (except "
+     "as stated in this section) patent license to make, have made, use, "
+     "offer to sell, sell, import, and otherwise transfer the Work, where "
+     "such license applies only to those patent claims licensable by such "
+     "Contributor that are necessarily infringed by their Contribution(s) "
+     "alone or by combination of their Contribution(s) with the Work to "
+     "which such Contribution(s) was submitted. If You institute patent "
+     "litigation against any entity (including a cross-claim or "
+     "counterclaim in a lawsuit) alleging that the Work or a Contribution "
+     "incorporated within the Work constitutes direct or contributory patent "
+     "infringement, then any patent licenses granted to You under this "
+     "License for that Work shall terminate as of the date such litigation "
+     "is filed.",
+     "What does each Contributor grant to You? Answer with the exact words "
+     "of the passage.",
+     "What does a Contributor grant to You? Answer with the exact words of "
+     "the passage."},
+    {"apache_redistribution",
+     "4. Redistribution. You may reproduce and distribute copies of the Work "
+     "or Derivative Works thereof in any medium, with or without "
+     "modifications, and in Source or Object form, provided that You meet "
+     "the following conditions: (a) You must give any other recipients of "
+     "the Work or Derivative Works a copy of this License; and (b) You must "
+     "cause any modified files to carry prominent notices stating that You "
+     "changed the files; and (c) You must retain, in the Source form of any "
+     "Derivative Works that You distribute, all copyright, patent, "
+     "trademark, and attribution notices from the Source form of the Work, "
+     "excluding those notices that do not pertain to any part of the "
+     "Derivative Works.",
+     "What may You do with copies of the Work? Answer with the exact words "
+     "of the passage.",
+     "What may You do with the copies of the Work? Answer with the exact "
+     "words of the passage."},
+    {"bsd_conditions",
+     "Redistribution and use in source and binary forms, with or without "
+     "modification, are permitted provided that the following conditions "
+     "are met: 1. Redistributions of source code must retain the above "
+     "copyright notice, this list of conditions and the following "
+     "disclaimer. 2. Redistributions in binary form must reproduce the above "
+     "copyright notice, this list of conditions and the following disclaimer "
+     "in the documentation and/or other materials provided with the "
+     "distribution.",
+     "What must redistributions in binary form do? Answer with the exact "
+     "words of the passage.",
+     "What must redistributions of source code retain? Answer with the exact "
+     "words of the passage."},
+};
+
+std::string RagPrompt(const RagCase& c, const char* question) {
+  return absl::StrCat("Read the passage and answer the question.\n\nPassage:\n",
+                      c.passage, "\n\nQuestion: ", question);
+}
+
+// Its own pair, so every passage is seen for the first time (a fresh
+// draftsvc database), each in its own namespace. (Shares pair_ with the
+// suite above; gtest runs the two suites one after the other.)
+class ServiceRagTest : public ServiceLosslessTest {
+ protected:
+  static void SetUpTestSuite() {
+    PairOptions options;
+    options.name = "rag";
+    auto pair = ServicePair::Start(options);
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    pair_ = pair->release();
+  }
+};
+
+TEST_F(ServiceRagTest, PassageQuotesReachEdlTwoAndImproveOnRepeat) {
+  for (const RagCase& c : kRagCases) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<int64_t> seen = pair_->OutputNodes(c.name);
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    ASSERT_EQ(*seen, 0) << "not a first sight";
+    v1::GenerateRequest first =
+        ChatRequest(RagPrompt(c, c.question), kRagNewTokens);
+    first.mutable_draft()->set_namespace_(c.name);
+    v1::GenerateRequest second =
+        ChatRequest(RagPrompt(c, c.reworded), kRagNewTokens);
+    second.mutable_draft()->set_namespace_(c.name);
+
+    const Generation first_plain = pair_->Reference(first);
+    const Generation first_fast = pair_->Generate(first);
+    ExpectSameAsPlain(first_fast, first_plain, "first question");
+    if (HasFatalFailure()) return;
+    const Generation second_plain = pair_->Reference(second);
+    const Generation second_fast = pair_->Generate(second);
+    ExpectSameAsPlain(second_fast, second_plain, "reworded question");
+    if (HasFatalFailure()) return;
+
+    const v1::Usage& u1 = first_fast.usage;
+    const v1::Usage& u2 = second_fast.usage;
+    std::printf(
+        "%s: first sight edl %.3f (%d tokens, %d steps, %lld/%lld drafts "
+        "accepted, %.1f tok/s; drafts off %.1f tok/s)\n"
+        "%s: reworded   edl %.3f (%d tokens, %d steps, %lld/%lld drafts "
+        "accepted, %.1f tok/s; drafts off %.1f tok/s)\n"
+        "  first answer:    %s\n  reworded answer: %s\n",
+        c.name, u1.edl(), u1.output_tokens(), u1.decoding_steps(),
+        static_cast<long long>(u1.accepted_draft_tokens()),
+        static_cast<long long>(u1.draft_tokens()), u1.tokens_per_second(),
+        first_plain.usage.tokens_per_second(), c.name, u2.edl(),
+        u2.output_tokens(), u2.decoding_steps(),
+        static_cast<long long>(u2.accepted_draft_tokens()),
+        static_cast<long long>(u2.draft_tokens()), u2.tokens_per_second(),
+        second_plain.usage.tokens_per_second(), first_fast.text.c_str(),
+        second_fast.text.c_str());
+    EXPECT_GE(u1.edl(), 2.0) << "first sight of the passage";
+    EXPECT_GT(u2.edl(), u1.edl()) << "the first answer should help the second";
+  }
+  absl::StatusOr<v1::GenerationStatsResponse> stats = pair_->Stats();
+  if (stats.ok()) std::printf("Stats: %s\n", stats->ShortDebugString().c_str());
+}
+
+}  // namespace
+}  // namespace lookahead::testing

@@ -1,0 +1,287 @@
+#include "tests/service_pair.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace lookahead::testing {
+namespace {
+
+namespace v1 = ::lookahead::v1;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+// Bazel's per-test scratch directory; /tmp when run by hand.
+std::string TestTmpDir() {
+  const std::string dir = Env("TEST_TMPDIR");
+  return dir.empty() ? "/tmp" : dir;
+}
+
+absl::Status FromGrpc(const grpc::Status& status, const std::string& what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, ": ", status.error_message()));
+}
+
+// The last `max_bytes` of a server log: enough to see why it failed.
+std::string Tail(const std::string& log, size_t max_bytes = 6000) {
+  return log.size() <= max_bytes ? log : log.substr(log.size() - max_bytes);
+}
+
+// "running", or how the process ended.
+std::string Describe(ChildProcess& process) {
+  if (process.Running()) return "running";
+  const int status = process.Kill(0);  // already reaped: its wait status
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("DIED of signal ", WTERMSIG(status), " (",
+                        strsignal(WTERMSIG(status)), ")");
+  }
+  if (WIFEXITED(status)) {
+    return absl::StrCat("EXITED with status ", WEXITSTATUS(status));
+  }
+  return absl::StrCat("ended, wait status ", status);
+}
+
+std::shared_ptr<grpc::Channel> Loopback(int port) {
+  return grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                             grpc::InsecureChannelCredentials());
+}
+
+}  // namespace
+
+v1::GenerateRequest ChatRequest(const std::string& user, int max_new_tokens) {
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content(user);
+  request.set_max_new_tokens(max_new_tokens);
+  return request;
+}
+
+v1::GenerateRequest TokensRequest(const std::vector<int32_t>& ids,
+                                  int max_new_tokens) {
+  v1::GenerateRequest request;
+  for (int32_t id : ids) request.mutable_tokens()->add_ids(id);
+  request.set_max_new_tokens(max_new_tokens);
+  return request;
+}
+
+void SetSeededSampling(v1::GenerateRequest* request, uint64_t seed) {
+  v1::SamplingParams* sampling = request->mutable_sampling();
+  sampling->set_temperature(0.8f);
+  sampling->set_top_p(0.95f);
+  sampling->set_seed(seed);
+}
+
+void SetDraftMode(v1::GenerateRequest* request, v1::DraftMode mode) {
+  request->mutable_draft()->set_mode(mode);
+}
+
+std::string TokensToString(const std::vector<int32_t>& tokens) {
+  return absl::StrCat("[", absl::StrJoin(tokens, " "), "]");
+}
+
+ServicePair::ServicePair(PairOptions options)
+    : options_(std::move(options)),
+      dir_(absl::StrCat(TestTmpDir(), "/", options_.name)) {}
+
+ServicePair::~ServicePair() {
+  // verifysvc first, so it does not spend its last moments reconnecting.
+  if (verifysvc_ != nullptr) verifysvc_->Kill(SIGKILL);
+  if (draftsvc_ != nullptr) draftsvc_->Kill(SIGKILL);
+}
+
+absl::StatusOr<std::unique_ptr<ServicePair>> ServicePair::Start(
+    PairOptions options) {
+  std::unique_ptr<ServicePair> pair(new ServicePair(std::move(options)));
+  std::error_code error;
+  std::filesystem::remove_all(pair->dir_, error);  // a fresh database
+  std::filesystem::create_directories(pair->dir_, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", pair->dir_, ": ", error.message()));
+  }
+  if (pair->options_.with_draftsvc) {
+    absl::Status started = pair->StartDraftsvc(/*port=*/0);
+    if (!started.ok()) return started;
+  }
+  absl::Status started = pair->StartVerifysvc();
+  if (!started.ok()) return started;
+  return pair;
+}
+
+absl::Status ServicePair::StartDraftsvc(int port) {
+  const std::string binary = Env("DRAFTSVC_BINARY");
+  if (binary.empty())
+    return absl::FailedPreconditionError("no DRAFTSVC_BINARY");
+  std::vector<std::string> args = {binary, "--host=127.0.0.1",
+                                   absl::StrCat("--port=", port),
+                                   absl::StrCat("--db_path=", dir_, "/db")};
+  args.insert(args.end(), options_.draftsvc_flags.begin(),
+              options_.draftsvc_flags.end());
+  ++draftsvc_starts_;
+  draftsvc_ = std::make_unique<ServerProcess>(
+      std::move(args), absl::StrCat(dir_, "/draftsvc.port"),
+      absl::StrCat(dir_, "/draftsvc.", draftsvc_starts_, ".log"));
+  const int bound = draftsvc_->WaitForPort(options_.start_timeout_ms);
+  if (bound <= 0 || (port != 0 && bound != port)) {
+    return absl::UnavailableError(
+        absl::StrCat("draftsvc did not start on port ", port,
+                     " (bound: ", bound, "):\n", Tail(draftsvc_->Log())));
+  }
+  draftsvc_port_ = bound;
+  drafts_ = v1::DraftService::NewStub(Loopback(bound));
+  return absl::OkStatus();
+}
+
+absl::Status ServicePair::StartVerifysvc() {
+  const std::string binary = Env("VERIFYSVC_BINARY");
+  if (binary.empty()) {
+    return absl::FailedPreconditionError("no VERIFYSVC_BINARY");
+  }
+  std::vector<std::string> args = {
+      binary, "--host=127.0.0.1", "--port=0",
+      options_.with_draftsvc
+          ? absl::StrCat("--draftsvc=127.0.0.1:", draftsvc_port_)
+          : std::string("--draftsvc=")};
+  args.insert(args.end(), options_.verifysvc_flags.begin(),
+              options_.verifysvc_flags.end());
+  verifysvc_ = std::make_unique<ServerProcess>(
+      std::move(args), absl::StrCat(dir_, "/verifysvc.port"),
+      absl::StrCat(dir_, "/verifysvc.log"));
+  verifysvc_port_ = verifysvc_->WaitForPort(options_.start_timeout_ms);
+  if (verifysvc_port_ <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("verifysvc did not start:\n", Tail(verifysvc_->Log())));
+  }
+  generation_ = v1::GenerationService::NewStub(Loopback(verifysvc_port_));
+  return absl::OkStatus();
+}
+
+Generation ServicePair::Generate(const v1::GenerateRequest& request,
+                                 const StreamHooks& hooks) {
+  grpc::ClientContext context;
+  if (hooks.deadline_ms > 0) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(hooks.deadline_ms));
+  }
+  Generation out;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> stream =
+      generation_->Generate(&context, request);
+  v1::GenerateResponse response;
+  while (stream->Read(&response)) {
+    ++out.messages;
+    out.tokens.insert(out.tokens.end(), response.token_ids().begin(),
+                      response.token_ids().end());
+    out.text += response.text();
+    if (response.has_usage()) {
+      out.usage = response.usage();
+      out.has_usage = true;
+    }
+    if (hooks.on_message) hooks.on_message(&context, out.messages);
+  }
+  out.status = stream->Finish();
+  return out;
+}
+
+Generation ServicePair::Reference(v1::GenerateRequest request) {
+  SetDraftMode(&request, v1::DRAFT_MODE_OFF);
+  return Generate(request);
+}
+
+absl::StatusOr<v1::GenerationStatsResponse> ServicePair::Stats() {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  v1::GenerationStatsResponse response;
+  absl::Status status = FromGrpc(
+      generation_->Stats(&context, v1::GenerationStatsRequest(), &response),
+      "verifysvc Stats");
+  if (!status.ok()) return status;
+  return response;
+}
+
+bool ServicePair::WaitForStats(
+    const std::function<bool(const v1::GenerationStatsResponse&)>& done,
+    int timeout_ms, v1::GenerationStatsResponse* last) {
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    absl::StatusOr<v1::GenerationStatsResponse> stats = Stats();
+    if (stats.ok()) {
+      *last = *stats;
+      if (done(*last)) return true;
+    }
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+absl::StatusOr<v1::StatsResponse> ServicePair::DraftStats(
+    const std::string& ns) {
+  if (drafts_ == nullptr) return absl::FailedPreconditionError("no draftsvc");
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  v1::StatsRequest request;
+  request.set_namespace_(ns);
+  v1::StatsResponse response;
+  absl::Status status =
+      FromGrpc(drafts_->Stats(&context, request, &response), "draftsvc Stats");
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<int64_t> ServicePair::OutputNodes(const std::string& ns) {
+  absl::StatusOr<v1::StatsResponse> stats = DraftStats();
+  if (!stats.ok()) return stats.status();
+  for (const v1::NamespaceStats& n : stats->namespaces()) {
+    if (n.namespace_() == ns) return n.output_nodes();
+  }
+  return 0;
+}
+
+absl::Status ServicePair::FlushDrafts() {
+  if (drafts_ == nullptr) return absl::FailedPreconditionError("no draftsvc");
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(30));
+  v1::FlushResponse response;
+  return FromGrpc(drafts_->Flush(&context, v1::FlushRequest(), &response),
+                  "draftsvc Flush");
+}
+
+void ServicePair::KillDraftsvc() {
+  if (draftsvc_ != nullptr) draftsvc_->Kill(SIGKILL);
+}
+
+absl::Status ServicePair::RestartDraftsvc() {
+  return StartDraftsvc(draftsvc_port_);
+}
+
+std::string ServicePair::Logs() {
+  std::string logs;
+  if (draftsvc_ != nullptr) {
+    absl::StrAppend(&logs, "--- draftsvc ", Describe(*draftsvc_),
+                    ", log tail ---\n", Tail(draftsvc_->Log()));
+  }
+  if (verifysvc_ != nullptr) {
+    absl::StrAppend(&logs, "--- verifysvc ", Describe(*verifysvc_),
+                    ", log tail ---\n", Tail(verifysvc_->Log()));
+  }
+  return logs;
+}
+
+}  // namespace lookahead::testing

@@ -1,0 +1,135 @@
+// The real service pair for end-to-end tests: a draftsvc and a verifysvc
+// child process on loopback ports, gRPC stubs to both, and a Generate helper
+// that drains a response stream into tokens, text and usage. The binaries'
+// paths come from env DRAFTSVC_BINARY and VERIFYSVC_BINARY (set by BUILD);
+// logs and the RocksDB directory go below $TEST_TMPDIR/<name>.
+//
+// Thread-safety: Generate, Reference, Stats, DraftStats and FlushDrafts may
+// be called from many threads at once; Start/Kill/Restart need the caller to
+// be the only user of the pair at that moment.
+#ifndef LOOKAHEAD_TESTS_SERVICE_PAIR_H_
+#define LOOKAHEAD_TESTS_SERVICE_PAIR_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/draft.grpc.pb.h"
+#include "proto/generation.grpc.pb.h"
+#include "tests/server_process.h"
+
+namespace lookahead::testing {
+
+struct PairOptions {
+  // Subdirectory of $TEST_TMPDIR for this pair's db, port files and logs;
+  // a fresh name gives a fresh (empty) draftsvc database.
+  std::string name = "pair";
+  // Extra flags, appended after the defaults (--host, --port, --db_path /
+  // --draftsvc).
+  std::vector<std::string> draftsvc_flags;
+  std::vector<std::string> verifysvc_flags;
+  // Without draftsvc, verifysvc gets --draftsvc= (no drafts at all).
+  bool with_draftsvc = true;
+  // Model load takes seconds (and more on a busy machine).
+  int start_timeout_ms = 120000;
+};
+
+// What one Generate stream delivered.
+struct Generation {
+  grpc::Status status;
+  std::vector<int32_t> tokens;  // every message's token_ids, in order
+  std::string text;             // every message's text, in order
+  lookahead::v1::Usage usage;   // from the last message
+  bool has_usage = false;
+  int messages = 0;
+};
+
+// Hooks into one stream, for cancellation and deadline tests.
+struct StreamHooks {
+  // > 0: the call's deadline, from now.
+  int deadline_ms = 0;
+  // Called after each message (the first one is number 1); may call
+  // context->TryCancel().
+  std::function<void(grpc::ClientContext* context, int message_number)>
+      on_message;
+};
+
+// Request builders. Greedy, drafts at the server default, no stop strings.
+lookahead::v1::GenerateRequest ChatRequest(const std::string& user,
+                                           int max_new_tokens);
+lookahead::v1::GenerateRequest TokensRequest(const std::vector<int32_t>& ids,
+                                             int max_new_tokens);
+// temperature 0.8, top_p 0.95 with `seed`.
+void SetSeededSampling(lookahead::v1::GenerateRequest* request, uint64_t seed);
+void SetDraftMode(lookahead::v1::GenerateRequest* request,
+                  lookahead::v1::DraftMode mode);
+
+// Tokens as "[a b c]" for failure messages.
+std::string TokensToString(const std::vector<int32_t>& tokens);
+
+class ServicePair {
+ public:
+  // Starts draftsvc (unless !with_draftsvc), then verifysvc pointed at it,
+  // and waits until both serve.
+  static absl::StatusOr<std::unique_ptr<ServicePair>> Start(
+      PairOptions options);
+  ~ServicePair();
+
+  // One streaming Generate call on its own ClientContext.
+  Generation Generate(const lookahead::v1::GenerateRequest& request,
+                      const StreamHooks& hooks = {});
+  // The same request with draft.mode = DRAFT_MODE_OFF: the plain-decoding
+  // baseline every drafted output must equal.
+  Generation Reference(lookahead::v1::GenerateRequest request);
+
+  absl::StatusOr<lookahead::v1::GenerationStatsResponse> Stats();
+  // Polls Stats every 20 ms until `done` holds (true) or `timeout_ms` passes
+  // (false); *last gets the last snapshot read.
+  bool WaitForStats(
+      const std::function<bool(const lookahead::v1::GenerationStatsResponse&)>&
+          done,
+      int timeout_ms, lookahead::v1::GenerationStatsResponse* last);
+  // draftsvc's Stats for `ns` (empty: every namespace).
+  absl::StatusOr<lookahead::v1::StatsResponse> DraftStats(
+      const std::string& ns = "");
+  // Output-trie nodes of namespace `ns` (0 if draftsvc does not know it).
+  absl::StatusOr<int64_t> OutputNodes(const std::string& ns);
+  absl::Status FlushDrafts();
+
+  // SIGKILLs draftsvc (verifysvc keeps running).
+  void KillDraftsvc();
+  // Starts draftsvc again on the same database and the same port.
+  absl::Status RestartDraftsvc();
+
+  lookahead::v1::GenerationService::Stub& generation() { return *generation_; }
+  int draftsvc_port() const { return draftsvc_port_; }
+  int verifysvc_port() const { return verifysvc_port_; }
+  // Both servers' output so far, and how they ended if they did, for
+  // failure messages.
+  std::string Logs();
+
+ private:
+  explicit ServicePair(PairOptions options);
+  absl::Status StartDraftsvc(int port);
+  absl::Status StartVerifysvc();
+
+  const PairOptions options_;
+  const std::string dir_;
+  int draftsvc_starts_ = 0;
+  int draftsvc_port_ = 0;
+  int verifysvc_port_ = 0;
+  std::unique_ptr<ServerProcess> draftsvc_;
+  std::unique_ptr<ServerProcess> verifysvc_;
+  std::unique_ptr<lookahead::v1::GenerationService::Stub> generation_;
+  std::unique_ptr<lookahead::v1::DraftService::Stub> drafts_;
+};
+
+}  // namespace lookahead::testing
+
+#endif  // LOOKAHEAD_TESTS_SERVICE_PAIR_H_

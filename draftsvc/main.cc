@@ -15,6 +15,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -165,6 +167,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves lookahead.v1.DraftService: draft trees from a RocksDB-persisted "
       "global token trie.");
+  absl::InitializeSymbolizer(argv[0]);
+  // A crash prints its signal and stack trace to stderr before dying.
+  absl::InstallFailureSignalHandler({});
   absl::ParseCommandLine(argc, argv);
   return lookahead::draftsvc::Run();
 }

@@ -288,7 +288,11 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
   absl::StatusOr<SequenceSpec> spec =
       BuildSequenceSpec(*request, *tokenizer_, limits_);
   absl::Status submitted = spec.status();
-  if (submitted.ok()) submitted = scheduler_->Submit(*std::move(spec), reactor);
+  if (submitted.ok()) {
+    submitted = scheduler_->Submit(*std::move(spec), reactor);  // Counts.
+  } else {
+    scheduler_->CountRejected();
+  }
   if (!submitted.ok()) reactor->Reject(submitted);
   return reactor;
 }

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -72,6 +74,8 @@ ABSL_FLAG(int, prefill_chunk_tokens, 64,
           "Prompt tokens prefilled per step while other sequences decode.");
 ABSL_FLAG(int, draft_deadline_ms, 20,
           "Deadline of each step's draftsvc call; later drafts are skipped.");
+ABSL_FLAG(int, log_every_steps, 0,
+          "Print a scheduler line every this many steps; 0 = never.");
 ABSL_FLAG(int, blas_threads, lookahead::verifysvc::AvailableCores(),
           "OpenBLAS threads (default: one per available core).");
 ABSL_FLAG(int, intra_op_threads, 1, "LibTorch intra-op threads.");
@@ -198,6 +202,7 @@ absl::Status Run() {
   scheduler_options.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   scheduler_options.prefill_chunk_tokens =
       absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  scheduler_options.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                    Scheduler::Create(model.get(), tokenizer.get(),
                                      sessions.get(), std::move(cost),
@@ -273,6 +278,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves lookahead.v1.GenerationService: lossless lookahead decoding "
       "of a GGUF model with draft trees from draftsvc.");
+  absl::InitializeSymbolizer(argv[0]);
+  // A crash prints its signal and stack trace to stderr before dying.
+  absl::InstallFailureSignalHandler({});
   absl::ParseCommandLine(argc, argv);
   absl::Status status = lookahead::verifysvc::Run();
   if (!status.ok()) {

@@ -20,10 +20,11 @@ namespace {
 
 // Exponential moving average weight of the latest drafted step.
 constexpr double kAcceptanceEma = 0.3;
-// Optimistic prior of a new sequence: its prompt is in its session's trie,
-// and RAG answers quote their prompt.
-constexpr double kPriorAccepted = 1.5;
-constexpr double kPriorVerified = 8;
+// Optimistic prior of a new sequence (its prompt is in its session's trie,
+// and RAG answers quote their prompt): it drafts from its first step, and
+// its real acceptance replaces the prior within a few steps.
+constexpr double kPriorAccepted = 3;
+constexpr double kPriorVerified = 12;
 
 DecodeOptions VisibleText() {
   DecodeOptions options;
@@ -183,6 +184,11 @@ void Scheduler::Shutdown(absl::Duration grace) {
   if (thread_.joinable()) thread_.join();
 }
 
+void Scheduler::CountRejected() {
+  absl::MutexLock lock(&mu_);
+  stats_.set_requests_rejected(stats_.requests_rejected() + 1);
+}
+
 v1::GenerationStatsResponse Scheduler::Stats() const {
   v1::GenerationStatsResponse stats;
   {
@@ -309,6 +315,7 @@ void Scheduler::Step() {
 
   // Draft budgets, then ONE draftsvc call for every sequence with a session.
   std::vector<DraftTree> trees(decoding.size());
+  int requested_total = 0;
   if (drafts_ != nullptr) {
     std::vector<DraftCandidate> candidates(decoding.size());
     for (size_t i = 0; i < decoding.size(); ++i) {
@@ -335,6 +342,7 @@ void Scheduler::Step() {
       entry.accepted = std::move(seq->fresh);
       seq->fresh.clear();
       entry.decoding_length = budget[i];
+      requested_total += budget[i];
       entry.mode = seq->spec.draft_mode;
       entries.push_back(std::move(entry));
       which.push_back(i);
@@ -368,8 +376,9 @@ void Scheduler::Step() {
   for (const SequenceInput& in : batch) batch_tokens += in.tokens.size();
   const absl::Time forward_start = absl::Now();
   absl::StatusOr<std::vector<torch::Tensor>> logits = model_->Forward(batch);
-  cost_.Observe(static_cast<int>(batch_tokens),
-                absl::ToDoubleSeconds(absl::Now() - forward_start));
+  const double forward_seconds =
+      absl::ToDoubleSeconds(absl::Now() - forward_start);
+  cost_.Observe(static_cast<int>(batch_tokens), forward_seconds);
   if (!logits.ok()) {
     // A bug, not bad input (requests are validated): fail this batch only.
     std::fprintf(stderr, "verifysvc: forward failed: %s\n",
@@ -412,12 +421,13 @@ void Scheduler::Step() {
     } else {
       ++seq->steps_without_draft;
     }
+    const int kept = Emit(seq, accepted->tokens);
+    // Draft tokens count as accepted only if they reached the output.
     seq->draft_tokens += verified;
-    seq->accepted_draft_tokens += hits;
-    accepted_total += hits;
+    seq->accepted_draft_tokens += std::min(hits, kept);
+    accepted_total += std::min(hits, kept);
     ++steps_total;
-    emitted_total += static_cast<int64_t>(accepted->tokens.size());
-    Emit(seq, accepted->tokens);
+    emitted_total += kept;
   }
   // Commit prefill chunks; a finished prompt yields the first token.
   size_t next = decoding.size();
@@ -446,6 +456,19 @@ void Scheduler::Step() {
     Emit(seq, {first});
   }
 
+  ++steps_run_;
+  if (options_.log_every_steps > 0 &&
+      steps_run_ % options_.log_every_steps == 0) {
+    std::printf(
+        "verifysvc: step %lld: %zu decoding + %zu prefilling, %lld tokens "
+        "(%d prefill), drafts %d requested %lld verified %lld accepted, "
+        "forward %.1f ms\n",
+        static_cast<long long>(steps_run_), decoding.size(),
+        prefilling.size(), static_cast<long long>(batch_tokens),
+        prefill_tokens, requested_total, static_cast<long long>(draft_total),
+        static_cast<long long>(accepted_total), forward_seconds * 1e3);
+    std::fflush(stdout);
+  }
   absl::MutexLock lock(&mu_);
   stats_.set_forward_passes(stats_.forward_passes() + 1);
   stats_.set_forward_sequences(stats_.forward_sequences() +
@@ -460,7 +483,7 @@ void Scheduler::Step() {
                                    accepted_total);
 }
 
-bool Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens) {
+int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens) {
   v1::GenerateResponse response;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   for (int32_t token : tokens) {
@@ -482,9 +505,10 @@ bool Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens) {
   }
   ++seq->steps;
   response.set_accepted(response.token_ids_size());
+  const int kept = response.token_ids_size();
   if (finish == v1::FINISH_REASON_UNSPECIFIED) {
     seq->sink->Send(std::move(response));
-    return false;
+    return kept;
   }
   if (finish != v1::FINISH_REASON_STOP_STRING) {
     response.mutable_text()->append(seq->stop.Push(seq->text.Finish()));
@@ -509,7 +533,7 @@ bool Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens) {
       absl::ToDoubleSeconds(seq->admitted - seq->spec.arrival));
   seq->sink->Send(std::move(response));
   End(seq, absl::OkStatus());
-  return true;
+  return kept;
 }
 
 void Scheduler::End(Sequence* seq, absl::Status status) {

@@ -78,6 +78,9 @@ struct SchedulerOptions {
   int probe_interval = 4;
   int max_probe_interval = 64;
   int probe_tokens = 4;
+  // Print one line per this many steps (batch, tokens, drafts requested,
+  // verified and accepted, forward time) to stdout; 0 = never.
+  int log_every_steps = 0;
 };
 
 // Times one forward pass of a chain of n tokens after `context` cached
@@ -107,6 +110,8 @@ class Scheduler {
   void Shutdown(absl::Duration grace);
 
   lookahead::v1::GenerationStatsResponse Stats() const;
+  // Counts a request turned away before Submit (invalid).
+  void CountRejected();
 
  private:
   struct Sequence;
@@ -123,8 +128,9 @@ class Scheduler {
   // Moves queued requests into free slots; ends cancelled sequences.
   void Admit();
   void Step();
-  // Appends one step's tokens to `seq` and streams them; true iff it ended.
-  bool Emit(Sequence* seq, absl::Span<const int32_t> tokens);
+  // Appends one step's tokens to `seq` up to its end (EOS, stop string,
+  // length) and streams them; returns how many it kept.
+  int Emit(Sequence* seq, absl::Span<const int32_t> tokens);
   void End(Sequence* seq, absl::Status status);
 
   const LlamaModel* const model_;
@@ -135,7 +141,7 @@ class Scheduler {
   // Owned by the scheduler thread.
   StepCostModel cost_;  // Calibrated at start, then follows observed passes.
   std::vector<std::unique_ptr<Sequence>> running_;
-  int64_t next_id_ = 1;
+  int64_t steps_run_ = 0;
 
   mutable absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);

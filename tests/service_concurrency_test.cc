@@ -36,28 +36,14 @@ const char* const kPrompts[] = {
 };
 constexpr int kNumPrompts = sizeof(kPrompts) / sizeof(kPrompts[0]);
 
-class ServiceConcurrencyTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
+class ServiceConcurrencyTest : public SharedPairTest<ServiceConcurrencyTest> {
+ public:  // Read by SharedPairTest.
+  static PairOptions Options() {
     PairOptions options;
     options.name = "concurrency";
-    auto pair = ServicePair::Start(options);
-    ASSERT_TRUE(pair.ok()) << pair.status();
-    pair_ = pair->release();
+    return options;
   }
-  static void TearDownTestSuite() {
-    delete pair_;
-    pair_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(pair_, nullptr); }
-  void TearDown() override {
-    if (HasFailure()) std::printf("%s\n", pair_->Logs().c_str());
-  }
-
-  static ServicePair* pair_;
 };
-
-ServicePair* ServiceConcurrencyTest::pair_ = nullptr;
 
 // Request i of the concurrent mix: prompts, greedy or seeded, 24..56 new
 // tokens, drafts off / hierarchical / parallel.

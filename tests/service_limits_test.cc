@@ -37,25 +37,22 @@ void ExpectMentions(const std::string& message,
   }
 }
 
-class ServiceLimitsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
+class ServiceLimitsTest : public SharedPairTest<ServiceLimitsTest> {
+ public:  // Read by SharedPairTest.
+  static PairOptions Options() {
     PairOptions options;
     options.name = "limits";
     options.verifysvc_flags = {
         "--max_running=1", "--max_queued=0",
         absl::StrCat("--max_prompt_tokens=", kMaxPromptTokens),
         absl::StrCat("--max_context_tokens=", kMaxContextTokens)};
-    auto pair = ServicePair::Start(options);
-    ASSERT_TRUE(pair.ok()) << pair.status();
-    pair_ = pair->release();
+    return options;
   }
-  static void TearDownTestSuite() {
-    delete pair_;
-    pair_ = nullptr;
-  }
+
+ protected:
   void SetUp() override {
-    ASSERT_NE(pair_, nullptr);
+    SharedPairTest::SetUp();
+    if (HasFatalFailure()) return;
     // The single slot must be free (a previous test's stream gone).
     v1::GenerationStatsResponse stats;
     ASSERT_TRUE(pair_->WaitForStats(
@@ -64,9 +61,6 @@ class ServiceLimitsTest : public ::testing::Test {
         },
         10000, &stats))
         << stats.ShortDebugString();
-  }
-  void TearDown() override {
-    if (HasFailure()) std::printf("%s\n", pair_->Logs().c_str());
   }
 
   // The server's tokens for `text` (no BOS: this model adds none).
@@ -88,11 +82,7 @@ class ServiceLimitsTest : public ::testing::Test {
             "Once upon a time, in a small village by the sea, there lived"),
         max_new_tokens);
   }
-
-  static ServicePair* pair_;
 };
-
-ServicePair* ServiceLimitsTest::pair_ = nullptr;
 
 TEST_F(ServiceLimitsTest, FullServerRejectsWithResourceExhausted) {
   // Holds the only slot with a long stream; a second request arrives while

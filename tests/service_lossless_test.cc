@@ -78,28 +78,14 @@ void ExpectSameAsPlain(const Generation& fast, const Generation& plain,
       << "\n  drafts off: " << TokensToString(plain.tokens);
 }
 
-class ServiceLosslessTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
+class ServiceLosslessTest : public SharedPairTest<ServiceLosslessTest> {
+ public:  // Read by SharedPairTest.
+  static PairOptions Options() {
     PairOptions options;
     options.name = "lossless";
-    auto pair = ServicePair::Start(options);
-    ASSERT_TRUE(pair.ok()) << pair.status();
-    pair_ = pair->release();
+    return options;
   }
-  static void TearDownTestSuite() {
-    delete pair_;
-    pair_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(pair_, nullptr); }
-  void TearDown() override {
-    if (HasFailure()) std::printf("%s\n", pair_->Logs().c_str());
-  }
-
-  static ServicePair* pair_;
 };
-
-ServicePair* ServiceLosslessTest::pair_ = nullptr;
 
 TEST_F(ServiceLosslessTest, GoldenPromptsMatchPlainDecoding) {
   absl::StatusOr<GoldenFile> golden = LoadGolden();
@@ -221,16 +207,13 @@ std::string RagPrompt(const RagCase& c, const char* question) {
 }
 
 // Its own pair, so every passage is seen for the first time (a fresh
-// draftsvc database), each in its own namespace. (Shares pair_ with the
-// suite above; gtest runs the two suites one after the other.)
-class ServiceRagTest : public ServiceLosslessTest {
- protected:
-  static void SetUpTestSuite() {
+// draftsvc database), each in its own namespace.
+class ServiceRagTest : public SharedPairTest<ServiceRagTest> {
+ public:  // Read by SharedPairTest.
+  static PairOptions Options() {
     PairOptions options;
     options.name = "rag";
-    auto pair = ServicePair::Start(options);
-    ASSERT_TRUE(pair.ok()) << pair.status();
-    pair_ = pair->release();
+    return options;
   }
 };
 

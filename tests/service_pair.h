@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gtest/gtest.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/generation.grpc.pb.h"
 #include "tests/server_process.h"
@@ -128,6 +130,30 @@ class ServicePair {
   std::unique_ptr<ServerProcess> verifysvc_;
   std::unique_ptr<lookahead::v1::GenerationService::Stub> generation_;
   std::unique_ptr<lookahead::v1::DraftService::Stub> drafts_;
+};
+
+// A gtest fixture whose suite shares one ServicePair started from the
+// derived fixture's `static PairOptions Options()` (CRTP), stopped after the
+// suite. A failing test prints both servers' log tails.
+template <typename Derived>
+class SharedPairTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<ServicePair>> pair =
+        ServicePair::Start(Derived::Options());
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    pair_ = pair->release();
+  }
+  static void TearDownTestSuite() {
+    delete pair_;
+    pair_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(pair_, nullptr); }
+  void TearDown() override {
+    if (HasFailure()) std::printf("%s\n", pair_->Logs().c_str());
+  }
+
+  static inline ServicePair* pair_ = nullptr;
 };
 
 }  // namespace lookahead::testing

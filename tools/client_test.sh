@@ -11,32 +11,11 @@ clients/python/gen_protos.sh >/dev/null
 /usr/bin/python3 -m unittest discover -s clients/python
 
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source tools/servers.sh
+trap 'stop_servers; rm -rf "$work"' EXIT
 
-start() {  # name binary flags...: starts a server, waits for its port.
-  local name=$1
-  shift
-  "$@" --host=127.0.0.1 --port=0 --port_file="$work/$name.port" \
-    >"$work/$name.log" 2>&1 &
-  pids=("$!" "${pids[@]}")
-  for _ in $(seq 1200); do
-    [[ -s "$work/$name.port" ]] && return 0
-    kill -0 "${pids[0]}" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "client_test: $name did not start" >&2
-  cat "$work/$name.log" >&2
-  return 1
-}
-
-start draftsvc .bazel/bin/draftsvc/draftsvc --db_path="$work/db"
-start verifysvc .bazel/bin/verifysvc/verifysvc \
+start_server draftsvc .bazel/bin/draftsvc/draftsvc --db_path="$work/db"
+start_server verifysvc .bazel/bin/verifysvc/verifysvc \
   --draftsvc="127.0.0.1:$(cat "$work/draftsvc.port")"
 addr="127.0.0.1:$(cat "$work/verifysvc.port")"
 

@@ -18,40 +18,17 @@ bazel build //draftsvc:draftsvc //verifysvc:verifysvc
 clients/python/gen_protos.sh >/dev/null
 
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do
-    if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; wait "$pid" || true; fi
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# Starts a server in the background and waits for the port it bound.
-start() {
-  local name=$1
-  shift
-  "$@" --host=127.0.0.1 --port=0 --port_file="$work/$name.port" \
-    >"$work/$name.log" 2>&1 &
-  pids=("$!" "${pids[@]}")  # Stop in reverse order: verifysvc first.
-  for _ in $(seq 600); do
-    [[ -s "$work/$name.port" ]] && return 0
-    kill -0 "${pids[0]}" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "$name did not start:" >&2
-  cat "$work/$name.log" >&2
-  exit 1
-}
+source tools/servers.sh
+trap 'stop_servers; rm -rf "$work"' EXIT
 
 db="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/draftsvc-db"
-start draftsvc .bazel/bin/draftsvc/draftsvc --db_path="$db"
+start_server draftsvc .bazel/bin/draftsvc/draftsvc --db_path="$db"
 draftsvc="127.0.0.1:$(cat "$work/draftsvc.port")"
 echo "draftsvc on $draftsvc, db $db"
 # The global trie persists across runs: a repeated question finds its own
 # earlier answer there (higher EDL). Remove the db directory for a cold start.
 grep -m1 "rebuilt" "$work/draftsvc.log" || true
-start verifysvc .bazel/bin/verifysvc/verifysvc --draftsvc="$draftsvc"
+start_server verifysvc .bazel/bin/verifysvc/verifysvc --draftsvc="$draftsvc"
 verifysvc="127.0.0.1:$(cat "$work/verifysvc.port")"
 echo "verifysvc on $verifysvc"
 grep -m2 -E "model|forward ms" "$work/verifysvc.log" || true
@@ -61,8 +38,5 @@ echo
   --question="$QUESTION" --stats
 
 echo
-cleanup_msg() { tail -n1 "$work/verifysvc.log"; tail -n1 "$work/draftsvc.log"; }
-kill -TERM "${pids[@]}"
-wait "${pids[@]}" || true
-pids=()
-cleanup_msg
+stop_servers  # Shows their clean shutdown lines.
+tail -qn1 "$work/verifysvc.log" "$work/draftsvc.log"

@@ -49,17 +49,19 @@ void StepCostModel::Observe(int tokens, double seconds, double weight) {
 }
 
 double ExpectedAccepted(const DraftCandidate& candidate, int tokens) {
-  if (tokens <= 0 || candidate.accepted <= 0) return 0;
-  const double verified = std::max(candidate.verified, 1.0);
-  const double scaled = candidate.accepted * std::log1p(double(tokens)) /
-                        std::log1p(verified);
-  return std::min(scaled, double(tokens));
+  if (tokens <= 0 || candidate.quality <= 0) return 0;
+  double bound = tokens;
+  if (candidate.depth > 0) bound = std::min(bound, double(candidate.depth));
+  return std::min(candidate.quality * std::log1p(double(tokens)), bound);
 }
 
-std::vector<int> AllocateDraftTokens(const StepCostModel& cost,
-                                     int base_tokens,
-                                     absl::Span<const DraftCandidate> candidates,
-                                     int max_draft_tokens) {
+double QualityOf(int accepted, int verified) {
+  return accepted / std::log1p(double(std::max(verified, 1)));
+}
+
+std::vector<int> AllocateDraftTokens(
+    const StepCostModel& cost, int base_tokens,
+    absl::Span<const DraftCandidate> candidates, int max_draft_tokens) {
   const int n = static_cast<int>(candidates.size());
   std::vector<int> given(n, 0);
   double expected = n;  // Every decoding sequence emits its bonus token.

@@ -50,26 +50,31 @@ struct DraftCandidate {
   // Draft tokens it must get (a probe of a sequence that got none for a
   // while, so a changed text can win drafts back); <= cap.
   int floor = 0;
-  // Recent acceptance: accepted draft tokens per drafted step, and draft
-  // tokens verified per drafted step (exponential moving averages).
-  double accepted = 0;
-  double verified = 1;
+  // Draft quality q: a draft of d tokens is expected to add q * ln(1 + d)
+  // accepted tokens (a wider tree adds ever less likely branches). One
+  // number for every size, so what a 1-token draft shows carries over to a
+  // 16-token one; see QualityOf.
+  double quality = 0;
+  // Deepest branch the drafts have: no draft adds more tokens; 0 = no bound.
+  int depth = 0;
 };
 
-// Expected accepted draft tokens for a draft of `tokens` tokens: acceptance
-// grows like log(1 + tokens) (a wider tree adds ever less likely branches),
-// scaled to match `accepted` at `verified`, and never above `tokens`.
+// Expected accepted draft tokens for a draft of `tokens` tokens:
+// quality * ln(1 + tokens), never above `tokens` or the depth.
 double ExpectedAccepted(const DraftCandidate& candidate, int tokens);
+
+// The quality one drafted step showed: `accepted` of `verified` (>= 1) draft
+// tokens accepted. Callers average it over recent steps.
+double QualityOf(int accepted, int verified);
 
 // Returns per candidate the draft tokens to request (floor <= x <= cap),
 // with sum(x) <= max_draft_tokens (floors win over that bound), maximizing
 //   (candidates + sum ExpectedAccepted) / cost.Seconds(base_tokens + sum x)
 // `base_tokens`: tokens the pass holds anyway (one root per decoding
 // sequence plus any prefill chunks).
-std::vector<int> AllocateDraftTokens(const StepCostModel& cost,
-                                     int base_tokens,
-                                     absl::Span<const DraftCandidate> candidates,
-                                     int max_draft_tokens);
+std::vector<int> AllocateDraftTokens(
+    const StepCostModel& cost, int base_tokens,
+    absl::Span<const DraftCandidate> candidates, int max_draft_tokens);
 
 }  // namespace lookahead::verifysvc
 

@@ -1,5 +1,6 @@
 #include "verifysvc/draft_budget.h"
 
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -21,7 +22,9 @@ StepCostModel FlatCost() {
   return StepCostModel::Create({{1, 0.010}, {64, 0.011}}).value();
 }
 
-int Sum(const std::vector<int>& v) { return std::accumulate(v.begin(), v.end(), 0); }
+int Sum(const std::vector<int>& v) {
+  return std::accumulate(v.begin(), v.end(), 0);
+}
 
 TEST(StepCostModelTest, InterpolatesAndExtrapolates) {
   StepCostModel cost = CpuCost();
@@ -47,43 +50,51 @@ TEST(StepCostModelTest, RejectsBadPoints) {
   EXPECT_FALSE(StepCostModel::Create({{1, 0.0}}).ok());
 }
 
-TEST(ExpectedAcceptedTest, GrowsSublinearlyAndNeverExceedsTokens) {
-  DraftCandidate c{/*cap=*/64, /*floor=*/0, /*accepted=*/2.0, /*verified=*/16};
+TEST(ExpectedAcceptedTest, GrowsLogarithmicallyWithinBounds) {
+  DraftCandidate c{/*cap=*/64, /*floor=*/0, /*quality=*/1.0, /*depth=*/0};
   EXPECT_EQ(ExpectedAccepted(c, 0), 0);
-  EXPECT_NEAR(ExpectedAccepted(c, 16), 2.0, 1e-12);
-  EXPECT_LT(ExpectedAccepted(c, 8), 2.0);
-  EXPECT_GT(ExpectedAccepted(c, 32), 2.0);
-  EXPECT_LT(ExpectedAccepted(c, 32), 4.0);
-  c.accepted = 10;
-  EXPECT_LE(ExpectedAccepted(c, 3), 3.0);
+  EXPECT_NEAR(ExpectedAccepted(c, 1), std::log(2.0), 1e-12);
+  EXPECT_NEAR(ExpectedAccepted(c, 15), std::log(16.0), 1e-12);
+  c.quality = 10;
+  EXPECT_EQ(ExpectedAccepted(c, 3), 3.0);  // At most every token.
+  c.depth = 8;
+  EXPECT_EQ(ExpectedAccepted(c, 64), 8.0);  // At most the branch depth.
+}
+
+TEST(ExpectedAcceptedTest, QualityCarriesAcrossDraftSizes) {
+  // A 1-token draft accepted every time predicts ~4 tokens from 15.
+  DraftCandidate c{64, 0, QualityOf(1, 1), 0};
+  EXPECT_NEAR(ExpectedAccepted(c, 15), 4.0, 1e-12);
+  EXPECT_NEAR(QualityOf(0, 16), 0.0, 1e-12);
+  EXPECT_NEAR(QualityOf(4, 15), 4 / std::log(16.0), 1e-12);
 }
 
 TEST(AllocateDraftTokensTest, FailingDraftsGetNothing) {
-  std::vector<DraftCandidate> c = {{16, 0, 0.0, 16}, {16, 0, 0.01, 16}};
+  std::vector<DraftCandidate> c = {{16, 0, 0.0, 0}, {16, 0, 0.003, 0}};
   EXPECT_EQ(AllocateDraftTokens(CpuCost(), 2, c, 62), std::vector<int>({0, 0}));
 }
 
 TEST(AllocateDraftTokensTest, GoodDraftsGetTheirCapWhenTheStepPays) {
-  std::vector<DraftCandidate> c = {{16, 0, 6.0, 16}};
+  std::vector<DraftCandidate> c = {{16, 0, 2.0, 0}};
   std::vector<int> got = AllocateDraftTokens(CpuCost(), 1, c, 63);
   EXPECT_GE(got[0], 12);  // Most of the cap: the step pays.
 }
 
 TEST(AllocateDraftTokensTest, FlatCostSpendsTheWholeBudget) {
-  std::vector<DraftCandidate> c(4, DraftCandidate{16, 0, 1.0, 16});
+  std::vector<DraftCandidate> c(4, DraftCandidate{16, 0, 0.35, 0});
   std::vector<int> got = AllocateDraftTokens(FlatCost(), 4, c, 60);
   EXPECT_EQ(Sum(got), 60);  // 4 x 15: below every cap of 16.
 }
 
 TEST(AllocateDraftTokensTest, BetterSequencesGetMore) {
-  std::vector<DraftCandidate> c = {{32, 0, 0.5, 16}, {32, 0, 4.0, 16}};
+  std::vector<DraftCandidate> c = {{32, 0, 0.2, 0}, {32, 0, 1.5, 0}};
   std::vector<int> got = AllocateDraftTokens(FlatCost(), 2, c, 24);
   EXPECT_EQ(Sum(got), 24);
   EXPECT_GT(got[1], got[0]);
 }
 
 TEST(AllocateDraftTokensTest, FloorsAreKeptAndCapsRespected) {
-  std::vector<DraftCandidate> c = {{16, 4, 0.0, 16}, {2, 0, 5.0, 16}};
+  std::vector<DraftCandidate> c = {{16, 4, 0.0, 0}, {2, 0, 2.0, 0}};
   std::vector<int> got = AllocateDraftTokens(CpuCost(), 2, c, 0);
   EXPECT_EQ(got[0], 4);  // A probe, even over the budget.
   EXPECT_EQ(got[1], 0);  // No budget left.
@@ -93,8 +104,8 @@ TEST(AllocateDraftTokensTest, FloorsAreKeptAndCapsRespected) {
 
 TEST(AllocateDraftTokensTest, NeverPredictsSlowerThanPlainDecoding) {
   // Whatever it picks, the expected rate is at least plain decoding's.
-  for (double accepted : {0.0, 0.1, 0.5, 1.0, 2.0, 4.0}) {
-    std::vector<DraftCandidate> c(3, DraftCandidate{16, 0, accepted, 16});
+  for (double quality : {0.0, 0.05, 0.2, 0.5, 1.0, 2.0}) {
+    std::vector<DraftCandidate> c(3, DraftCandidate{16, 0, quality, 8});
     StepCostModel cost = CpuCost();
     std::vector<int> got = AllocateDraftTokens(cost, 3, c, 61);
     double expected = 3;
@@ -103,7 +114,7 @@ TEST(AllocateDraftTokensTest, NeverPredictsSlowerThanPlainDecoding) {
     }
     EXPECT_GE(expected / cost.Seconds(3 + Sum(got)),
               3 / cost.Seconds(3) - 1e-12)
-        << accepted;
+        << quality;
   }
 }
 

@@ -31,8 +31,7 @@ DraftSessions::~DraftSessions() {
   worker_.join();
 }
 
-int64_t DraftSessions::Open(std::string name_space,
-                            std::vector<int32_t> prompt,
+int64_t DraftSessions::Open(std::string name_space, std::vector<int32_t> prompt,
                             int32_t branch_length) {
   absl::MutexLock lock(&mu_);
   const int64_t handle = next_handle_++;
@@ -105,8 +104,8 @@ std::vector<DraftTree> DraftSessions::Step(
     }
     ++stats_.step_failures;
     stats_.available = false;
-    backoff_ = std::clamp(backoff_ * 2, options_.min_backoff,
-                          options_.max_backoff);
+    backoff_ =
+        std::clamp(backoff_ * 2, options_.min_backoff, options_.max_backoff);
     next_attempt_ = absl::Now() + backoff_;
     return trees;
   }

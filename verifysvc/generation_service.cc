@@ -79,17 +79,17 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(
 
 absl::StatusOr<SamplingParams> SamplingFromProto(const v1::SamplingParams& p) {
   if (!(p.temperature() >= 0) || std::isinf(p.temperature())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sampling.temperature is ", p.temperature(),
-        "; use 0 for greedy or a finite value > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.temperature is ", p.temperature(),
+                     "; use 0 for greedy or a finite value > 0"));
   }
   if (!(p.top_p() >= 0 && p.top_p() <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sampling.top_p is ", p.top_p(), "; use a value in (0, 1] (0 = off)"));
   }
   if (p.top_k() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sampling.top_k is ", p.top_k(), "; use >= 0 (0 = off)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_k is ", p.top_k(), "; use >= 0 (0 = off)"));
   }
   SamplingParams params;
   params.temperature = p.temperature();
@@ -117,19 +117,21 @@ absl::Status DraftFromProto(const v1::DraftParams& draft,
   }
   if (draft.decoding_length() < 0 ||
       draft.decoding_length() > limits.max_decoding_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "draft.decoding_length is ", draft.decoding_length(),
-        "; use 0 (server default) to ", limits.max_decoding_length,
-        " (--max_decoding_length)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft.decoding_length is ", draft.decoding_length(),
+                     "; use 0 (server default) to ", limits.max_decoding_length,
+                     " (--max_decoding_length)"));
   }
   if (draft.branch_length() < 0 ||
       draft.branch_length() > limits.max_branch_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "draft.branch_length is ", draft.branch_length(),
-        "; use 0 (server default) to ", limits.max_branch_length));
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft.branch_length is ", draft.branch_length(),
+                     "; use 0 (server default) to ", limits.max_branch_length));
   }
-  spec->name_space = draft.namespace_().empty() ? "default" : draft.namespace_();
-  absl::Status name = draftsvc::trie_format::ValidateNamespace(spec->name_space);
+  spec->name_space =
+      draft.namespace_().empty() ? "default" : draft.namespace_();
+  absl::Status name =
+      draftsvc::trie_format::ValidateNamespace(spec->name_space);
   if (!name.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("draft.namespace: ", name.message()));

@@ -23,7 +23,7 @@ struct RequestLimits {
   int default_max_new_tokens = 256;
   // Draft tokens per step when a request leaves decoding_length 0, and the
   // most a request may ask for.
-  int default_decoding_length = 16;
+  int default_decoding_length = 32;
   int max_decoding_length = 64;
   // Draft branch depth when a request leaves branch_length 0; most allowed.
   int default_branch_length = 8;

@@ -62,10 +62,10 @@ ABSL_FLAG(int, max_prompt_tokens, 0,
           "Most prompt tokens per request; 0 = max_context_tokens - 1.");
 ABSL_FLAG(int, default_max_new_tokens, 256,
           "Output limit of a request that sets max_new_tokens = 0.");
-ABSL_FLAG(int, decoding_length, 16,
+ABSL_FLAG(int, decoding_length, 32,
           "Draft tokens per sequence per step at most (requests may ask for "
           "up to --max_decoding_length); the scheduler gives fewer when they "
-          "do not pay. 16 is this CPU's critical length (engine_bench).");
+          "do not pay for their cost in the forward pass.");
 ABSL_FLAG(int, max_decoding_length, 64, "Largest decoding_length allowed.");
 ABSL_FLAG(int, branch_length, 8, "Draft branch depth.");
 ABSL_FLAG(int, max_step_tokens, 64,
@@ -88,20 +88,34 @@ namespace {
 std::string FileTypeName(uint32_t type) {
   // llama.cpp's LLAMA_FTYPE values (general.file_type).
   switch (type) {
-    case 0: return "F32";
-    case 1: return "F16";
-    case 2: return "Q4_0";
-    case 3: return "Q4_1";
-    case 7: return "Q8_0";
-    case 8: return "Q5_0";
-    case 9: return "Q5_1";
-    case 10: return "Q2_K";
-    case 12: return "Q3_K_M";
-    case 15: return "Q4_K_M";
-    case 17: return "Q5_K_M";
-    case 18: return "Q6_K";
-    case 32: return "BF16";
-    default: return absl::StrCat("type ", type);
+    case 0:
+      return "F32";
+    case 1:
+      return "F16";
+    case 2:
+      return "Q4_0";
+    case 3:
+      return "Q4_1";
+    case 7:
+      return "Q8_0";
+    case 8:
+      return "Q5_0";
+    case 9:
+      return "Q5_1";
+    case 10:
+      return "Q2_K";
+    case 12:
+      return "Q3_K_M";
+    case 15:
+      return "Q4_K_M";
+    case 17:
+      return "Q5_K_M";
+    case 18:
+      return "Q6_K";
+    case 32:
+      return "BF16";
+    default:
+      return absl::StrCat("type ", type);
   }
 }
 
@@ -132,8 +146,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, OpenModelFile(path));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                    Tokenizer::FromGguf(*file));
-  const ModelConfig config_probe = ModelConfig::FromGguf(*file).value_or(
-      ModelConfig());
+  const ModelConfig config_probe =
+      ModelConfig::FromGguf(*file).value_or(ModelConfig());
   RequestLimits limits;
   limits.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
   if (limits.max_context_tokens <= 0 ||
@@ -163,10 +177,10 @@ absl::Status Run() {
         "--decoding_length must be in [0, --max_decoding_length]; "
         "--default_max_new_tokens and --branch_length >= 1");
   }
-  std::printf("verifysvc: model %s (%s, %d layers, vocab %d) loaded in %.1f s\n",
-              path.c_str(), config.architecture.c_str(), config.block_count,
-              config.vocab_size,
-              absl::ToDoubleSeconds(absl::Now() - load_start));
+  std::printf(
+      "verifysvc: model %s (%s, %d layers, vocab %d) loaded in %.1f s\n",
+      path.c_str(), config.architecture.c_str(), config.block_count,
+      config.vocab_size, absl::ToDoubleSeconds(absl::Now() - load_start));
 
   // What one forward pass costs here, by tokens: the draft budget's basis.
   ASSIGN_OR_RETURN(StepCostModel cost,
@@ -203,10 +217,10 @@ absl::Status Run() {
   scheduler_options.prefill_chunk_tokens =
       absl::GetFlag(FLAGS_prefill_chunk_tokens);
   scheduler_options.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
-  ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
-                   Scheduler::Create(model.get(), tokenizer.get(),
-                                     sessions.get(), std::move(cost),
-                                     scheduler_options));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Scheduler> scheduler,
+      Scheduler::Create(model.get(), tokenizer.get(), sessions.get(),
+                        std::move(cost), scheduler_options));
 
   lookahead::v1::ModelInfoResponse info;
   info.set_name(file->GetStringOr("general.name", "").value_or(""));
@@ -235,11 +249,11 @@ absl::Status Run() {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", host, ":", absl::GetFlag(FLAGS_port)));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":",
+                                               absl::GetFlag(FLAGS_port)));
   }
-  std::printf("verifysvc: serving on %s:%d (draftsvc %s)\n", host.c_str(),
-              port, draftsvc.empty() ? "off" : draftsvc.c_str());
+  std::printf("verifysvc: serving on %s:%d (draftsvc %s)\n", host.c_str(), port,
+              draftsvc.empty() ? "off" : draftsvc.c_str());
   std::fflush(stdout);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), port);
@@ -255,7 +269,8 @@ absl::Status Run() {
   std::fflush(stdout);
   server->GetHealthCheckService()->SetServingStatus(false);
   // New requests now get UNAVAILABLE; running ones finish within the grace.
-  scheduler->Shutdown(absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  scheduler->Shutdown(
+      absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
   const lookahead::v1::GenerationStatsResponse stats = scheduler->Stats();

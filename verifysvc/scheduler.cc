@@ -20,11 +20,11 @@ namespace {
 
 // Exponential moving average weight of the latest drafted step.
 constexpr double kAcceptanceEma = 0.3;
-// Optimistic prior of a new sequence (its prompt is in its session's trie,
-// and RAG answers quote their prompt): it drafts from its first step, and
-// its real acceptance replaces the prior within a few steps.
-constexpr double kPriorAccepted = 3;
-constexpr double kPriorVerified = 12;
+// Optimistic prior draft quality of a new sequence (its prompt is in its
+// session's trie, and RAG answers quote their prompt): 3.3 tokens expected
+// from a 15-token draft, so it drafts from its first step; its real
+// acceptance replaces the prior within a few steps.
+constexpr double kPriorQuality = 1.2;
 
 DecodeOptions VisibleText() {
   DecodeOptions options;
@@ -71,8 +71,7 @@ struct Scheduler::Sequence {
   bool done = false;
 
   // Acceptance of recent drafts (exponential moving averages), and probing.
-  double accepted = kPriorAccepted;
-  double verified = kPriorVerified;
+  double quality = kPriorQuality;
   int steps_without_draft = 0;
   int probe_interval = 0;
   bool probing = false;
@@ -98,16 +97,16 @@ absl::StatusOr<StepCostModel> MeasureStepCost(const LlamaModel& model,
                    model.NewCache(context + largest + 1));
   std::vector<int32_t> tokens(context + largest);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>((i * 7919 + 13) %
-                                     model.config().vocab_size);
+    tokens[i] =
+        static_cast<int32_t>((i * 7919 + 13) % model.config().vocab_size);
   }
   RETURN_IF_ERROR(
       model.Prefill(cache.get(), absl::MakeConstSpan(tokens).first(context))
           .status());
   std::vector<std::pair<int, double>> points;
   for (int n : sizes) {
-    SequenceInput in =
-        ChainInput(cache.get(), absl::MakeConstSpan(tokens).subspan(context, n));
+    SequenceInput in = ChainInput(
+        cache.get(), absl::MakeConstSpan(tokens).subspan(context, n));
     in.last_logits_only = false;  // A verify pass needs every node's logits.
     double best = 0;
     for (int r = 0; r <= repeats; ++r) {  // r = 0 warms up.
@@ -155,8 +154,9 @@ absl::Status Scheduler::Submit(SequenceSpec spec, GenerationSink* sink) {
   absl::MutexLock lock(&mu_);
   if (!accepting_) {
     stats_.set_requests_rejected(stats_.requests_rejected() + 1);
-    return absl::UnavailableError("verifysvc is shutting down; retry on "
-                                  "another replica");
+    return absl::UnavailableError(
+        "verifysvc is shutting down; retry on "
+        "another replica");
   }
   if (admitted_ >= options_.max_running + options_.max_queued) {
     stats_.set_requests_rejected(stats_.requests_rejected() + 1);
@@ -256,8 +256,8 @@ void Scheduler::Admit() {
     }
   }
   for (Pending& p : admitted) {
-    auto seq = std::make_unique<Sequence>(std::move(p.spec), p.sink,
-                                          tokenizer_);
+    auto seq =
+        std::make_unique<Sequence>(std::move(p.spec), p.sink, tokenizer_);
     seq->admitted = absl::Now();
     seq->probe_interval = options_.probe_interval;
     if (seq->sink->Cancelled()) {
@@ -268,8 +268,7 @@ void Scheduler::Admit() {
     // Room for the prompt, the output and one step's tree.
     const int capacity = static_cast<int>(spec.prompt.size()) +
                          spec.max_new_tokens + spec.decoding_length + 1;
-    absl::StatusOr<std::unique_ptr<KvCache>> cache =
-        model_->NewCache(capacity);
+    absl::StatusOr<std::unique_ptr<KvCache>> cache = model_->NewCache(capacity);
     if (!cache.ok()) {
       End(seq.get(), cache.status());
       continue;
@@ -326,8 +325,8 @@ void Scheduler::Step() {
       c.cap = std::clamp(seq->spec.decoding_length, 0, room);
       seq->probing = seq->steps_without_draft >= seq->probe_interval;
       if (seq->probing) c.floor = std::min(options_.probe_tokens, c.cap);
-      c.accepted = seq->accepted;
-      c.verified = seq->verified;
+      c.quality = seq->quality;
+      c.depth = seq->spec.branch_length;
     }
     const int base = static_cast<int>(decoding.size()) + prefill_tokens;
     const std::vector<int> budget = AllocateDraftTokens(
@@ -368,9 +367,9 @@ void Scheduler::Step() {
   for (size_t i = 0; i < prefilling.size(); ++i) {
     if (chunk[i] == 0) continue;
     const Sequence* seq = prefilling[i];
-    batch.push_back(ChainInput(
-        seq->cache.get(),
-        absl::MakeConstSpan(seq->spec.prompt).subspan(seq->prefilled, chunk[i])));
+    batch.push_back(
+        ChainInput(seq->cache.get(), absl::MakeConstSpan(seq->spec.prompt)
+                                         .subspan(seq->prefilled, chunk[i])));
   }
   int64_t batch_tokens = 0;
   for (const SequenceInput& in : batch) batch_tokens += in.tokens.size();
@@ -398,25 +397,24 @@ void Scheduler::Step() {
     absl::StatusOr<AcceptResult> accepted =
         AcceptLongestPath(in.tokens, in.parents, (*logits)[i],
                           seq->spec.sampling, root_position[i]);
-    absl::Status committed =
-        accepted.ok() ? seq->cache->CommitPath(accepted->path)
-                      : accepted.status();
+    absl::Status committed = accepted.ok()
+                                 ? seq->cache->CommitPath(accepted->path)
+                                 : accepted.status();
     if (!committed.ok()) {
-      End(seq, absl::InternalError(absl::StrCat("accepting the draft: ",
-                                                committed.message())));
+      End(seq, absl::InternalError(
+                   absl::StrCat("accepting the draft: ", committed.message())));
       continue;
     }
     const int verified = static_cast<int>(trees[i].tokens.size());
     const int hits = static_cast<int>(accepted->tokens.size()) - 1;
     if (verified > 0) {
-      seq->accepted += kAcceptanceEma * (hits - seq->accepted);
-      seq->verified += kAcceptanceEma * (verified - seq->verified);
+      seq->quality +=
+          kAcceptanceEma * (QualityOf(hits, verified) - seq->quality);
       seq->steps_without_draft = 0;
       if (seq->probing) {
-        seq->probe_interval =
-            hits > 0 ? options_.probe_interval
-                     : std::min(2 * seq->probe_interval,
-                                options_.max_probe_interval);
+        seq->probe_interval = hits > 0 ? options_.probe_interval
+                                       : std::min(2 * seq->probe_interval,
+                                                  options_.max_probe_interval);
       }
     } else {
       ++seq->steps_without_draft;
@@ -447,9 +445,9 @@ void Scheduler::Step() {
     }
     seq->prefilled += chunk[i];
     if (seq->prefilled < static_cast<int>(seq->spec.prompt.size())) continue;
-    const int32_t first = SelectToken(
-        last[0], seq->spec.sampling,
-        static_cast<int64_t>(seq->spec.prompt.size()));
+    const int32_t first =
+        SelectToken(last[0], seq->spec.sampling,
+                    static_cast<int64_t>(seq->spec.prompt.size()));
     seq->first_token = absl::Now();
     ++steps_total;
     ++emitted_total;
@@ -463,9 +461,9 @@ void Scheduler::Step() {
         "verifysvc: step %lld: %zu decoding + %zu prefilling, %lld tokens "
         "(%d prefill), drafts %d requested %lld verified %lld accepted, "
         "forward %.1f ms\n",
-        static_cast<long long>(steps_run_), decoding.size(),
-        prefilling.size(), static_cast<long long>(batch_tokens),
-        prefill_tokens, requested_total, static_cast<long long>(draft_total),
+        static_cast<long long>(steps_run_), decoding.size(), prefilling.size(),
+        static_cast<long long>(batch_tokens), prefill_tokens, requested_total,
+        static_cast<long long>(draft_total),
         static_cast<long long>(accepted_total), forward_seconds * 1e3);
     std::fflush(stdout);
   }

@@ -10,7 +10,8 @@ namespace {
 
 // Feeds `pieces` one by one; returns everything emitted (Flush included
 // unless stopped).
-std::string PushAll(StopStringMatcher* m, const std::vector<std::string>& pieces) {
+std::string PushAll(StopStringMatcher* m,
+                    const std::vector<std::string>& pieces) {
   std::string out;
   for (const std::string& p : pieces) out += m->Push(p);
   if (!m->stopped()) out += m->Flush();

@@ -18,13 +18,18 @@ namespace v1 = lookahead::v1;
 
 namespace {
 
+// Accepted tokens a sequence holds back from draftsvc while it wants no
+// drafts; then they go in a report-only Step (draftsvc takes <= 4096).
+constexpr int kMaxUnreportedTokens = 1024;
+
 // Exponential moving average weight of the latest drafted step.
 constexpr double kAcceptanceEma = 0.3;
-// Optimistic prior draft quality of a new sequence (its prompt is in its
-// session's trie, and RAG answers quote their prompt): 3.3 tokens expected
-// from a 15-token draft, so it drafts from its first step; its real
-// acceptance replaces the prior within a few steps.
-constexpr double kPriorQuality = 1.2;
+// Prior draft quality of a new sequence: high enough that a cheap first
+// draft is tried (a 1-token draft where tree tokens are costly, as on a CPU;
+// a full one where they are nearly free, as on a GPU), low enough that it
+// does not start with an expensive one; a hit then raises it (RAG answers
+// quoting their prompt draft fully within a step or two), misses lower it.
+constexpr double kPriorQuality = 0.9;
 
 DecodeOptions VisibleText() {
   DecodeOptions options;
@@ -331,9 +336,18 @@ void Scheduler::Step() {
     const int base = static_cast<int>(decoding.size()) + prefill_tokens;
     const std::vector<int> budget = AllocateDraftTokens(
         cost_, base, candidates, std::max(0, options_.max_step_tokens - base));
+    // No draft wanted this step: skip the RPC (a loopback round trip is a
+    // few % of a one-token step) and keep the tokens for a later one.
+    bool call = false;
+    for (size_t i = 0; i < decoding.size(); ++i) {
+      const Sequence* seq = decoding[i];
+      if (seq->draft_handle == 0) continue;
+      call = call || budget[i] > 0 ||
+             static_cast<int>(seq->fresh.size()) >= kMaxUnreportedTokens;
+    }
     std::vector<DraftSessions::StepEntry> entries;
     std::vector<size_t> which;
-    for (size_t i = 0; i < decoding.size(); ++i) {
+    for (size_t i = 0; call && i < decoding.size(); ++i) {
       Sequence* seq = decoding[i];
       if (seq->draft_handle == 0) continue;
       DraftSessions::StepEntry entry;
@@ -346,7 +360,8 @@ void Scheduler::Step() {
       entries.push_back(std::move(entry));
       which.push_back(i);
     }
-    std::vector<DraftTree> got = drafts_->Step(entries);
+    std::vector<DraftTree> got =
+        entries.empty() ? std::vector<DraftTree>() : drafts_->Step(entries);
     for (size_t k = 0; k < which.size(); ++k) {
       trees[which[k]] = std::move(got[k]);
       TrimDraft(&trees[which[k]], budget[which[k]]);
@@ -542,18 +557,19 @@ void Scheduler::End(Sequence* seq, absl::Status status) {
     seq->draft_handle = 0;
   }
   seq->cache.reset();
-  const bool ok = status.ok();
-  const bool cancelled = absl::IsCancelled(status);
-  seq->sink->Finish(std::move(status));
-  absl::MutexLock lock(&mu_);
-  --admitted_;
-  if (ok) {
-    stats_.set_requests_finished(stats_.requests_finished() + 1);
-  } else if (cancelled) {
-    stats_.set_requests_cancelled(stats_.requests_cancelled() + 1);
-  } else {
-    stats_.set_requests_failed(stats_.requests_failed() + 1);
+  {
+    // Before Finish: a client that has seen its stream end sees it counted.
+    absl::MutexLock lock(&mu_);
+    --admitted_;
+    if (status.ok()) {
+      stats_.set_requests_finished(stats_.requests_finished() + 1);
+    } else if (absl::IsCancelled(status)) {
+      stats_.set_requests_cancelled(stats_.requests_cancelled() + 1);
+    } else {
+      stats_.set_requests_failed(stats_.requests_failed() + 1);
+    }
   }
+  seq->sink->Finish(std::move(status));
 }
 
 }  // namespace lookahead::verifysvc

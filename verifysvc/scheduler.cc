@@ -247,9 +247,20 @@ void Scheduler::Admit() {
       End(seq.get(), absl::CancelledError("cancelled by the client"));
     }
   }
-  std::vector<Pending> admitted;
+  std::vector<Pending> admitted, gone;
   {
     absl::MutexLock lock(&mu_);
+    // Queued requests whose client left free their queue places too.
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (!it->sink->Cancelled()) {
+        ++it;
+        continue;
+      }
+      gone.push_back(std::move(*it));
+      it = queue_.erase(it);
+      --admitted_;
+      stats_.set_requests_cancelled(stats_.requests_cancelled() + 1);
+    }
     running_.erase(std::remove_if(running_.begin(), running_.end(),
                                   [](const auto& s) { return s->done; }),
                    running_.end());
@@ -259,6 +270,9 @@ void Scheduler::Admit() {
       admitted.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
+  }
+  for (Pending& p : gone) {
+    p.sink->Finish(absl::CancelledError("cancelled by the client"));
   }
   for (Pending& p : admitted) {
     auto seq =

@@ -1,0 +1,159 @@
+#include "common/metrics_http.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+
+namespace lookahead {
+namespace metrics {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Sends `request` to 127.0.0.1:port over a plain socket and returns all the
+// server wrote until it closed the connection ("" if it could not connect).
+std::string RawExchange(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      write(fd, request.data(), request.size()) ==
+          static_cast<ssize_t>(request.size())) {
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0)
+      response.append(buffer, n);
+  }
+  close(fd);
+  return response;
+}
+
+class MetricsServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<Counter*> counter =
+        registry_.AddCounter("scrapes_seen_total", "Test counter.");
+    ASSERT_TRUE(counter.ok()) << counter.status();
+    counter_ = *counter;
+    counter_->Increment(41);
+    absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+        MetricsServer::Start("127.0.0.1", 0, &registry_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    ASSERT_GT(server_->port(), 0);
+  }
+
+  Registry registry_;
+  Counter* counter_ = nullptr;
+  std::unique_ptr<MetricsServer> server_;
+};
+
+TEST_F(MetricsServerTest, ServesMetricsWithPrometheusContentType) {
+  httplib::Client client("127.0.0.1", server_->port());
+  httplib::Result result = client.Get("/metrics");
+  ASSERT_TRUE(result) << httplib::to_string(result.error());
+  EXPECT_EQ(result->status, 200);
+  EXPECT_EQ(result->get_header_value("Content-Type"),
+            "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(result->body, registry_.Render());
+  EXPECT_THAT(result->body, HasSubstr("scrapes_seen_total 41\n"));
+
+  // Each scrape renders afresh.
+  counter_->Increment();
+  result = client.Get("/metrics");
+  ASSERT_TRUE(result) << httplib::to_string(result.error());
+  EXPECT_THAT(result->body, HasSubstr("scrapes_seen_total 42\n"));
+}
+
+TEST_F(MetricsServerTest, RawHttpRequest) {
+  const std::string response = RawExchange(
+      server_->port(),
+      "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(response, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(response, HasSubstr("\r\nContent-Type: text/plain; "
+                                  "version=0.0.4; charset=utf-8\r\n"));
+  EXPECT_THAT(response, HasSubstr("\r\n\r\n# HELP scrapes_seen_total Test "
+                                  "counter.\n# TYPE scrapes_seen_total "
+                                  "counter\nscrapes_seen_total 41\n"));
+}
+
+TEST_F(MetricsServerTest, OtherPathsAre404) {
+  httplib::Client client("127.0.0.1", server_->port());
+  for (const char* path : {"/", "/metric", "/metrics/x", "/healthz"}) {
+    httplib::Result result = client.Get(path);
+    ASSERT_TRUE(result) << path;
+    EXPECT_EQ(result->status, 404) << path;
+    EXPECT_THAT(result->body, ::testing::Not(HasSubstr("scrapes_seen_total")));
+  }
+}
+
+TEST_F(MetricsServerTest, StopClosesThePortPromptly) {
+  const int port = server_->port();
+  const auto start = std::chrono::steady_clock::now();
+  server_->Stop();
+  server_->Stop();  // idempotent
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds(1));
+  EXPECT_FALSE(client.Get("/metrics"));
+  server_.reset();  // the destructor after Stop() is fine too
+}
+
+TEST_F(MetricsServerTest, StopWithAnOpenKeepAliveConnection) {
+  httplib::Client client("127.0.0.1", server_->port());
+  client.set_keep_alive(true);
+  ASSERT_TRUE(client.Get("/metrics"));
+  const auto start = std::chrono::steady_clock::now();
+  server_.reset();
+  // Bounded by the server's 1 s idle timeout, not httplib's default 5 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST(MetricsServerStartTest, PortInUseIsUnavailable) {
+  Registry registry;
+  absl::StatusOr<std::unique_ptr<MetricsServer>> first =
+      MetricsServer::Start("127.0.0.1", 0, &registry);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<MetricsServer>> second =
+      MetricsServer::Start("127.0.0.1", (*first)->port(), &registry);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr("cannot bind"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat(":", (*first)->port())));
+}
+
+TEST(MetricsServerStartTest, BadPortIsInvalidArgument) {
+  Registry registry;
+  EXPECT_EQ(MetricsServer::Start("127.0.0.1", 70000, &registry).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MetricsServer::Start("127.0.0.1", -1, &registry).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MetricsServerStartTest, StartStopLoop) {
+  Registry registry;
+  for (int i = 0; i < 50; ++i) {
+    absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+        MetricsServer::Start("127.0.0.1", 0, &registry);
+    ASSERT_TRUE(server.ok()) << server.status();
+  }
+}
+
+}  // namespace
+}  // namespace metrics
+}  // namespace lookahead

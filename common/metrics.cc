@@ -505,10 +505,17 @@ absl::Status Registry::AddLabeledGaugeCallback(
 absl::Status Registry::AddCounterCallback(const std::string& name,
                                           const std::string& help,
                                           std::function<double()> fn) {
-  return Add(name, "counter", {},
+  return AddLabeledCounterCallback(name, help, {}, Unlabeled(std::move(fn)));
+}
+
+absl::Status Registry::AddLabeledCounterCallback(
+    const std::string& name, const std::string& help,
+    const std::vector<std::string>& label_names,
+    std::function<std::vector<LabeledValue>()> fn) {
+  return Add(name, "counter", label_names,
              [&] {
                return std::unique_ptr<Collector>(new CallbackCollector(
-                   name, help, "counter", {}, Unlabeled(std::move(fn))));
+                   name, help, "counter", label_names, std::move(fn)));
              })
       .status();
 }

@@ -197,6 +197,10 @@ class Registry {
   absl::Status AddCounterCallback(const std::string& name,
                                   const std::string& help,
                                   std::function<double()> fn);
+  absl::Status AddLabeledCounterCallback(
+      const std::string& name, const std::string& help,
+      const std::vector<std::string>& label_names,
+      std::function<std::vector<LabeledValue>()> fn);
 
   // Returns every family in the text exposition format 0.0.4.
   std::string Render() const;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/port_file.h"
 #include "httplib.h"
 
 namespace lookahead {
@@ -92,6 +93,18 @@ void MetricsServer::Stop() {
   if (!listener_.joinable()) return;
   server_->stop();
   listener_.join();
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
+    const std::string& host, int port, const std::string& port_file,
+    const Registry* registry) {
+  if (port < 0) return nullptr;
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start(host, port, registry);
+  if (!server.ok() || port_file.empty()) return server;
+  absl::Status written = WritePortFile(port_file, (*server)->port());
+  if (!written.ok()) return written;
+  return server;
 }
 
 }  // namespace metrics

@@ -50,6 +50,13 @@ class MetricsServer {
   std::thread listener_;  // runs the accept loop until Stop()
 };
 
+// The services' --metrics_port convention: a negative port serves nothing
+// (returns null); otherwise Start(host, port, registry) and, if `port_file`
+// is not empty, writes the bound port there (common/port_file.h).
+absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
+    const std::string& host, int port, const std::string& port_file,
+    const Registry* registry);
+
 }  // namespace metrics
 }  // namespace lookahead
 

@@ -133,11 +133,22 @@ absl::StatusOr<DraftMode> FromProto(int mode) {
 
 }  // namespace
 
+// The series the service itself updates (the rest are scrape-time
+// callbacks); null members when metrics are off.
+struct ServiceMetrics {
+  metrics::Counter* inserted_tokens = nullptr;
+  metrics::Histogram* retrieval_seconds = nullptr;
+};
+
 class DraftServer::Service final : public v1::DraftService::CallbackService {
  public:
   Service(const DraftServerOptions& options, DraftIndex& index,
-          TrieStore& store, const RebuildStats& rebuild)
-      : options_(options), index_(index), store_(store), rebuild_(rebuild) {}
+          TrieStore& store, const RebuildStats& rebuild, ServiceMetrics metrics)
+      : options_(options),
+        index_(index),
+        store_(store),
+        rebuild_(rebuild),
+        metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* OpenSession(
       grpc::CallbackServerContext* context,
@@ -203,10 +214,18 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
         SetEntryError(appended, draft);
         continue;
       }
-      if (*mode == DraftMode::kOff) continue;
+      if (metrics_.inserted_tokens != nullptr) {
+        metrics_.inserted_tokens->Increment(step.accepted_tokens_size());
+      }
+      if (*mode == DraftMode::kOff || step.decoding_length() == 0) continue;
+      const absl::Time start = absl::Now();
       absl::StatusOr<DraftTree> tree =
           index_.Retrieve(step.session_id(), step.decoding_length(),
                           step.branch_length(), *mode);
+      if (metrics_.retrieval_seconds != nullptr) {
+        metrics_.retrieval_seconds->Observe(
+            absl::ToDoubleSeconds(absl::Now() - start));
+      }
       if (!tree.ok()) {
         SetEntryError(tree.status(), draft);
         continue;
@@ -351,7 +370,72 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
   DraftIndex& index_;
   TrieStore& store_;
   const RebuildStats& rebuild_;
+  const ServiceMetrics metrics_;
 };
+
+namespace {
+
+// Registers the scrape-time series of `index`/`store` and creates the ones
+// the service updates.
+absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
+                                               DraftIndex* index,
+                                               TrieStore* store,
+                                               const RebuildStats* rebuild) {
+  using metrics::LabeledValue;
+  auto per_namespace = [index](int64_t NamespaceStats::*field) {
+    return [index, field] {
+      std::vector<LabeledValue> values;
+      for (const NamespaceStats& s : index->Stats("")) {
+        values.push_back({{s.name_space}, double(s.*field)});
+      }
+      return values;
+    };
+  };
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_draft_sessions", "Open draft sessions.", [index] {
+        int64_t open = 0;
+        for (const NamespaceStats& s : index->Stats("")) {
+          open += s.open_sessions;
+        }
+        return double(open);
+      }));
+  RETURN_IF_ERROR(registry->AddLabeledGaugeCallback(
+      "lookahead_trie_nodes", "Nodes in the namespace's global trie.",
+      {"trie_namespace"}, per_namespace(&NamespaceStats::output_nodes)));
+  RETURN_IF_ERROR(registry->AddLabeledGaugeCallback(
+      "lookahead_trie_capacity_nodes",
+      "Node capacity of the namespace's global trie (pruning starts above).",
+      {"trie_namespace"}, per_namespace(&NamespaceStats::capacity)));
+  RETURN_IF_ERROR(registry->AddLabeledCounterCallback(
+      "lookahead_trie_prunes_total", "Prunes of the namespace's global trie.",
+      {"trie_namespace"}, per_namespace(&NamespaceStats::prunes)));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_store_disk_bytes", "RocksDB's estimate of live data on disk.",
+      [store] { return double(store->DiskBytes()); }));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_store_pending_batches",
+      "Trie write batches queued but not yet written.",
+      [store] { return double(store->PendingBatches()); }));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_store_rebuild_seconds",
+      "Time the last start spent rebuilding the tries from RocksDB.",
+      [rebuild] { return rebuild->seconds; }));
+  ServiceMetrics out;
+  ASSIGN_OR_RETURN(out.inserted_tokens,
+                   registry->AddCounter(
+                       "lookahead_trie_inserted_tokens_total",
+                       "Accepted tokens reported by verifiers (inserted into "
+                       "the global trie)."));
+  ASSIGN_OR_RETURN(
+      out.retrieval_seconds,
+      registry->AddHistogram(
+          "lookahead_draft_retrieval_duration_seconds",
+          "Time to retrieve one session's draft tree in a Step.",
+          metrics::ExponentialBuckets(1e-6, 2, 16)));  // 1 us .. 33 ms
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
     const DraftServerOptions& options) {
@@ -380,8 +464,15 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
   }
   server->rebuild_ = restorer.stats;
   server->rebuild_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  ServiceMetrics service_metrics;
+  if (options.metrics != nullptr) {
+    ASSIGN_OR_RETURN(service_metrics,
+                     RegisterMetrics(options.metrics, server->index_.get(),
+                                     server->store_.get(), &server->rebuild_));
+  }
   server->service_ = std::make_unique<Service>(
-      server->options_, *server->index_, *server->store_, server->rebuild_);
+      server->options_, *server->index_, *server->store_, server->rebuild_,
+      service_metrics);
   return server;
 }
 

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/metrics.h"
 #include "draftsvc/draft_index.h"
 #include "draftsvc/trie_store.h"
 
@@ -33,6 +34,13 @@ struct DraftServerOptions {
   // Most entries in one Step request (INVALID_ARGUMENT beyond). Default 1024:
   // far above a verifier's batch, small enough to bound one RPC's work.
   int32_t max_step_sessions = 1024;
+  // If set, the server exports its series here (not owned; must outlive the
+  // server; scrape it only while the server lives): lookahead_draft_sessions,
+  // lookahead_draft_retrieval_duration_seconds, lookahead_trie_nodes,
+  // lookahead_trie_capacity_nodes, lookahead_trie_inserted_tokens_total,
+  // lookahead_trie_prunes_total, lookahead_store_disk_bytes,
+  // lookahead_store_pending_batches, lookahead_store_rebuild_seconds.
+  metrics::Registry* metrics = nullptr;
 };
 
 // What Open() found on disk.

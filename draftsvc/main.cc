@@ -24,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/port_file.h"
 #include "draftsvc/draft_service.h"
 
@@ -60,6 +62,11 @@ ABSL_FLAG(int, max_decoding_length, 256, "Largest draft tree budget.");
 ABSL_FLAG(int, max_vocab_size, 1 << 22, "Largest vocab_size accepted.");
 ABSL_FLAG(int64_t, max_sessions, 16384, "Most open sessions.");
 ABSL_FLAG(int, max_step_sessions, 1024, "Most entries in one Step request.");
+ABSL_FLAG(int, metrics_port, 9091,
+          "Port of the Prometheus /metrics HTTP endpoint; 0 picks a free one, "
+          "-1 turns it off.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written here.");
 ABSL_FLAG(int, shutdown_grace_ms, 5000,
           "On SIGTERM/SIGINT, in-flight RPCs get this long before they are "
           "cancelled.");
@@ -102,6 +109,8 @@ int Run() {
   index.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.max_step_sessions = absl::GetFlag(FLAGS_max_step_sessions);
 
+  metrics::Registry registry;
+  options.metrics = &registry;
   absl::StatusOr<std::unique_ptr<DraftServer>> draft =
       DraftServer::Open(options);
   if (!draft.ok()) {
@@ -115,6 +124,20 @@ int Run() {
       static_cast<long long>(rebuild.namespaces),
       static_cast<long long>(rebuild.nodes), options.db_path.c_str(),
       rebuild.seconds, options.store.sync ? 1 : 0);
+
+  absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> metrics_server =
+      metrics::ServeMetrics(absl::GetFlag(FLAGS_host),
+                            absl::GetFlag(FLAGS_metrics_port),
+                            absl::GetFlag(FLAGS_metrics_port_file), &registry);
+  if (!metrics_server.ok()) {
+    std::fprintf(stderr, "draftsvc: metrics: %s\n",
+                 metrics_server.status().ToString().c_str());
+    return 1;
+  }
+  if (*metrics_server != nullptr) {
+    std::printf("draftsvc: metrics on http://%s:%d/metrics\n",
+                absl::GetFlag(FLAGS_host).c_str(), (*metrics_server)->port());
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -150,6 +173,7 @@ int Run() {
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
   server->Wait();
+  if (*metrics_server != nullptr) (*metrics_server)->Stop();
   absl::Status closed = (*draft)->Close();
   if (!closed.ok()) {
     std::fprintf(stderr, "draftsvc: closing the store: %s\n",

@@ -158,7 +158,8 @@ std::unique_ptr<ServerProcess> StartServer(const std::string& binary,
                                            const std::string& generation) {
   return std::make_unique<ServerProcess>(
       std::vector<std::string>{binary, "--host=127.0.0.1", "--port=0",
-                               "--db_path=" + db_path, "--sync",
+                               "--metrics_port=0", "--db_path=" + db_path,
+                               "--sync",
                                absl::StrCat("--branch_length=", kBranchLength),
                                "--capacity_nodes=2147483646"},
       absl::StrCat(work_dir, "/port.", generation),

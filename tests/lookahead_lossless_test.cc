@@ -53,7 +53,8 @@ class LookaheadLosslessTest : public ::testing::Test {
     const std::string dir = Env("TEST_TMPDIR");
     server_ = std::make_unique<testing::ServerProcess>(
         std::vector<std::string>{Env("DRAFTSVC_BINARY"), "--host=127.0.0.1",
-                                 "--port=0", "--db_path=" + dir + "/db"},
+                                 "--port=0", "--metrics_port=-1",
+                                 "--db_path=" + dir + "/db"},
         dir + "/port", dir + "/draftsvc.log");
     const int port = server_->WaitForPort();
     ASSERT_GT(port, 0) << server_->Log();

@@ -5,8 +5,10 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <utility>
 
@@ -15,6 +17,15 @@
 
 namespace lookahead::testing {
 namespace {
+
+// The port a server wrote to `path` (it does so before its gRPC port file,
+// which the caller has already waited for); 0 if absent.
+int ReadPort(const std::string& path) {
+  std::ifstream in(path);
+  int port = 0;
+  in >> port;
+  return port;
+}
 
 namespace v1 = ::lookahead::v1;
 
@@ -126,9 +137,14 @@ absl::Status ServicePair::StartDraftsvc(int port) {
   const std::string binary = Env("DRAFTSVC_BINARY");
   if (binary.empty())
     return absl::FailedPreconditionError("no DRAFTSVC_BINARY");
-  std::vector<std::string> args = {binary, "--host=127.0.0.1",
+  const std::string metrics_file = absl::StrCat(dir_, "/draftsvc.metrics_port");
+  std::remove(metrics_file.c_str());
+  std::vector<std::string> args = {binary,
+                                   "--host=127.0.0.1",
                                    absl::StrCat("--port=", port),
-                                   absl::StrCat("--db_path=", dir_, "/db")};
+                                   absl::StrCat("--db_path=", dir_, "/db"),
+                                   "--metrics_port=0",
+                                   "--metrics_port_file=" + metrics_file};
   args.insert(args.end(), options_.draftsvc_flags.begin(),
               options_.draftsvc_flags.end());
   ++draftsvc_starts_;
@@ -142,6 +158,7 @@ absl::Status ServicePair::StartDraftsvc(int port) {
                      " (bound: ", bound, "):\n", Tail(draftsvc_->Log())));
   }
   draftsvc_port_ = bound;
+  draftsvc_metrics_port_ = ReadPort(metrics_file);
   drafts_ = v1::DraftService::NewStub(Loopback(bound));
   return absl::OkStatus();
 }
@@ -151,8 +168,14 @@ absl::Status ServicePair::StartVerifysvc() {
   if (binary.empty()) {
     return absl::FailedPreconditionError("no VERIFYSVC_BINARY");
   }
+  const std::string metrics_file =
+      absl::StrCat(dir_, "/verifysvc.metrics_port");
   std::vector<std::string> args = {
-      binary, "--host=127.0.0.1", "--port=0",
+      binary,
+      "--host=127.0.0.1",
+      "--port=0",
+      "--metrics_port=0",
+      "--metrics_port_file=" + metrics_file,
       options_.with_draftsvc
           ? absl::StrCat("--draftsvc=127.0.0.1:", draftsvc_port_)
           : std::string("--draftsvc=")};
@@ -166,6 +189,7 @@ absl::Status ServicePair::StartVerifysvc() {
     return absl::UnavailableError(
         absl::StrCat("verifysvc did not start:\n", Tail(verifysvc_->Log())));
   }
+  verifysvc_metrics_port_ = ReadPort(metrics_file);
   generation_ = v1::GenerationService::NewStub(Loopback(verifysvc_port_));
   return absl::OkStatus();
 }

@@ -112,6 +112,9 @@ class ServicePair {
   lookahead::v1::GenerationService::Stub& generation() { return *generation_; }
   int draftsvc_port() const { return draftsvc_port_; }
   int verifysvc_port() const { return verifysvc_port_; }
+  // The servers' Prometheus /metrics ports (HTTP on 127.0.0.1).
+  int draftsvc_metrics_port() const { return draftsvc_metrics_port_; }
+  int verifysvc_metrics_port() const { return verifysvc_metrics_port_; }
   // Both servers' output so far, and how they ended if they did, for
   // failure messages.
   std::string Logs();
@@ -126,6 +129,8 @@ class ServicePair {
   int draftsvc_starts_ = 0;
   int draftsvc_port_ = 0;
   int verifysvc_port_ = 0;
+  int draftsvc_metrics_port_ = 0;
+  int verifysvc_metrics_port_ = 0;
   std::unique_ptr<ServerProcess> draftsvc_;
   std::unique_ptr<ServerProcess> verifysvc_;
   std::unique_ptr<lookahead::v1::GenerationService::Stub> generation_;

@@ -14,6 +14,7 @@ start_server() {
   local name=$1
   shift
   "$@" --host=127.0.0.1 --port=0 --port_file="$work/$name.port" \
+    --metrics_port=0 --metrics_port_file="$work/$name.metrics_port" \
     >"$work/$name.log" 2>&1 &
   server_pids=("$!" "${server_pids[@]}")  # Stopped newest first.
   for _ in $(seq 1200); do

@@ -29,6 +29,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/port_file.h"
 #include "common/status_macros.h"
 #include "verifysvc/draft_client.h"
@@ -39,6 +41,7 @@
 #include "verifysvc/scheduler.h"
 #include "verifysvc/threading.h"
 #include "verifysvc/tokenizer.h"
+#include "verifysvc/verifier_metrics.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free one.");
@@ -74,6 +77,11 @@ ABSL_FLAG(int, prefill_chunk_tokens, 64,
           "Prompt tokens prefilled per step while other sequences decode.");
 ABSL_FLAG(int, draft_deadline_ms, 20,
           "Deadline of each step's draftsvc call; later drafts are skipped.");
+ABSL_FLAG(int, metrics_port, 9090,
+          "Port of the Prometheus /metrics HTTP endpoint; 0 picks a free one, "
+          "-1 turns it off.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written here.");
 ABSL_FLAG(int, log_every_steps, 0,
           "Print a scheduler line every this many steps; 0 = never.");
 ABSL_FLAG(int, blas_threads, lookahead::verifysvc::AvailableCores(),
@@ -210,7 +218,23 @@ absl::Status Run() {
         draft_client.get(), config.vocab_size, session_options);
   }
 
+  // Series are labelled with the model's name (the file's if unnamed).
+  std::string model_name = file->GetStringOr("general.name", "").value_or("");
+  if (model_name.empty()) model_name = path.substr(path.rfind('/') + 1);
+  metrics::Registry registry;
+  ASSIGN_OR_RETURN(std::unique_ptr<VerifierMetrics> verifier_metrics,
+                   VerifierMetrics::Create(&registry, model_name, 32));
+  verifier_metrics->kv_cache_capacity_tokens->Set(
+      double(absl::GetFlag(FLAGS_max_running)) * limits.max_context_tokens);
+  if (sessions != nullptr) {
+    RETURN_IF_ERROR(registry.AddGaugeCallback(
+        "lookahead_draft_sessions_open",
+        "draftsvc sessions this verifier holds open.",
+        [s = sessions.get()] { return double(s->Stats().open_sessions); }));
+  }
+
   SchedulerOptions scheduler_options;
+  scheduler_options.metrics = verifier_metrics.get();
   scheduler_options.max_running = absl::GetFlag(FLAGS_max_running);
   scheduler_options.max_queued = absl::GetFlag(FLAGS_max_queued);
   scheduler_options.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
@@ -223,7 +247,7 @@ absl::Status Run() {
                         std::move(cost), scheduler_options));
 
   lookahead::v1::ModelInfoResponse info;
-  info.set_name(file->GetStringOr("general.name", "").value_or(""));
+  info.set_name(model_name);
   info.set_architecture(config.architecture);
   info.set_vocab_size(config.vocab_size);
   info.set_context_length(limits.max_context_tokens);
@@ -239,11 +263,20 @@ absl::Status Run() {
   GenerationServiceImpl service(tokenizer.get(), scheduler.get(), limits,
                                 std::move(info));
 
+  const std::string host = absl::GetFlag(FLAGS_host);
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<metrics::MetricsServer> metrics_server,
+      metrics::ServeMetrics(host, absl::GetFlag(FLAGS_metrics_port),
+                            absl::GetFlag(FLAGS_metrics_port_file), &registry));
+  if (metrics_server != nullptr) {
+    std::printf("verifysvc: metrics on http://%s:%d/metrics\n", host.c_str(),
+                metrics_server->port());
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  const std::string host = absl::GetFlag(FLAGS_host);
   builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
@@ -273,6 +306,7 @@ absl::Status Run() {
       absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
+  if (metrics_server != nullptr) metrics_server->Stop();
   const lookahead::v1::GenerationStatsResponse stats = scheduler->Stats();
   std::printf(
       "verifysvc: stopped after %lld requests (%lld finished, %lld "

@@ -22,6 +22,9 @@ namespace {
 // drafts; then they go in a report-only Step (draftsvc takes <= 4096).
 constexpr int kMaxUnreportedTokens = 1024;
 
+// Draft depths with their own acceptance series (draftsvc allows <= 32).
+constexpr int kMetricPositions = 32;
+
 // Exponential moving average weight of the latest drafted step.
 constexpr double kAcceptanceEma = 0.3;
 // Prior draft quality of a new sequence: high enough that a cheap first
@@ -139,8 +142,22 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
         "prefill_chunk_tokens and probe_interval must be >= 1, max_queued "
         "and probe_tokens >= 0, max_probe_interval >= probe_interval");
   }
-  return std::unique_ptr<Scheduler>(
+  // Without a registry the series still exist, in one nobody scrapes, so
+  // the step code needs no null checks.
+  std::unique_ptr<metrics::Registry> own_registry;
+  std::unique_ptr<VerifierMetrics> own_metrics;
+  if (options.metrics == nullptr) {
+    own_registry = std::make_unique<metrics::Registry>();
+    ASSIGN_OR_RETURN(
+        own_metrics,
+        VerifierMetrics::Create(own_registry.get(), "model", kMetricPositions));
+    options.metrics = own_metrics.get();
+  }
+  auto scheduler = std::unique_ptr<Scheduler>(
       new Scheduler(model, tokenizer, drafts, std::move(cost), options));
+  scheduler->own_registry_ = std::move(own_registry);
+  scheduler->own_metrics_ = std::move(own_metrics);
+  return scheduler;
 }
 
 Scheduler::Scheduler(const LlamaModel* model, const Tokenizer* tokenizer,
@@ -150,6 +167,7 @@ Scheduler::Scheduler(const LlamaModel* model, const Tokenizer* tokenizer,
       tokenizer_(tokenizer),
       drafts_(drafts),
       options_(options),
+      m_(options.metrics),
       cost_(std::move(cost)),
       thread_([this] { Loop(); }) {}
 
@@ -159,12 +177,14 @@ absl::Status Scheduler::Submit(SequenceSpec spec, GenerationSink* sink) {
   absl::MutexLock lock(&mu_);
   if (!accepting_) {
     stats_.set_requests_rejected(stats_.requests_rejected() + 1);
+    m_->rejected->Increment();
     return absl::UnavailableError(
         "verifysvc is shutting down; retry on "
         "another replica");
   }
   if (admitted_ >= options_.max_running + options_.max_queued) {
     stats_.set_requests_rejected(stats_.requests_rejected() + 1);
+    m_->rejected->Increment();
     return absl::ResourceExhaustedError(absl::StrCat(
         "server full: ", options_.max_running, " sequences running and ",
         options_.max_queued, " queued (--max_running=", options_.max_running,
@@ -190,6 +210,7 @@ void Scheduler::Shutdown(absl::Duration grace) {
 }
 
 void Scheduler::CountRejected() {
+  m_->rejected->Increment();
   absl::MutexLock lock(&mu_);
   stats_.set_requests_rejected(stats_.requests_rejected() + 1);
 }
@@ -260,6 +281,7 @@ void Scheduler::Admit() {
       it = queue_.erase(it);
       --admitted_;
       stats_.set_requests_cancelled(stats_.requests_cancelled() + 1);
+      m_->cancelled->Increment();
     }
     running_.erase(std::remove_if(running_.begin(), running_.end(),
                                   [](const auto& s) { return s->done; }),
@@ -303,14 +325,18 @@ void Scheduler::Admit() {
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const auto& s) { return s->done; }),
                  running_.end());
-  absl::MutexLock lock(&mu_);
-  stats_.set_running_sequences(static_cast<int32_t>(running_.size()));
   int64_t kv = 0;
   for (const auto& seq : running_) kv += seq->cache->Capacity();
+  m_->running->Set(static_cast<double>(running_.size()));
+  m_->kv_cache_tokens->Set(static_cast<double>(kv));
+  absl::MutexLock lock(&mu_);
+  m_->waiting->Set(static_cast<double>(queue_.size()));
+  stats_.set_running_sequences(static_cast<int32_t>(running_.size()));
   stats_.set_kv_cache_tokens(kv);
 }
 
 void Scheduler::Step() {
+  const absl::Time step_start = absl::Now();
   std::vector<Sequence*> decoding, prefilling;
   for (auto& seq : running_) {
     (seq->decoding() ? decoding : prefilling).push_back(seq.get());
@@ -374,8 +400,19 @@ void Scheduler::Step() {
       entries.push_back(std::move(entry));
       which.push_back(i);
     }
-    std::vector<DraftTree> got =
-        entries.empty() ? std::vector<DraftTree>() : drafts_->Step(entries);
+    std::vector<DraftTree> got;
+    if (!entries.empty()) {
+      const int64_t failures = drafts_->Stats().step_failures;
+      const absl::Time rpc_start = absl::Now();
+      got = drafts_->Step(entries);
+      m_->draft_rpc_seconds->Observe(
+          absl::ToDoubleSeconds(absl::Now() - rpc_start));
+      const DraftSessionsStats after = drafts_->Stats();
+      m_->draft_rpc_failures->Increment(
+          static_cast<double>(after.step_failures - failures));
+      m_->draftsvc_up->Set(after.available ? 1 : 0);
+    }
+    got.resize(entries.size());
     for (size_t k = 0; k < which.size(); ++k) {
       trees[which[k]] = std::move(got[k]);
       TrimDraft(&trees[which[k]], budget[which[k]]);
@@ -406,6 +443,12 @@ void Scheduler::Step() {
   absl::StatusOr<std::vector<torch::Tensor>> logits = model_->Forward(batch);
   const double forward_seconds =
       absl::ToDoubleSeconds(absl::Now() - forward_start);
+  m_->forward_seconds->Observe(forward_seconds);
+  m_->batch_sequences->Observe(static_cast<double>(batch.size()));
+  // Plain decoding's estimated time for this step (one token per decoding
+  // sequence, same prefill), before the model learns from this pass.
+  const double plain_step_seconds =
+      cost_.Seconds(static_cast<int>(decoding.size()) + prefill_tokens);
   cost_.Observe(static_cast<int>(batch_tokens), forward_seconds);
   if (!logits.ok()) {
     // A bug, not bad input (requests are validated): fail this batch only.
@@ -419,6 +462,7 @@ void Scheduler::Step() {
   }
 
   int64_t emitted_total = 0, accepted_total = 0, steps_total = 0;
+  int64_t decode_emitted = 0;  // By decoding sequences (not first tokens).
   // Accept per decoding sequence.
   for (size_t i = 0; i < decoding.size(); ++i) {
     Sequence* seq = decoding[i];
@@ -450,11 +494,24 @@ void Scheduler::Step() {
     }
     const int kept = Emit(seq, accepted->tokens);
     // Draft tokens count as accepted only if they reached the output.
+    const int kept_hits = std::min(hits, kept);
     seq->draft_tokens += verified;
-    seq->accepted_draft_tokens += std::min(hits, kept);
-    accepted_total += std::min(hits, kept);
+    seq->accepted_draft_tokens += kept_hits;
+    accepted_total += kept_hits;
     ++steps_total;
     emitted_total += kept;
+    decode_emitted += kept;
+    if (verified > 0) {
+      m_->drafts->Increment();
+      m_->draft_tokens->Increment(verified);
+      m_->accepted_tokens->Increment(kept_hits);
+      for (int d = 1; d <= kept_hits; ++d) {
+        m_->accepted_per_position[std::min<size_t>(
+                                      d, m_->accepted_per_position.size()) -
+                                  1]
+            ->Increment();
+      }
+    }
   }
   // Commit prefill chunks; a finished prompt yields the first token.
   size_t next = decoding.size();
@@ -474,15 +531,24 @@ void Scheduler::Step() {
     }
     seq->prefilled += chunk[i];
     if (seq->prefilled < static_cast<int>(seq->spec.prompt.size())) continue;
+    m_->prompt_tokens->Increment(static_cast<double>(seq->spec.prompt.size()));
     const int32_t first =
         SelectToken(last[0], seq->spec.sampling,
                     static_cast<int64_t>(seq->spec.prompt.size()));
     seq->first_token = absl::Now();
+    m_->time_to_first_token_seconds->Observe(
+        absl::ToDoubleSeconds(seq->first_token - seq->spec.arrival));
     ++steps_total;
     ++emitted_total;
     Emit(seq, {first});
   }
 
+  if (!decoding.empty()) {
+    m_->plain_equivalent_seconds->Increment(
+        plain_step_seconds * double(decode_emitted) / decoding.size());
+    m_->decode_seconds->Increment(forward_seconds);
+  }
+  m_->step_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - step_start));
   ++steps_run_;
   if (options_.log_every_steps > 0 &&
       steps_run_ % options_.log_every_steps == 0) {
@@ -533,6 +599,9 @@ int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens) {
   ++seq->steps;
   response.set_accepted(response.token_ids_size());
   const int kept = response.token_ids_size();
+  m_->generation_tokens->Increment(kept);
+  m_->decoding_steps->Increment();
+  m_->accepted_per_step->Observe(kept);
   if (finish == v1::FINISH_REASON_UNSPECIFIED) {
     seq->sink->Send(std::move(response));
     return kept;
@@ -558,6 +627,11 @@ int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens) {
   usage->set_accepted_draft_tokens(seq->accepted_draft_tokens);
   usage->set_queue_seconds(
       absl::ToDoubleSeconds(seq->admitted - seq->spec.arrival));
+  m_->request_tokens_per_second->Observe(usage->tokens_per_second());
+  (finish == v1::FINISH_REASON_LENGTH ? m_->finished_length
+   : finish == v1::FINISH_REASON_EOS  ? m_->finished_eos
+                                      : m_->finished_stop)
+      ->Increment();
   seq->sink->Send(std::move(response));
   End(seq, absl::OkStatus());
   return kept;
@@ -577,10 +651,13 @@ void Scheduler::End(Sequence* seq, absl::Status status) {
     --admitted_;
     if (status.ok()) {
       stats_.set_requests_finished(stats_.requests_finished() + 1);
+      m_->finished->Increment();
     } else if (absl::IsCancelled(status)) {
       stats_.set_requests_cancelled(stats_.requests_cancelled() + 1);
+      m_->cancelled->Increment();
     } else {
       stats_.set_requests_failed(stats_.requests_failed() + 1);
+      m_->failed->Increment();
     }
   }
   seq->sink->Finish(std::move(status));

@@ -31,6 +31,7 @@
 #include "verifysvc/llama_model.h"
 #include "verifysvc/sampler.h"
 #include "verifysvc/tokenizer.h"
+#include "verifysvc/verifier_metrics.h"
 
 namespace lookahead::verifysvc {
 
@@ -79,6 +80,9 @@ struct SchedulerOptions {
   int probe_interval = 8;
   int max_probe_interval = 128;
   int probe_tokens = 1;
+  // Where to export the Prometheus series (not owned; null: nowhere).
+  // Create with VerifierMetrics::Create(registry, model, 32).
+  VerifierMetrics* metrics = nullptr;
   // Print one line per this many steps (batch, tokens, drafts requested,
   // verified and accepted, forward time) to stdout; 0 = never.
   int log_every_steps = 0;
@@ -138,6 +142,9 @@ class Scheduler {
   const Tokenizer* const tokenizer_;
   DraftSessions* const drafts_;
   const SchedulerOptions options_;
+  VerifierMetrics* const m_;  // options_.metrics or own_metrics_
+  std::unique_ptr<metrics::Registry> own_registry_;
+  std::unique_ptr<VerifierMetrics> own_metrics_;
 
   // Owned by the scheduler thread.
   StepCostModel cost_;  // Calibrated at start, then follows observed passes.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing (tools/setup.sh), builds with
 # Bazel offline, runs the unit, integration and golden tests, the clients
-# against the real service pair (tools/client_test.sh), then the GGUF fuzz
-# target for a bounded time (LOOKAHEAD_FUZZ_SECONDS, default 60).
+# against the real service pair (tools/client_test.sh), the metrics against
+# a real Prometheus (tools/metrics_test.sh), the Prometheus rules and the
+# dashboard (tools/rules_test.sh), then the GGUF fuzz target for a bounded
+# time (LOOKAHEAD_FUZZ_SECONDS, default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +26,8 @@ run_step() {
 }
 if ((status == 0)); then
   run_step tools/client_test.sh
+  run_step tools/metrics_test.sh
+  run_step tools/rules_test.sh
   run_step tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"
 fi
 echo "${passed} passed, ${failed} failed"

@@ -33,6 +33,9 @@ as_root() {
 
 install_packages() {
   local missing=()
+  # kubectl (deploy_test.sh): Debian's kubernetes-client, unless another
+  # package (e.g. Google Cloud's kubectl) already provides one.
+  command -v kubectl >/dev/null || missing+=(kubernetes-client)
   for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
       || missing+=("$p")

@@ -3,8 +3,9 @@
 # Bazel offline, runs the unit, integration and golden tests, the clients
 # against the real service pair (tools/client_test.sh), the metrics against
 # a real Prometheus (tools/metrics_test.sh), the Prometheus rules and the
-# dashboard (tools/rules_test.sh), then the GGUF fuzz target for a bounded
-# time (LOOKAHEAD_FUZZ_SECONDS, default 60).
+# dashboard (tools/rules_test.sh), the Kubernetes manifests' policy
+# (tools/deploy_test.sh), then the GGUF fuzz target for a bounded time
+# (LOOKAHEAD_FUZZ_SECONDS, default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,7 @@ if ((status == 0)); then
   run_step tools/client_test.sh
   run_step tools/metrics_test.sh
   run_step tools/rules_test.sh
+  run_step tools/deploy_test.sh
   run_step tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"
 fi
 echo "${passed} passed, ${failed} failed"

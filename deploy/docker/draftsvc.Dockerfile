@@ -1,0 +1,39 @@
+# syntax=docker/dockerfile:1
+# draftsvc: built with Bazel from Debian bookworm packages (as tools/setup.sh
+# sets up any developer machine), run as a non-root user on bookworm-slim with
+# only the runtime libraries. Build from the repository root:
+#
+#   docker build -f deploy/docker/draftsvc.Dockerfile -t lookahead/draftsvc:0.1.0 .
+#
+# The build stage is the same as verifysvc's, so one builder shares it.
+
+FROM debian:bookworm AS build
+ENV LOOKAHEAD_MODEL_DIR=/opt/lookahead/models
+WORKDIR /src
+# Debian build packages and the default model; the only network use. The
+# Bazel build below is offline (WORKSPACE names local repositories only).
+COPY tools/setup.sh tools/setup.sh
+RUN tools/setup.sh && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN --mount=type=cache,target=/root/.cache/bazel \
+    bazel build //draftsvc:draftsvc \
+    && install -D -m 0755 .bazel/bin/draftsvc/draftsvc /out/draftsvc
+
+FROM debian:bookworm-slim
+# The libraries draftsvc links (objdump -p: NEEDED), nothing else.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        libabsl20220623 libgrpc++1.51 libgrpc29 libprotobuf32 librocksdb7.8 \
+    && rm -rf /var/lib/apt/lists/*
+RUN groupadd --system --gid 10001 lookahead \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin lookahead \
+    && install -d -o 10001 -g 10001 /var/lib/lookahead
+COPY --from=build /out/draftsvc /usr/local/bin/draftsvc
+# Numeric, so that Kubernetes can verify runAsNonRoot.
+USER 10001:10001
+VOLUME /var/lib/lookahead
+EXPOSE 50061 9091
+# SIGTERM flushes RocksDB and exits; the binary handles it as PID 1.
+ENTRYPOINT ["/usr/local/bin/draftsvc"]
+CMD ["--db_path=/var/lib/lookahead/draftsvc-db"]

@@ -13,10 +13,9 @@
 #include "gtest/gtest.h"
 #include "tests/server_process.h"
 #include "verifysvc/draft_client.h"
+#include "verifysvc/engine_test_util.h"
 #include "verifysvc/generate.h"
 #include "verifysvc/llama_model.h"
-#include "verifysvc/model_files.h"
-#include "verifysvc/threading.h"
 #include "verifysvc/tokenizer.h"
 
 namespace lookahead::verifysvc {
@@ -32,22 +31,13 @@ std::string Env(const char* name) {
 class LookaheadLosslessTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_TRUE(ConfigureThreads(ThreadOptions()).ok());
-    auto file = OpenModelFile(DefaultModelPath());
-    ASSERT_TRUE(file.ok()) << file.status();
-    file_ = file->release();
-    auto model = LlamaModel::Load(*file_, ModelOptions());
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = model->release();
-    auto tokenizer = Tokenizer::FromGguf(*file_);
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = tokenizer->release();
+    absl::StatusOr<RealModel> real = LoadRealModel();
+    ASSERT_TRUE(real.ok()) << real.status();
+    real_ = new RealModel(*std::move(real));
+    model_ = real_->model.get();
+    tokenizer_ = real_->tokenizer.get();
   }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete model_;
-    delete file_;
-  }
+  static void TearDownTestSuite() { delete real_; }
 
   void SetUp() override {
     const std::string dir = Env("TEST_TMPDIR");
@@ -86,17 +76,13 @@ class LookaheadLosslessTest : public ::testing::Test {
     return result.ok() ? *std::move(result) : GenerationResult();
   }
 
-  static GgufFile* file_;
-  static LlamaModel* model_;
-  static Tokenizer* tokenizer_;
+  static inline RealModel* real_ = nullptr;
+  static inline const LlamaModel* model_ = nullptr;
+  static inline const Tokenizer* tokenizer_ = nullptr;
   std::unique_ptr<testing::ServerProcess> server_;
   std::unique_ptr<DraftClient> client_;
   int sessions_ = 0;
 };
-
-GgufFile* LookaheadLosslessTest::file_ = nullptr;
-LlamaModel* LookaheadLosslessTest::model_ = nullptr;
-Tokenizer* LookaheadLosslessTest::tokenizer_ = nullptr;
 
 const char* const kPrompts[] = {
     "Answer using the passage.\n\nPassage: The Grant of Patent License "

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "verifysvc/gguf_writer.h"
+#include "verifysvc/threading.h"
 
 namespace lookahead {
 namespace verifysvc {
@@ -103,6 +104,15 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenRealModel() {
         " (run tools/setup.sh --model, or set LOOKAHEAD_MODEL_DIR)"));
   }
   return GgufFile::Open(path);
+}
+
+absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options) {
+  RETURN_IF_ERROR(ConfigureThreads(ThreadOptions()));
+  RealModel real;
+  ASSIGN_OR_RETURN(real.file, OpenRealModel());
+  ASSIGN_OR_RETURN(real.model, LlamaModel::Load(*real.file, options));
+  ASSIGN_OR_RETURN(real.tokenizer, Tokenizer::FromGguf(*real.file));
+  return real;
 }
 
 torch::Tensor ReferenceCausalLogits(const LlamaModel& model,

@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "verifysvc/gguf.h"
 #include "verifysvc/llama_model.h"
+#include "verifysvc/tokenizer.h"
 
 namespace lookahead {
 namespace verifysvc {
@@ -47,6 +48,17 @@ std::string RealModelPath();
 
 // Opens RealModelPath(); NOT_FOUND naming tools/setup.sh iff absent.
 absl::StatusOr<std::unique_ptr<GgufFile>> OpenRealModel();
+
+// The real model with its tokenizer, for tests that load it once per suite.
+struct RealModel {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// Configures the default threads (ThreadOptions) and loads the real model
+// and tokenizer; errors as OpenRealModel, LlamaModel::Load, FromGguf.
+absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options = {});
 
 // Logits (n, vocab) of plain causal full-sequence attention over `tokens`
 // (no KV cache, no trees), written independently of LlamaModel::Forward:

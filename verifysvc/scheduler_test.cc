@@ -13,7 +13,6 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "verifysvc/engine_test_util.h"
-#include "verifysvc/threading.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -81,22 +80,13 @@ class RecordingSink : public GenerationSink {
 class SchedulerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_TRUE(ConfigureThreads(ThreadOptions()).ok());
-    auto file = OpenRealModel();
-    ASSERT_TRUE(file.ok()) << file.status();
-    file_ = file->release();
-    auto model = LlamaModel::Load(*file_, ModelOptions());
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = model->release();
-    auto tokenizer = Tokenizer::FromGguf(*file_);
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = tokenizer->release();
+    absl::StatusOr<RealModel> real = LoadRealModel();
+    ASSERT_TRUE(real.ok()) << real.status();
+    real_ = new RealModel(*std::move(real));
+    model_ = real_->model.get();
+    tokenizer_ = real_->tokenizer.get();
   }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete model_;
-    delete file_;
-  }
+  static void TearDownTestSuite() { delete real_; }
 
   static std::unique_ptr<Scheduler> NewScheduler(SchedulerOptions options) {
     auto cost = StepCostModel::Create({{1, 0.02}, {64, 0.1}});
@@ -113,14 +103,10 @@ class SchedulerTest : public ::testing::Test {
     return spec;
   }
 
-  static GgufFile* file_;
-  static LlamaModel* model_;
-  static Tokenizer* tokenizer_;
+  static inline RealModel* real_ = nullptr;
+  static inline const LlamaModel* model_ = nullptr;
+  static inline const Tokenizer* tokenizer_ = nullptr;
 };
-
-GgufFile* SchedulerTest::file_ = nullptr;
-LlamaModel* SchedulerTest::model_ = nullptr;
-Tokenizer* SchedulerTest::tokenizer_ = nullptr;
 
 constexpr char kPrompt[] =
     "The GNU General Public License is a free, copyleft license for";
@@ -159,9 +145,9 @@ TEST_F(SchedulerTest, StopStringCutsWherePlainDecodingReachesIt) {
     return tokenizer_->Decode(ids).value_or("");
   };
   EXPECT_NE(text_of(some).find(stop), std::string::npos);
-  EXPECT_EQ(text_of(absl::MakeConstSpan(some).first(some.size() - 1))
-                .find(stop),
-            std::string::npos);
+  EXPECT_EQ(
+      text_of(absl::MakeConstSpan(some).first(some.size() - 1)).find(stop),
+      std::string::npos);
 }
 
 TEST_F(SchedulerTest, QueuedRequestCanBeCancelledAndFullServerNamesLimits) {

@@ -166,5 +166,47 @@ TEST(ServiceDraftsvcKillTest, StreamsSurviveKillAndDraftsResumeAfterRestart) {
                       << " ms of the restart";
 }
 
+// A draftsvc that restarts under a running stream has lost its session:
+// the verifier reopens it (with the prompt and the output so far) and the
+// stream goes on with drafts, still token for token plain decoding's.
+TEST(ServiceDraftsvcKillTest, RunningStreamsSessionIsReopenedAfterRestart) {
+  PairOptions options;
+  options.name = "reopen";
+  auto started = ServicePair::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServicePair& pair = **started;
+  // Long enough to outlast the kill, the restart and the verifier's backoff
+  // (at most 2 s) even at full draft speed.
+  const v1::GenerateRequest request = ChatRequest(
+      "Repeat exactly, ten times, one line each: the quick brown fox jumps "
+      "over the lazy dog.",
+      320);
+  const Generation plain = pair.Reference(request);
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+
+  std::atomic<bool> killed{false};
+  std::thread restarter;
+  StreamHooks hooks;
+  hooks.on_message = [&](grpc::ClientContext*, int message) {
+    if (message != 4 || killed.exchange(true)) return;
+    restarter = std::thread([&] {
+      pair.KillDraftsvc();
+      EXPECT_TRUE(pair.RestartDraftsvc().ok()) << pair.Logs();
+    });
+  };
+  const Generation got = pair.Generate(request, hooks);
+  if (restarter.joinable()) restarter.join();
+  ASSERT_TRUE(killed.load());
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.tokens, plain.tokens)
+      << "\n  with the restart: " << TokensToString(got.tokens)
+      << "\n  drafts off:       " << TokensToString(plain.tokens);
+  absl::StatusOr<v1::GenerationStatsResponse> stats = pair.Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  std::printf("after the restart: %s\n", StatsLine(*stats).c_str());
+  EXPECT_GE(stats->draft_sessions_reopened(), 1)
+      << "the stream outlived the restart without reopening its session";
+}
+
 }  // namespace
 }  // namespace lookahead::testing

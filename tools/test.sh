@@ -4,8 +4,9 @@
 # against the real service pair (tools/client_test.sh), the metrics against
 # a real Prometheus (tools/metrics_test.sh), the Prometheus rules and the
 # dashboard (tools/rules_test.sh), the Kubernetes manifests' policy
-# (tools/deploy_test.sh), then the GGUF fuzz target for a bounded time
-# (LOOKAHEAD_FUZZ_SECONDS, default 60).
+# (tools/deploy_test.sh), the benchmark suite's quick mode (identical
+# outputs only, tools/bench.sh --quick), then the GGUF fuzz target for a
+# bounded time (LOOKAHEAD_FUZZ_SECONDS, default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +31,7 @@ if ((status == 0)); then
   run_step tools/metrics_test.sh
   run_step tools/rules_test.sh
   run_step tools/deploy_test.sh
+  run_step tools/bench.sh --quick
   run_step tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"
 fi
 echo "${passed} passed, ${failed} failed"

@@ -31,6 +31,7 @@ if ((status == 0)); then
   run_step tools/metrics_test.sh
   run_step tools/rules_test.sh
   run_step tools/deploy_test.sh
+  run_step /usr/bin/python3 -m unittest discover -s bench -p '*_test.py'
   run_step tools/bench.sh --quick
   run_step tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"
 fi

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-readonly QUESTION="${1:-What does each Contributor grant to You under the patent license? Answer with the exact words of the passage.}"
+readonly QUESTION="${1:-What perpetual, royalty-free patent license does each Contributor grant to You? Quote the passage.}"
 
 tools/setup.sh
 bazel build //draftsvc:draftsvc //verifysvc:verifysvc

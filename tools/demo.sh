@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-readonly QUESTION="${1:-What perpetual, royalty-free patent license does each Contributor grant to You? Quote the passage.}"
+readonly QUESTION="${1:-What may you add as a Front-Cover Text to a Modified Version?}"
 
 tools/setup.sh
 bazel build //draftsvc:draftsvc //verifysvc:verifysvc

@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lookahead_client import bm25, passages  # noqa: E402
 
-INSTRUCTION = "Answer the question using the passage."
+INSTRUCTION = ("Read the passage and answer the question with the exact words "
+               "of the passage.")
 
 
 def parse_args(argv):

@@ -175,12 +175,13 @@ TEST(ServiceDraftsvcKillTest, RunningStreamsSessionIsReopenedAfterRestart) {
   auto started = ServicePair::Start(options);
   ASSERT_TRUE(started.ok()) << started.status();
   ServicePair& pair = **started;
-  // Long enough to outlast the kill, the restart and the verifier's backoff
-  // (at most 2 s) even at full draft speed.
-  const v1::GenerateRequest request = ChatRequest(
-      "Repeat exactly, ten times, one line each: the quick brown fox jumps "
-      "over the lazy dog.",
-      320);
+  // Raw text goes on without an end-of-turn token, long enough to outlast
+  // the kill, the restart and the verifier's backoff (at most 2 s).
+  v1::GenerateRequest request;
+  request.set_text(
+      "The GNU General Public License is a free, copyleft license for "
+      "software and other kinds of works.");
+  request.set_max_new_tokens(320);
   const Generation plain = pair.Reference(request);
   ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
 
@@ -203,7 +204,8 @@ TEST(ServiceDraftsvcKillTest, RunningStreamsSessionIsReopenedAfterRestart) {
       << "\n  drafts off:       " << TokensToString(plain.tokens);
   absl::StatusOr<v1::GenerationStatsResponse> stats = pair.Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  std::printf("after the restart: %s\n", StatsLine(*stats).c_str());
+  std::printf("after the restart (%zu tokens streamed): %s\n",
+              got.tokens.size(), StatsLine(*stats).c_str());
   EXPECT_GE(stats->draft_sessions_reopened(), 1)
       << "the stream outlived the restart without reopening its session";
 }

@@ -19,8 +19,10 @@ namespace v1 = lookahead::v1;
 namespace {
 
 // Accepted tokens a sequence holds back from draftsvc while it wants no
-// drafts; then they go in a report-only Step (draftsvc takes <= 4096).
-constexpr int kMaxUnreportedTokens = 1024;
+// drafts; then they go in a report-only Step. Keeps the global trie fresh
+// for other sequences and notices a restarted draftsvc (its sessions gone)
+// within this many tokens, for one round trip per 64 steps at most.
+constexpr int kMaxUnreportedTokens = 64;
 
 // Draft depths with their own acceptance series (draftsvc allows <= 32).
 constexpr int kMetricPositions = 32;

@@ -6,9 +6,14 @@
 import json
 import os
 import tempfile
+import threading
+import types
 import unittest
 
+import harness
+import hf_peer
 import report
+import sweeps
 import workloads
 
 
@@ -78,6 +83,291 @@ class SummarizeTest(unittest.TestCase):
         self.assertAlmostEqual(summary["trie-parallel"]["acceptance"], 0.5)
         self.assertEqual(summary["trie-hierarchical"]["identical"], 0)
         self.assertEqual(summary["plain"]["p99_ms"], 3.0)
+
+
+class HarnessTest(unittest.TestCase):
+    def test_interleave_mixes_every_list_first(self):
+        self.assertEqual(harness.interleave([[1, 2, 3], ["a"], [], ["b", "c"]]),
+                         [1, "a", "b", 2, "c", 3])
+        self.assertEqual(harness.interleave([]), [])
+
+    def test_parse_int_list(self):
+        self.assertEqual(harness.parse_int_list("1, 4,8,,16"), [1, 4, 8, 16])
+        self.assertEqual(harness.parse_int_list(""), [])
+        with self.assertRaisesRegex(ValueError, "'x' in"):
+            harness.parse_int_list("1,x")
+        with self.assertRaisesRegex(ValueError, ">= 1"):
+            harness.parse_int_list("0")
+
+    def test_token_latencies_share_a_gap_among_its_tokens(self):
+        # First message (TTFT) left out; 3 tokens 30 ms later: 10 ms each.
+        self.assertEqual(harness.token_latencies([(1.0, 1), (1.03, 3), (1.04, 1)]),
+                         [10.0, 10.0, 10.0, 10.0])
+        self.assertEqual(harness.token_latencies([(1.0, 2)]), [])
+
+    def test_first_difference(self):
+        self.assertEqual(harness.first_difference([1, 2, 3], [1, 5, 3]), 1)
+        self.assertEqual(harness.first_difference([1, 2], [1, 2, 3]), 2)
+
+
+class FakeMessage:
+    def __init__(self, token_ids, usage=None):
+        self.token_ids = token_ids
+        self.usage = usage
+
+    def HasField(self, name):
+        return name == "usage" and self.usage is not None
+
+
+class FakeConnection:
+    """Answers Generate like a lossless server would: the output depends on
+    the prompt only. Logs each call's draft settings. `diverge` makes one
+    prompt's drafted output differ (a lossy server)."""
+
+    def __init__(self, diverge=None):
+        self.calls = []
+        self.lock = threading.Lock()
+        self.diverge = diverge
+
+    def generate(self, request_kwargs, *, branch_length=0, timeout=None,
+                 **kwargs):
+        with self.lock:
+            self.calls.append(dict(kwargs, branch_length=branch_length,
+                                   prompt=request_kwargs["prompt"]))
+        ids = [len(request_kwargs["prompt"]), 7, 8, 9]
+        if (request_kwargs["prompt"] == self.diverge
+                and kwargs["draft_mode"] != "off"):
+            ids[2] = 0
+        drafted = kwargs["draft_mode"] != "off"
+        usage = types.SimpleNamespace(
+            prompt_tokens=3, output_tokens=len(ids),
+            decoding_steps=2 if drafted else len(ids),
+            draft_tokens=4 if drafted else 0,
+            accepted_draft_tokens=2 if drafted else 0,
+            time_to_first_token_seconds=0.1, queue_seconds=0.0,
+            total_seconds=0.5 if drafted else 1.0, finish_reason=1)
+        yield FakeMessage(ids[:1])
+        yield FakeMessage(ids[1:])
+        yield FakeMessage([], usage)
+
+
+def jobs(*texts):
+    return [("w", workloads.Prompt(t, {"prompt": t})) for t in texts]
+
+
+SETTINGS = types.SimpleNamespace(max_new_tokens=4, timeout=5)
+sweeps.log = lambda line: None  # Quiet progress lines.
+
+
+class ConcurrencyTest(unittest.TestCase):
+    def test_levels_modes_and_fresh_namespaces(self):
+        fake = FakeConnection()
+        result = sweeps.run_concurrency(fake, [1, 4], jobs("a", "bb", "ccc"),
+                                        jobs("warm"), "p", SETTINGS)
+        self.assertEqual([(r["concurrency"], r["mode"]) for r in result["runs"]],
+                         [(1, "plain"), (1, "trie-hierarchical"),
+                          (4, "trie-hierarchical"), (4, "plain")])
+        self.assertEqual(len(result["records"]), 12)
+        self.assertTrue(all(r["identical"] for r in result["records"]))
+        drafted = {c["namespace"] for c in fake.calls if c["draft_mode"] != "off"}
+        self.assertEqual(drafted, {"p-concurrency1", "p-concurrency4"})
+        # The warm-up ran drafted in each level's namespace before measuring.
+        warm = [c for c in fake.calls if c["prompt"] == "warm"]
+        self.assertEqual([c["namespace"] for c in warm],
+                         ["p-concurrency1", "p-concurrency4"])
+
+    def test_a_drafted_difference_is_caught_against_batch_one(self):
+        fake = FakeConnection(diverge="bb")
+        result = sweeps.run_concurrency(fake, [2], jobs("a", "bb"), [], "p",
+                                        SETTINGS)
+        bad = [r for r in result["records"] if not r["identical"]]
+        self.assertEqual([(r["prompt"], r["mode"], r["diverged_at"]) for r in bad],
+                         [("bb", "trie-hierarchical", 2)])
+
+    def test_a_failure_keeps_the_runs_before_it(self):
+        fake = FakeConnection()
+        original = fake.generate
+
+        def generate(request_kwargs, **kwargs):
+            if kwargs["namespace"] == "p-concurrency2":
+                raise RuntimeError("server died")
+            return original(request_kwargs, **kwargs)
+        fake.generate = generate
+        result = {}
+        with self.assertRaisesRegex(RuntimeError, "server died"):
+            sweeps.run_concurrency(fake, [1, 2], jobs("a"), jobs("w"), "p",
+                                   SETTINGS, result)
+        self.assertEqual([(r["concurrency"], r["mode"]) for r in result["runs"]],
+                         [(1, "plain"), (1, "trie-hierarchical")])
+        self.assertEqual(len(result["records"]), 2)
+        report.summarize_concurrency(result)  # Renders what there is.
+
+    def test_report_rows(self):
+        result = sweeps.run_concurrency(FakeConnection(), [1, 2], jobs("a", "b"),
+                                        [], "p", SETTINGS)
+        for run in result["runs"]:
+            run["wall_seconds"] = 2.0 if run["mode"] == "plain" else 1.0
+        rows = report.summarize_concurrency(result)
+        self.assertEqual([(level, mode) for level, mode, _ in rows],
+                         [(1, "plain"), (1, "trie-hierarchical"),
+                          (2, "plain"), (2, "trie-hierarchical")])
+        level1 = rows[1][2]
+        self.assertAlmostEqual(level1["throughput"], 8.0)  # 8 tokens / 1 s
+        self.assertAlmostEqual(level1["throughput_speedup"], 2.0)
+        self.assertEqual(level1["identical"], 2)
+
+
+class AblationsTest(unittest.TestCase):
+    def make(self, fake, pairs):
+        def start_pair(stack, flags):
+            pairs.append(flags)
+            return "fake:1"
+        ablations = sweeps.Ablations(fake, jobs("a", "bb"), jobs("w"), "p",
+                                     SETTINGS, start_pair)
+        return ablations
+
+    def test_cells_run_once_in_fresh_namespaces(self):
+        fake, pairs = FakeConnection(), []
+        ablations = self.make(fake, pairs)
+        options = types.SimpleNamespace(grid_decoding=[4, 8], grid_branch=[4],
+                                        capacity=[], prompt_boost=[])
+        tables = sweeps.run_ablations(
+            ablations, ["grid", "sharing"], options,
+            {"capacity_nodes": "9", "prompt_boost": "4"})
+        self.assertEqual([c["params"] for c in tables["grid"]["cells"]],
+                         [{"decoding_length": 4, "branch_length": 4},
+                          {"decoding_length": 8, "branch_length": 4}])
+        grid_calls = [c for c in fake.calls if c["decoding_length"] == 8]
+        self.assertEqual({c["branch_length"] for c in grid_calls}, {4})
+        self.assertEqual(len(grid_calls), 3)  # 1 warm-up + 2 measured.
+        cold = [c for c in fake.calls if c["namespace"].startswith("p-ablation3")]
+        self.assertEqual([c["namespace"] for c in cold],
+                         ["p-ablation3-0", "p-ablation3-1"])  # No warm-up.
+        namespaces = [c["namespace"] for c in fake.calls if c["draft_mode"] != "off"]
+        self.assertEqual(len(set(namespaces)), 5)  # 3 warm cells + 2 cold.
+        self.assertEqual(pairs, [])
+        self.assertTrue(all(r["identical"] for t in tables.values()
+                            for c in t["cells"] for r in c["records"]))
+
+    def test_shared_cell_costs_once(self):
+        fake, pairs = FakeConnection(), []
+        ablations = self.make(fake, pairs)
+        first, ran = ablations.cell()
+        again, ran_again = ablations.cell(shared=True)
+        self.assertTrue(ran)
+        self.assertFalse(ran_again)
+        self.assertIs(first, again)
+
+    def test_flag_defaults_from_helpfull(self):
+        text = ("  --capacity_nodes (Nodes a namespace's global trie may hold "
+                "before it is\n      pruned.); default: 4194304;\n"
+                "    --prompt_boost (Score multiplier.); default: 4;\n"
+                '    --db_path (Where.); default: "";\n')
+        self.assertEqual(sweeps.flag_defaults(
+            text, ["capacity_nodes", "prompt_boost", "db_path", "missing"]),
+            {"capacity_nodes": "4194304", "prompt_boost": "4", "db_path": ""})
+        self.assertEqual(sweeps.effective_flag(
+            ["--prompt_boost=2", "--x=1", "--prompt_boost=3"], "prompt_boost",
+            "4"), "3")
+        self.assertEqual(sweeps.effective_flag([], "prompt_boost", "4"), "4")
+
+
+def stats(decode_speedup, tokens_per_second):
+    return {"decode_speedup": decode_speedup,
+            "tokens_per_second": tokens_per_second}
+
+
+class ReportSectionsTest(unittest.TestCase):
+    def test_best_grid_cell_prefers_speed_then_cheaper_drafts(self):
+        rows = [({"decoding_length": 32, "branch_length": 8}, stats(1.2, 10), 0),
+                ({"decoding_length": 16, "branch_length": 8}, stats(1.3, 9), 0),
+                ({"decoding_length": 8, "branch_length": 8}, stats(1.3, 9), 0)]
+        self.assertEqual(report.best_grid_cell(rows)[0]["decoding_length"], 8)
+        self.assertIsNone(report.best_grid_cell([]))
+
+    def record(self, prompt, mode, seconds):
+        return {"workload": "adversarial", "prompt": prompt, "mode": mode,
+                "identical": True, "output_tokens": 10, "decoding_steps": 10,
+                "draft_tokens": 0, "accepted_draft_tokens": 0,
+                "ttft_seconds": 0.1, "total_seconds": seconds,
+                "token_latencies_ms": [1.0]}
+
+    def test_worst_case_against_the_target(self):
+        records = [self.record("a", "plain", 1.0), self.record("b", "plain", 1.0),
+                   self.record("a", "trie-hierarchical", 1.0),
+                   self.record("b", "trie-hierarchical", 1.25),
+                   self.record("a", "trie-parallel", 1.0),
+                   self.record("b", "trie-parallel", 1.0)]
+        rows = report.worst_case(report.summarize(records), records)
+        by_mode = {mode: (speedup, worst, meets)
+                   for mode, speedup, worst, meets in rows}
+        speedup, worst, meets = by_mode["trie-hierarchical"]
+        self.assertAlmostEqual(speedup, 2.0 / 2.25)
+        self.assertAlmostEqual(worst, 0.8)
+        self.assertFalse(meets)
+        self.assertEqual(by_mode["trie-parallel"], (1.0, 1.0, True))
+
+    def test_peer_rows_and_records(self):
+        job = {"id": "q", "workload": "chat"}
+        ours = {"plain": (2.0, [1, 2, 3]), "trie-hierarchical": (1.0, [1, 2, 3])}
+        theirs = {"greedy": {"ids": [1, 2, 4], "seconds": 4.0},
+                  "prompt_lookup": {"ids": [1, 2, 4], "seconds": 2.0}}
+        records = hf_peer.peer_records([job], [ours], [theirs])
+        self.assertEqual([(r["engine"], r["identical"], r["diverged_at"])
+                          for r in records],
+                         [("ours plain", True, None),
+                          ("ours trie-hierarchical (cold)", True, None),
+                          ("hf greedy", False, 2), ("hf prompt lookup", False, 2)])
+        rows = dict(report.peer_rows({"records": records}))
+        self.assertAlmostEqual(rows["hf prompt lookup"]["speedup"], 2.0)
+        self.assertAlmostEqual(rows["ours trie-hierarchical (cold)"]["speedup"], 2.0)
+        self.assertAlmostEqual(rows["hf greedy"]["tokens_per_second"], 0.75)
+        self.assertEqual(rows["hf greedy"]["diverged_at"], [2])
+
+    def test_compare(self):
+        self.assertEqual(hf_peer.compare([1, 2], [1, 2]), (True, None))
+        self.assertEqual(hf_peer.compare([1, 2], [1, 2, 2]), (False, 2))
+
+    def test_full_report_renders_every_section(self):
+        fake = FakeConnection()
+        concurrency = sweeps.run_concurrency(fake, [1], jobs("a"), [], "p",
+                                             SETTINGS)
+        concurrency.update(max_new_tokens=4, seconds=1.0)
+        ablations = sweeps.Ablations(fake, jobs("a"), [], "p", SETTINGS, None)
+        options = types.SimpleNamespace(grid_decoding=[32], grid_branch=[8],
+                                        capacity=[], prompt_boost=[])
+        defaults = {"capacity_nodes": "9", "prompt_boost": "4",
+                    "decoding_length": "32", "branch_length": "8"}
+        tables = sweeps.run_ablations(ablations, ["grid"], options, defaults)
+        records = [self.record("a", "plain", 1.0),
+                   self.record("a", "trie-hierarchical", 0.5)]
+        peer = {"transformers": "t", "torch": "t", "threads": 2,
+                "load_seconds": 1.0, "prompt_lookup_num_tokens": 10,
+                "max_new_tokens": 4, "records": hf_peer.peer_records(
+                    [{"id": "a", "workload": "chat"}],
+                    [{"plain": (1.0, [1]), "trie-hierarchical": (1.0, [1])}],
+                    [{"greedy": {"ids": [1], "seconds": 1.0},
+                      "prompt_lookup": {"ids": [1], "seconds": 1.0}}])}
+        results = {
+            "started": "s", "commit": "c", "seconds": 1,
+            "machine": {"usable_cpus": 2, "cpus": 2, "platform": "p",
+                        "load_average_start": [0.0]},
+            "args": {"max_new_tokens": 4}, "sources": {},
+            "workloads": {"adversarial": {"description": "d", "warmup": 0,
+                                          "measured": 1}},
+            "records": records, "concurrency": concurrency,
+            "ablations": {"prompts": 1, "warmup": 0, "max_new_tokens": 4,
+                          "defaults": defaults, "plain": ablations.baseline(),
+                          "plain_seconds": 1.0, "tables": tables,
+                          "seconds": 1.0},
+            "peer": peer}
+        text = report.markdown(results, report.summarize(records), [])
+        for heading in ("## adversarial", "## Concurrency", "## Ablations",
+                        "### grid", "Defaults from the grid: decoding_length 32",
+                        "servers' defaults (32, 8) give",
+                        "## Worst case: adversarial", "| trie-hierarchical | 2.00x",
+                        "## Peer: Hugging Face transformers", "| hf greedy |"):
+            self.assertIn(heading, text)
 
 
 if __name__ == "__main__":

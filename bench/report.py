@@ -16,6 +16,28 @@ Per workload and mode, over the measured prompts:
              client sees them, shared evenly by the tokens of the later
              message; the first token (TTFT) is left out
   identical  outputs token for token equal to plain decoding's
+
+Other sections, when results.json has them (run.py --concurrency,
+--ablations, --peer; the worst case always):
+  Concurrency  per client count, drafts off vs trie-hierarchical:
+               throughput = all output tokens / wall seconds of the run
+               (first request sent to last token), per-token p50/p99 as
+               above (queueing included), TTFT p50, and outputs equal to
+               plain decoding's at batch 1
+  Ablations    per cell, the columns above against the same prompts'
+               plain decoding; drafted/step = draft tokens verified per
+               decoding step (the scheduler may give fewer than the
+               decoding_length asked for); cost = the cell's wall seconds,
+               service start and warm-up included. The grid's best cell
+               (decode speedup) is the default it suggests
+  Worst case   each drafted mode's speedup on the adversarial workload, and
+               its worst single prompt, against the 0.95x target (drafts
+               may not cost more than 5% where they cannot help)
+  Peer         Hugging Face transformers on the same GGUF and prompt ids:
+               greedy and prompt lookup decoding, tok/s = output tokens /
+               generate() seconds (in-process, prefill included; ours are
+               server-side), speedup against the same engine's plain or
+               greedy run, and outputs compared with our plain decoding
 """
 
 import json
@@ -24,6 +46,9 @@ import sys
 from collections import defaultdict
 
 MODES = ("plain", "trie-hierarchical", "trie-parallel")
+# Drafts may cost at most 5% where they cannot help (the adversarial
+# workload): speedup >= TARGET.
+TARGET = 0.95
 
 
 def percentile(values, q):
@@ -39,44 +64,155 @@ def decode_seconds(record):
     return record["total_seconds"] - record["ttft_seconds"]
 
 
+def group_stats(rs, plain):
+    """The table columns over records `rs`, against `plain`'s records of the
+    same prompts (speedups)."""
+    plain_seconds = sum(r["total_seconds"] for r in plain)
+    plain_decode = sum(decode_seconds(r) for r in plain)
+    tokens = sum(r["output_tokens"] for r in rs)
+    seconds = sum(r["total_seconds"] for r in rs)
+    decode = sum(decode_seconds(r) for r in rs)
+    drafted = sum(r["draft_tokens"] for r in rs)
+    steps = sum(r["decoding_steps"] for r in rs)
+    latencies = [x for r in rs for x in r["token_latencies_ms"]]
+    return {
+        "requests": len(rs), "tokens": tokens,
+        "tokens_per_second": tokens / seconds if seconds else 0.0,
+        "edl": tokens / max(1, steps),
+        "drafted_per_step": drafted / max(1, steps),
+        "speedup": plain_seconds / seconds if seconds else 0.0,
+        "decode_speedup": plain_decode / decode if decode else 0.0,
+        "acceptance": (sum(r["accepted_draft_tokens"] for r in rs) / drafted
+                       if drafted else None),
+        "p50_ms": percentile(latencies, 50),
+        "p99_ms": percentile(latencies, 99),
+        "ttft_p50_s": percentile([r["ttft_seconds"] for r in rs], 50),
+        "identical": sum(r["identical"] for r in rs),
+        "latencies": latencies,
+    }
+
+
 def summarize(records):
-    """{workload: {mode: stats}} over `records`."""
+    """{workload: {mode: group_stats}} over the main table's `records`."""
     groups = defaultdict(lambda: defaultdict(list))
     for r in records:
         groups[r["workload"]][r["mode"]].append(r)
     summary = {}
     for workload, by_mode in groups.items():
         plain = by_mode.get("plain", [])
-        plain_seconds = sum(r["total_seconds"] for r in plain)
-        plain_decode = sum(decode_seconds(r) for r in plain)
-        summary[workload] = {}
-        for mode in MODES:
-            rs = by_mode.get(mode, [])
-            if not rs:
-                continue
-            tokens = sum(r["output_tokens"] for r in rs)
-            seconds = sum(r["total_seconds"] for r in rs)
-            decode = sum(decode_seconds(r) for r in rs)
-            drafted = sum(r["draft_tokens"] for r in rs)
-            latencies = [x for r in rs for x in r["token_latencies_ms"]]
-            summary[workload][mode] = {
-                "requests": len(rs), "tokens": tokens,
-                "tokens_per_second": tokens / seconds if seconds else 0.0,
-                "edl": tokens / max(1, sum(r["decoding_steps"] for r in rs)),
-                "speedup": plain_seconds / seconds if seconds else 0.0,
-                "decode_speedup": plain_decode / decode if decode else 0.0,
-                "acceptance": (sum(r["accepted_draft_tokens"] for r in rs) / drafted
-                               if drafted else None),
-                "p50_ms": percentile(latencies, 50),
-                "p99_ms": percentile(latencies, 99),
-                "ttft_p50_s": percentile([r["ttft_seconds"] for r in rs], 50),
-                "identical": sum(r["identical"] for r in rs),
-                "latencies": latencies,
-            }
+        summary[workload] = {mode: group_stats(by_mode[mode], plain)
+                             for mode in MODES if by_mode.get(mode)}
     return summary
 
 
-def markdown(results, summary, plots):
+def summarize_concurrency(concurrency):
+    """[(clients, mode, stats)] of the concurrency sweep; stats as
+    group_stats plus throughput (tokens / the run's wall seconds) and
+    throughput_speedup (against plain at the same level)."""
+    by_run = defaultdict(list)
+    for r in concurrency["records"]:
+        by_run[(r["concurrency"], r["mode"])].append(r)
+    walls = {(run["concurrency"], run["mode"]): run["wall_seconds"]
+             for run in concurrency["runs"]}
+    rows = []
+    for level in concurrency["levels"]:
+        plain = by_run.get((level, "plain"), [])
+        plain_throughput = None
+        for mode in ("plain", "trie-hierarchical"):
+            rs = by_run.get((level, mode))
+            if not rs:
+                continue
+            stats = group_stats(rs, plain)
+            wall = walls[(level, mode)]
+            stats["wall_seconds"] = wall
+            stats["throughput"] = stats["tokens"] / wall if wall else 0.0
+            if mode == "plain":
+                plain_throughput = stats["throughput"]
+            stats["throughput_speedup"] = (
+                stats["throughput"] / plain_throughput if plain_throughput
+                else None)
+            rows.append((level, mode, stats))
+    return rows
+
+
+def ablation_rows(ablations, name):
+    """[(params, stats, cost seconds)] of ablation table `name`, each cell
+    against plain decoding of the same prompts."""
+    plain = ablations["plain"]
+    return [(cell["params"], group_stats(cell["records"], plain),
+             cell["seconds"]) for cell in ablations["tables"][name]["cells"]]
+
+
+def best_grid_cell(rows):
+    """The grid row (params, stats, cost) with the highest decode speedup,
+    ties to higher tok/s, then to the smaller decoding_length and
+    branch_length (cheaper drafts); None without rows."""
+    if not rows:
+        return None
+    return max(rows, key=lambda row: (
+        row[1]["decode_speedup"], row[1]["tokens_per_second"],
+        -row[0]["decoding_length"], -row[0]["branch_length"]))
+
+
+def prompt_speedups(records):
+    """{(workload, mode): [plain seconds / mode seconds, per prompt]} over
+    the main table's records."""
+    plain = {(r["workload"], r["prompt"]): r["total_seconds"]
+             for r in records if r["mode"] == "plain"}
+    ratios = defaultdict(list)
+    for r in records:
+        key = (r["workload"], r["prompt"])
+        if r["mode"] != "plain" and key in plain and r["total_seconds"]:
+            ratios[(r["workload"], r["mode"])].append(
+                plain[key] / r["total_seconds"])
+    return ratios
+
+
+def worst_case(summary, records, target=TARGET, workload="adversarial"):
+    """[(mode, speedup, worst prompt's speedup, meets target)] of the drafted
+    modes on `workload`; the aggregate speedup must reach `target`."""
+    ratios = prompt_speedups(records)
+    rows = []
+    for mode, stats in summary.get(workload, {}).items():
+        if mode == "plain":
+            continue
+        worst = min(ratios.get((workload, mode), [0.0]))
+        rows.append((mode, stats["speedup"], worst, stats["speedup"] >= target))
+    return rows
+
+
+def peer_rows(peer):
+    """[(engine, stats)] of the peer run: tokens, seconds, tok/s, speedup
+    against the same engine's plain/greedy run, outputs identical to our
+    plain decoding, and the first divergences."""
+    by_engine = defaultdict(list)
+    for r in peer["records"]:
+        by_engine[r["engine"]].append(r)
+    base = {"ours": "ours plain", "hf": "hf greedy"}
+    rows = []
+    for engine, rs in by_engine.items():
+        tokens = sum(r["output_tokens"] for r in rs)
+        seconds = sum(r["seconds"] for r in rs)
+        baseline = sum(r["seconds"] for r in by_engine[base[engine.split()[0]]])
+        rows.append((engine, {
+            "requests": len(rs), "tokens": tokens,
+            "tokens_per_second": tokens / seconds if seconds else 0.0,
+            "speedup": baseline / seconds if seconds else 0.0,
+            "identical": sum(r["identical"] for r in rs),
+            "diverged_at": [r["diverged_at"] for r in rs if not r["identical"]],
+        }))
+    return rows
+
+
+def _accepted(stats):
+    return "-" if stats["acceptance"] is None else f"{stats['acceptance']:.0%}"
+
+
+def _params(params):
+    return ", ".join(f"{k} {v}" for k, v in params.items())
+
+
+def header_lines(results):
     m, machine = results.get("model", {}), results["machine"]
     args = results["args"]
     lines = [
@@ -93,15 +229,26 @@ def markdown(results, summary, plots):
     ]
     for line in results.get("verifysvc_log", []):
         lines.append(f"- `{line}`")
+    if "error" in results:
+        lines.append(f"- **run failed: {results['error']}**; only the sections "
+                     "finished before it are here")
     extra = args.get("verifysvc_flag", []) + args.get("draftsvc_flag", [])
-    lines += [
-        f"- batch 1; max_new_tokens {args['max_new_tokens']}; server flags: "
-        + (" ".join(f"`{f}`" for f in extra) if extra else "defaults"),
-        "- modes run in an order rotating per prompt; each drafted mode has its "
-        "own draftsvc namespace per workload, filled by the warm-up split first",
-        "",
-    ]
-    for name, info in results["workloads"].items():
+    lines.append("- server flags: " + (" ".join(f"`{f}`" for f in extra)
+                                       if extra else "defaults"))
+    if results.get("records"):
+        lines += [
+            f"- workload tables: batch 1, max_new_tokens {args['max_new_tokens']}; "
+            "modes run in an order rotating per prompt; each drafted mode has "
+            "its own draftsvc namespace per workload, filled by the warm-up "
+            "split first"]
+    return lines + [""]
+
+
+def main_table_lines(results, summary):
+    lines = []
+    for name, info in results.get("workloads", {}).items():
+        if name not in summary:
+            continue
         source = results["sources"].get(name, {})
         lines += [f"## {name}", "",
                   f"{info['description']}; {info['warmup']} warm-up and "
@@ -111,26 +258,186 @@ def markdown(results, summary, plots):
                   "| mode | tokens | tok/s | EDL | speedup | decode | accepted "
                   "| p50 ms/token | p99 ms/token | TTFT p50 s | identical |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for mode, s in summary.get(name, {}).items():
-            accepted = "-" if s["acceptance"] is None else f"{s['acceptance']:.0%}"
+        for mode, st in summary[name].items():
             lines.append(
-                f"| {mode} | {s['tokens']} | {s['tokens_per_second']:.1f} | "
-                f"{s['edl']:.2f} | {s['speedup']:.2f}x | "
-                f"{s['decode_speedup']:.2f}x | {accepted} | "
-                f"{s['p50_ms']:.1f} | {s['p99_ms']:.1f} | {s['ttft_p50_s']:.3f} | "
-                f"{s['identical']}/{s['requests']} |")
+                f"| {mode} | {st['tokens']} | {st['tokens_per_second']:.1f} | "
+                f"{st['edl']:.2f} | {st['speedup']:.2f}x | "
+                f"{st['decode_speedup']:.2f}x | {_accepted(st)} | "
+                f"{st['p50_ms']:.1f} | {st['p99_ms']:.1f} | {st['ttft_p50_s']:.3f} | "
+                f"{st['identical']}/{st['requests']} |")
         lines.append("")
+    return lines
+
+
+def concurrency_lines(concurrency):
+    lines = [
+        "## Concurrency", "",
+        f"{concurrency['prompts']} requests per run (mixed over the workloads' "
+        f"measured prompts), max_new_tokens {concurrency['max_new_tokens']}, "
+        "spread over N client threads; drafts off vs trie-hierarchical at the "
+        "same N, in an order alternating per level; each drafted run has a "
+        f"fresh namespace warmed by {concurrency['warmup']} warm-up requests at "
+        "the same N. Throughput = output tokens / the run's wall seconds; "
+        "identical = equal to plain decoding at batch 1. "
+        f"Cost {concurrency.get('seconds', 0):.0f} s.", "",
+        "| clients | mode | tokens | throughput tok/s | vs plain | EDL | "
+        "accepted | p50 ms/token | p99 ms/token | TTFT p50 s | identical |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for level, mode, st in summarize_concurrency(concurrency):
+        vs = ("-" if st["throughput_speedup"] is None
+              else f"{st['throughput_speedup']:.2f}x")
+        lines.append(
+            f"| {level} | {mode} | {st['tokens']} | {st['throughput']:.1f} | "
+            f"{vs} | {st['edl']:.2f} | {_accepted(st)} | {st['p50_ms']:.1f} | "
+            f"{st['p99_ms']:.1f} | {st['ttft_p50_s']:.3f} | "
+            f"{st['identical']}/{st['requests']} |")
+    return lines + [""]
+
+
+def grid_matrix_lines(rows):
+    """Decode speedup (EDL) as a decoding_length x branch_length matrix."""
+    decoding = sorted({p["decoding_length"] for p, _, _ in rows})
+    branch = sorted({p["branch_length"] for p, _, _ in rows})
+    cells = {(p["decoding_length"], p["branch_length"]): st for p, st, _ in rows}
+    lines = ["| decoding \\ branch | " + " | ".join(map(str, branch)) + " |",
+             "|---:|" + "---:|" * len(branch)]
+    for d in decoding:
+        lines.append(f"| {d} | " + " | ".join(
+            f"{cells[(d, b)]['decode_speedup']:.2f}x ({cells[(d, b)]['edl']:.2f})"
+            if (d, b) in cells else "-" for b in branch) + " |")
+    return lines
+
+
+def ablation_lines(ablations):
+    defaults = ablations.get("defaults", {})
+    lines = [
+        "## Ablations", "",
+        f"{ablations['prompts']} measured prompts per cell (mixed over the "
+        f"workloads), max_new_tokens {ablations['max_new_tokens']}, batch 1, "
+        "trie-hierarchical. Each cell has a fresh namespace warmed by "
+        f"{ablations['warmup']} warm-up prompts with the cell's settings; "
+        "speedups are against plain decoding of the same prompts "
+        f"({ablations.get('plain_seconds', 0):.0f} s). Server defaults: "
+        + ", ".join(f"{k} {v}" for k, v in defaults.items())
+        + f". Total cost {ablations.get('seconds', 0):.0f} s; few prompts, so "
+        "differences of a few percent are noise.", ""]
+    for name, table in ablations["tables"].items():
+        rows = ablation_rows(ablations, name)
+        lines += [f"### {name}", "",
+                  f"{table['description']}; cost {table['seconds']:.0f} s "
+                  "(cells shared with an earlier table cost 0 here).", "",
+                  "| setting | tok/s | speedup | decode | EDL | drafted/step | "
+                  "accepted | p99 ms/token | identical | cost s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for params, st, cost in rows:
+            lines.append(
+                f"| {_params(params)} | {st['tokens_per_second']:.1f} | "
+                f"{st['speedup']:.2f}x | {st['decode_speedup']:.2f}x | "
+                f"{st['edl']:.2f} | {st['drafted_per_step']:.1f} | "
+                f"{_accepted(st)} | {st['p99_ms']:.1f} | "
+                f"{st['identical']}/{st['requests']} | {cost:.0f} |")
+        lines.append("")
+        if name == "grid" and rows:
+            lines += ["Decode speedup (EDL) by decoding_length (rows) and "
+                      "branch_length (columns):", ""]
+            lines += grid_matrix_lines(rows) + [""]
+            best = best_grid_cell(rows)
+            current = next((row for row in rows if
+                            str(row[0]["decoding_length"]) == str(defaults.get("decoding_length"))
+                            and str(row[0]["branch_length"]) == str(defaults.get("branch_length"))),
+                           None)
+            lines.append(
+                f"Defaults from the grid: decoding_length "
+                f"{best[0]['decoding_length']}, branch_length "
+                f"{best[0]['branch_length']} has the best decode speedup "
+                f"({best[1]['decode_speedup']:.2f}x, {best[1]['tokens_per_second']:.1f} "
+                "tok/s)" + (
+                    f"; the servers' defaults ({defaults.get('decoding_length')}, "
+                    f"{defaults.get('branch_length')}) give "
+                    f"{current[1]['decode_speedup']:.2f}x" if current else
+                    f"; the servers' defaults ({defaults.get('decoding_length')}, "
+                    f"{defaults.get('branch_length')}) are not in the grid")
+                + ".")
+            lines.append("")
+    lines += ["Hierarchical vs parallel draft trees (the paper's ablation): "
+              "the main tables' trie-hierarchical and trie-parallel rows.", ""]
+    return lines
+
+
+def worst_case_lines(summary, records):
+    rows = worst_case(summary, records)
+    if not rows:
+        return ["## Worst case", "", "No adversarial workload in this run.", ""]
+    prompts = summary["adversarial"]["plain"]["requests"] \
+        if "plain" in summary["adversarial"] else 0
+    lines = ["## Worst case: adversarial vs the 0.95x target", "",
+             "Drafts that cannot help must cost at most 5%: speedup (plain "
+             "seconds / drafted seconds, summed over the "
+             f"{prompts} measured prompts) >= {TARGET:.2f}x. Worst prompt = "
+             "the lowest single-prompt ratio (noisier).", "",
+             "| mode | speedup | worst prompt | target |",
+             "|---|---:|---:|---|"]
+    for mode, speedup, worst, meets in rows:
+        lines.append(f"| {mode} | {speedup:.2f}x | {worst:.2f}x | "
+                     + ("met" if meets else "**NOT met**") + " |")
+    others = [(w, m, st["speedup"]) for w, by_mode in summary.items()
+              for m, st in by_mode.items() if m != "plain"]
+    if others:
+        w, m, sp = min(others, key=lambda x: x[2])
+        lines += ["", f"Lowest speedup of any workload: {w} {m}, {sp:.2f}x."]
+    return lines + [""]
+
+
+def peer_lines(peer):
+    lines = [
+        "## Peer: Hugging Face transformers", "",
+        f"transformers {peer['transformers']}, torch {peer['torch']}, "
+        f"{peer['threads']} threads, the same GGUF dequantized to float32 "
+        f"(loaded in {peer['load_seconds']:.0f} s); the same prompt token ids "
+        f"(our Tokenize RPC), max_new_tokens {peer['max_new_tokens']}, one "
+        "request at a time. hf prompt lookup = generate(prompt_lookup_num_tokens="
+        f"{peer['prompt_lookup_num_tokens']}). Ours trie-hierarchical runs with a "
+        "fresh namespace per request (drafts from the prompt and its own "
+        "output only, as prompt lookup). Our seconds are server-side, "
+        "theirs generate()'s; each speedup is against the same engine's "
+        "plain/greedy run. Identical = equal to our plain decoding; near "
+        "ties can flip between two float32 implementations, so HF "
+        f"mismatches are reported, not failed. Cost {peer.get('seconds', 0):.0f} s.",
+        "",
+        "| engine | requests | tokens | tok/s | speedup | identical to ours "
+        "| first divergences |",
+        "|---|---:|---:|---:|---:|---:|---|"]
+    for engine, st in peer_rows(peer):
+        lines.append(
+            f"| {engine} | {st['requests']} | {st['tokens']} | "
+            f"{st['tokens_per_second']:.1f} | {st['speedup']:.2f}x | "
+            f"{st['identical']}/{st['requests']} | "
+            + (", ".join(map(str, st["diverged_at"])) or "-") + " |")
+    return lines + [""]
+
+
+def markdown(results, summary, plots):
+    records = results.get("records", [])
+    lines = header_lines(results) + main_table_lines(results, summary)
+    if "concurrency" in results:
+        lines += concurrency_lines(results["concurrency"])
+    if "ablations" in results:
+        lines += ablation_lines(results["ablations"])
+    if summary:
+        lines += worst_case_lines(summary, records)
+    if "peer" in results:
+        lines += peer_lines(results["peer"])
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
-    else:
+    elif summary or "concurrency" in results:
         lines += ["Plots skipped: python3-matplotlib is not installed.", ""]
     lines.append("Definitions: see bench/report.py's docstring.")
     return "\n".join(lines) + "\n"
 
 
-def plot(summary, out_dir):
-    """Writes throughput.png and latency.png; their names, or [] without
-    matplotlib."""
+def plot(summary, out_dir, concurrency=None):
+    """Writes throughput.png and latency.png (main table), concurrency.png
+    (the sweep); their names, or [] without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -138,6 +445,17 @@ def plot(summary, out_dir):
     except ImportError:
         print("report: python3-matplotlib missing; no plots", file=sys.stderr)
         return []
+    written = []
+    if summary:
+        plot_main(plt, summary, out_dir)
+        written += ["throughput.png", "latency.png"]
+    if concurrency:
+        plot_concurrency(plt, concurrency, out_dir)
+        written.append("concurrency.png")
+    return written
+
+
+def plot_main(plt, summary, out_dir):
     names = list(summary)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / len(MODES)
@@ -170,12 +488,35 @@ def plot(summary, out_dir):
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "latency.png"), dpi=100)
     plt.close(fig)
-    return ["throughput.png", "latency.png"]
+
+
+def plot_concurrency(plt, concurrency, out_dir):
+    rows = summarize_concurrency(concurrency)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for mode, color in (("plain", "C0"), ("trie-hierarchical", "C1")):
+        points = [(level, st) for level, m, st in rows if m == mode]
+        levels = [level for level, _ in points]
+        axes[0].plot(levels, [st["throughput"] for _, st in points], "o-",
+                     color=color, label=mode)
+        axes[1].plot(levels, [st["p50_ms"] for _, st in points], "o-",
+                     color=color, label=f"{mode} p50")
+        axes[1].plot(levels, [st["p99_ms"] for _, st in points], "s--",
+                     color=color, label=f"{mode} p99")
+    axes[0].set_title("throughput, tokens/s")
+    axes[1].set_title("per-token latency, ms")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(concurrency["levels"], concurrency["levels"])
+        ax.set_xlabel("concurrent clients")
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "concurrency.png"), dpi=100)
+    plt.close(fig)
 
 
 def write(results, out_dir):
-    summary = summarize(results["records"])
-    plots = plot(summary, out_dir)
+    summary = summarize(results.get("records", []))
+    plots = plot(summary, out_dir, results.get("concurrency"))
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(markdown(results, summary, plots))
 

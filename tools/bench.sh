@@ -4,10 +4,15 @@
 # trie-hierarchical vs trie-parallel at batch 1; fails if any drafted output
 # differs from plain decoding. Report and plots in bench/results/.
 #
-#   tools/bench.sh            # full suite (~15 minutes on the 2-core machine)
+#   tools/bench.sh            # workload tables (~15 minutes on 2 cores)
+#   tools/bench.sh --all      # plus concurrency 1,4,8,16 and the ablations
+#                             # (~40 minutes)
+#   tools/bench.sh --peer=hf  # plus Hugging Face transformers on the same
+#                             # GGUF (sets up its own venv; not in CI)
 #   tools/bench.sh --quick    # CI: 2 prompts per workload, checks outputs only
 #
-# Other flags go to bench/run.py (bench/run.py --help), e.g. --limit=4.
+# Other flags go to bench/run.py (bench/run.py --help), e.g. --limit=4,
+# --concurrency=1,4, --ablations=grid, --no_main.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -6,7 +6,7 @@
 #
 #   tools/bench.sh            # workload tables (~15 minutes on 2 cores)
 #   tools/bench.sh --all      # plus concurrency 1,4,8,16 and the ablations
-#                             # (~40 minutes)
+#                             # (~30 minutes)
 #   tools/bench.sh --peer=hf  # plus Hugging Face transformers on the same
 #                             # GGUF (sets up its own venv; not in CI)
 #   tools/bench.sh --quick    # CI: 2 prompts per workload, checks outputs only

@@ -266,7 +266,9 @@ void Scheduler::Loop() {
 void Scheduler::Admit() {
   // Cancelled sequences leave first, freeing their slots.
   for (auto& seq : running_) {
-    if (seq->sink->Cancelled()) {
+    // A sequence that ended last step has finished its sink, which may be
+    // gone already (a gRPC reactor deletes itself): never touch it again.
+    if (!seq->done && seq->sink->Cancelled()) {
       End(seq.get(), absl::CancelledError("cancelled by the client"));
     }
   }

@@ -38,6 +38,8 @@ class RecordingSink : public GenerationSink {
     done_.Notify();
   }
   bool Cancelled() const override {
+    // After Finish a real (gRPC) sink may be deleted: touching it is a bug.
+    EXPECT_FALSE(done_.HasBeenNotified()) << "Cancelled() after Finish()";
     absl::MutexLock lock(&mu_);
     return cancelled_;
   }

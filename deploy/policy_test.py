@@ -417,10 +417,14 @@ class PolicyTest(unittest.TestCase):
                 _, deploy = overlay.one("Deployment", "verifysvc")
                 (c,) = deploy.spec.template.spec.containers
                 flags = overlay.flags(deploy, c)
-                self.assertIn("blas_threads", flags, "default sees all node cores")
                 cpus = parse_quantity(c.resources.limits["cpu"])
-                self.assertGreaterEqual(int(flags["blas_threads"]), 1)
-                self.assertLessEqual(int(flags["blas_threads"]), cpus)
+                counts = []
+                for pool in ("intra_op_threads", "blas_threads"):
+                    self.assertIn(pool, flags, "default sees all node cores")
+                    counts.append(int(flags[pool]))
+                    self.assertGreaterEqual(counts[-1], 1, pool)
+                    self.assertLessEqual(counts[-1], cpus, pool)
+                self.assertEqual(min(counts), 1, "two pools over the cores")
 
     def test_disruption_budgets_and_autoscaler_cover_the_workloads(self):
         for overlay in self.overlays.values():

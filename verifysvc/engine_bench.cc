@@ -29,8 +29,10 @@ ABSL_FLAG(std::string, thread_sweep, "1x1,1x2,2x1,2x2",
           "intra_op x blas thread settings for the decode sweep");
 ABSL_FLAG(int, decode_tokens, 48, "tokens per plain-decode measurement");
 ABSL_FLAG(int, intra_op, 1, "intra-op threads for the curve");
-ABSL_FLAG(int, blas, lookahead::verifysvc::AvailableCores(),
-          "OpenBLAS threads for the curve (default: one per core)");
+ABSL_FLAG(int, matmul_threads, 0, "packed matmul threads (0: every core)");
+ABSL_FLAG(bool, packed_linear, true, "packed matmul kernel (false: OpenBLAS)");
+ABSL_FLAG(int, blas, lookahead::verifysvc::DefaultBlasThreads(),
+          "OpenBLAS threads for the curve");
 ABSL_FLAG(std::string, prompt_ids, "",
           "if set: comma-separated prompt token ids; print 16 greedy tokens "
           "and exit (a sanity check against a reference)");
@@ -75,7 +77,10 @@ int Run() {
     return 1;
   }
   const auto t0 = Clock::now();
-  auto loaded = LlamaModel::Load(**file, {});
+  ModelOptions model_options;
+  model_options.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
+  model_options.packed_linear = absl::GetFlag(FLAGS_packed_linear);
+  auto loaded = LlamaModel::Load(**file, model_options);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s\n",
                  std::string(loaded.status().message()).c_str());

@@ -153,7 +153,7 @@ torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
   };
   torch::Tensor causal = torch::ones({n, n}, torch::kBool).tril();
   for (const LayerWeights& lw : w.layers) {
-    torch::Tensor wqkv = lw.wqkv.to(torch::kDouble);
+    torch::Tensor wqkv = lw.wqkv.Dense().to(torch::kDouble);
     torch::Tensor hn = norm(x, lw.attn_norm);
     torch::Tensor q = hn.matmul(wqkv.narrow(1, 0, qd));
     torch::Tensor k = hn.matmul(wqkv.narrow(1, qd, kvd));
@@ -174,16 +174,16 @@ torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
                                 -std::numeric_limits<double>::infinity());
     torch::Tensor o = scores.softmax(-1).matmul(v);  // (H, n, hd)
     o = o.permute({1, 0, 2}).reshape({n, qd});
-    x = x + o.matmul(lw.wo.to(torch::kDouble));
+    x = x + o.matmul(lw.wo.Dense().to(torch::kDouble));
     torch::Tensor hf = norm(x, lw.ffn_norm);
-    torch::Tensor gu = lw.w_gate_up.to(torch::kDouble);
+    torch::Tensor gu = lw.w_gate_up.Dense().to(torch::kDouble);
     torch::Tensor gate = hf.matmul(gu.narrow(1, 0, f));
     torch::Tensor up = hf.matmul(gu.narrow(1, f, f));
     x = x +
-        (gate * torch::sigmoid(gate) * up).matmul(lw.w_down.to(torch::kDouble));
+        (gate * torch::sigmoid(gate) * up).matmul(lw.w_down.Dense().to(torch::kDouble));
   }
   x = norm(x, w.output_norm);
-  return x.matmul(w.output.to(torch::kDouble)).to(torch::kFloat);
+  return x.matmul(w.output.Dense().to(torch::kDouble)).to(torch::kFloat);
 }
 
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "verifysvc/threading.h"
 #include "verifysvc/torch_status.h"
 #include "verifysvc/tree_mask.h"
 
@@ -72,35 +73,11 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
   return torch::cat({rotated, x.narrow(2, rope_dim, head_dim - rope_dim)}, -1);
 }
 
-// x: (T, in), weight: (in, out) contiguous, bias: (out) or undefined ->
-// (T, out). OpenBLAS (2-core machine, /tmp-style micro-benchmark of the
-// 135M model's shapes) is fastest with: one gemv per row for 1-2 rows (gemm
-// packs the whole matrix first: 2-4x slower); for more rows, x @ weight with
-// the rows padded to a multiple of 16, since its small-M gemm kernels are
-// 1.5-2.5x slower for 4, 8 or 12 rows than for 16 (e.g. 3072x576: 12 rows
-// 1.0 ms, 16 rows 0.47 ms). Padding rows are zeros and are sliced off; every
-// real row is computed exactly as without them.
-constexpr int64_t kMaxGemvRows = 2;
-constexpr int64_t kGemmRowMultiple = 16;
-torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
+// x: (T, in), weight: (in, out), bias: (out) or undefined -> (T, out).
+torch::Tensor Linear(const torch::Tensor& x, const LinearWeight& weight,
+                     kernels::PanelPool* pool,
                      const torch::Tensor& bias = {}) {
-  const int64_t rows = x.size(0);
-  torch::Tensor y;
-  if (rows <= kMaxGemvRows) {
-    const torch::Tensor w = weight.t();  // (out, in) view: gemv "T"
-    y = rows == 1 ? torch::mv(w, x[0]).unsqueeze(0)
-                  : torch::stack({torch::mv(w, x[0]), torch::mv(w, x[1])});
-  } else {
-    const int64_t padded =
-        (rows + kGemmRowMultiple - 1) / kGemmRowMultiple * kGemmRowMultiple;
-    if (padded == rows) {
-      y = torch::mm(x, weight);
-    } else {
-      torch::Tensor xp = torch::zeros({padded, x.size(1)}, x.options());
-      xp.narrow(0, 0, rows).copy_(x);
-      y = torch::mm(xp, weight).narrow(0, 0, rows);
-    }
-  }
+  torch::Tensor y = weight.Apply(x, pool);
   return bias.defined() ? y + bias : y;
 }
 
@@ -130,10 +107,12 @@ SequenceInput MakeVerifyInput(KvCache* cache, int32_t root_token,
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     const GgufFile& file, const ModelOptions& options) {
   ASSIGN_OR_RETURN(ModelConfig c, ModelConfig::FromGguf(file));
-  if (options.max_cache_tokens < 0 || options.prefill_chunk_tokens < 1) {
+  if (options.max_cache_tokens < 0 || options.prefill_chunk_tokens < 1 ||
+      options.matmul_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad ModelOptions: max_cache_tokens=", options.max_cache_tokens,
-        " prefill_chunk_tokens=", options.prefill_chunk_tokens));
+        " prefill_chunk_tokens=", options.prefill_chunk_tokens,
+        " matmul_threads=", options.matmul_threads));
   }
   const int64_t d = c.embedding_length, v = c.vocab_size,
                 f = c.feed_forward_length, qd = c.q_dim(), kvd = c.kv_dim();
@@ -142,17 +121,18 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
                    LoadTensor(file, "token_embd.weight", {d, v}, options));
   ASSIGN_OR_RETURN(w.output_norm,
                    LoadTensor(file, "output_norm.weight", {d}, options));
+  // Matmul weights are input-major (in, out) LinearWeights (a tied head
+  // costs a copy of the embedding: 113 MiB for SmolLM2 in fp32).
+  auto linear = [&](const torch::Tensor& out_major) {
+    return LinearWeight::Create(out_major.t(), options.packed_linear);
+  };
   if (c.tied_output) {
-    w.output = w.token_embd;
+    ASSIGN_OR_RETURN(w.output, linear(w.token_embd));
   } else {
-    ASSIGN_OR_RETURN(w.output,
+    ASSIGN_OR_RETURN(torch::Tensor output,
                      LoadTensor(file, "output.weight", {d, v}, options));
+    ASSIGN_OR_RETURN(w.output, linear(output));
   }
-  // Matmul weights are kept input-major (in, out) for Linear (a tied head
-  // costs a transposed copy of the embedding: 113 MiB for SmolLM2 in fp32).
-  auto input_major = [](const torch::Tensor& t) { return t.t().contiguous(); };
-  RETURN_IF_ERROR(TorchStatus("transposing the output head",
-                              [&] { w.output = input_major(w.output); }));
   for (int l = 0; l < c.block_count; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     LayerWeights lw;
@@ -181,13 +161,16 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
       ASSIGN_OR_RETURN(bk, LoadTensor(file, p + "attn_k.bias", {kvd}, options));
       ASSIGN_OR_RETURN(bv, LoadTensor(file, p + "attn_v.bias", {kvd}, options));
     }
+    torch::Tensor qkv, gate_up;
     RETURN_IF_ERROR(TorchStatus("fusing layer weights", [&] {
-      lw.wqkv = input_major(torch::cat({wq, wk, wv}, 0));
-      lw.wo = input_major(wo);
-      lw.w_gate_up = input_major(torch::cat({wg, wu}, 0));
-      lw.w_down = input_major(w_down);
+      qkv = torch::cat({wq, wk, wv}, 0);
+      gate_up = torch::cat({wg, wu}, 0);
       if (c.qkv_bias) lw.bqkv = torch::cat({bq, bk, bv}, 0).contiguous();
     }));
+    ASSIGN_OR_RETURN(lw.wqkv, linear(qkv));
+    ASSIGN_OR_RETURN(lw.wo, linear(wo));
+    ASSIGN_OR_RETURN(lw.w_gate_up, linear(gate_up));
+    ASSIGN_OR_RETURN(lw.w_down, linear(w_down));
     w.layers.push_back(std::move(lw));
   }
   // inv_freq[i] = base^(-2i/R) / scaling, in float64 for exact angles.
@@ -213,8 +196,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     w.rope_inv_freq =
         torch::tensor(inv_freq, torch::kDouble).to(options.device);
   }));
+  const int threads =
+      options.matmul_threads > 0 ? options.matmul_threads : AvailableCores();
   return std::unique_ptr<LlamaModel>(
-      new LlamaModel(std::move(c), options, std::move(w)));
+      new LlamaModel(std::move(c), options, std::move(w),
+                     std::make_unique<kernels::PanelPool>(threads)));
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(
@@ -367,7 +353,7 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
   for (int l = 0; l < c.block_count; ++l) {
     const LayerWeights& lw = weights_.layers[l];
     torch::Tensor h = RmsNorm(x, lw.attn_norm, c.rms_norm_eps);
-    torch::Tensor qkv = Linear(h, lw.wqkv, lw.bqkv);  // (T, qd + 2 kvd)
+    torch::Tensor qkv = Linear(h, lw.wqkv, pool_.get(), lw.bqkv);  // (T, qd + 2 kvd)
     torch::Tensor q =
         ApplyRope(qkv.narrow(1, 0, qd).view({total, heads, head_dim}), cos, sin,
                   c.rope_dim, c.rope_style);
@@ -406,18 +392,18 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
                                        .permute({2, 0, 1, 3})
                                        .reshape({n, qd}));
     }
-    x = x + Linear(attn, lw.wo);
+    x = x + Linear(attn, lw.wo, pool_.get());
     h = RmsNorm(x, lw.ffn_norm, c.rms_norm_eps);
-    torch::Tensor gate_up = Linear(h, lw.w_gate_up);  // (T, 2F)
+    torch::Tensor gate_up = Linear(h, lw.w_gate_up, pool_.get());  // (T, 2F)
     torch::Tensor act =
         torch::silu(gate_up.narrow(1, 0, ffn)) * gate_up.narrow(1, ffn, ffn);
-    x = x + Linear(act, lw.w_down);
+    x = x + Linear(act, lw.w_down, pool_.get());
   }
   torch::Tensor rows = torch::tensor(logit_rows, torch::kLong).to(device);
   torch::Tensor h =
       RmsNorm(x.index_select(0, rows), weights_.output_norm, c.rms_norm_eps);
   torch::Tensor logits =
-      Linear(h, weights_.output).to(torch::kFloat);  // (rows, V)
+      Linear(h, weights_.output, pool_.get()).to(torch::kFloat);  // (rows, V)
   std::vector<torch::Tensor> result;
   int64_t row = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {

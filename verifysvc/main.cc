@@ -84,9 +84,16 @@ ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written here.");
 ABSL_FLAG(int, log_every_steps, 0,
           "Print a scheduler line every this many steps; 0 = never.");
-ABSL_FLAG(int, blas_threads, lookahead::verifysvc::AvailableCores(),
-          "OpenBLAS threads (default: one per available core).");
+ABSL_FLAG(int, blas_threads, lookahead::verifysvc::DefaultBlasThreads(),
+          "OpenBLAS threads (default: 1 where the packed matmul kernel runs, "
+          "else one per available core).");
 ABSL_FLAG(int, intra_op_threads, 1, "LibTorch intra-op threads.");
+ABSL_FLAG(int, matmul_threads, 0,
+          "Threads sharing the packed AVX2/AVX-512 matmuls (default 0: one "
+          "per available core; set the CPU limit in a container).");
+ABSL_FLAG(bool, packed_linear, true,
+          "Packed matmul kernel where the CPU has AVX2 or AVX-512 (false: "
+          "OpenBLAS).");
 ABSL_FLAG(int, shutdown_grace_ms, 10000,
           "On SIGTERM/SIGINT, running requests get this long to finish.");
 
@@ -165,6 +172,8 @@ absl::Status Run() {
   }
   ModelOptions model_options;
   model_options.max_cache_tokens = limits.max_context_tokens;
+  model_options.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
+  model_options.packed_linear = absl::GetFlag(FLAGS_packed_linear);
   ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
                    LlamaModel::Load(*file, model_options));
   const ModelConfig& config = model->config();

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/packed_matmul.h"
 #include "verifysvc/torch_status.h"
 
 namespace lookahead {
@@ -33,6 +34,12 @@ int AvailableCores() {
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
   const int cores = CPU_COUNT(&set);
   return cores > 0 ? cores : 1;
+}
+
+int DefaultBlasThreads() {
+  return kernels::BestPackedIsa() != kernels::PackedIsa::kNone
+             ? 1
+             : AvailableCores();
 }
 
 absl::Status ConfigureThreads(const ThreadOptions& options) {

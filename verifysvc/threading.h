@@ -16,24 +16,29 @@ namespace verifysvc {
 // Cores this process may run on (its CPU affinity mask; at least 1).
 int AvailableCores();
 
+// Where kernels/cpu/packed_matmul runs (AVX2 or AVX-512) the matmuls run on
+// the model's own PanelPool (ModelOptions::matmul_threads), so OpenBLAS keeps
+// attention's small matmuls and needs one thread; elsewhere OpenBLAS does
+// the matmuls and gets the cores. Returns 1 or AvailableCores().
+int DefaultBlasThreads();
+
 struct ThreadOptions {
   // LibTorch intra-op (OpenMP) threads for element-wise ops, softmax and
-  // non-BLAS kernels. Default 1: the work between matmuls is tiny for a
-  // one-token decode and OpenMP fork/join costs more than it saves.
+  // non-BLAS kernels. Default 1: the work between matmuls is small for a
+  // decode step, and OpenMP's spinning barriers convoy when another process
+  // shares the cores (measured: a test 50x slower beside another).
   int intra_op_threads = 1;
   // LibTorch inter-op pool size. Default 1: the engine issues no parallel
   // graph work. Can only be set before the pool starts; a later call keeps the
   // old size (reported in the returned status only if it differs).
   int inter_op_threads = 1;
-  // OpenBLAS threads for the matmuls, which dominate decoding time. Default:
-  // one per core this process may run on (AvailableCores()), so the BLAS pool
-  // owns the machine and nothing else spins beside it. Measured on the 2-core
-  // machine, quiet (engine_bench, ms per decoded token, intra x blas): 1x1
-  // 26.2, 1x2 18.1. When another process keeps a core busy a second BLAS
-  // thread loses (1x1 28-55 vs 1x2 28-70 on a loaded machine): give a
-  // service its cores (Kubernetes CPU requests) rather than fewer threads.
+  // OpenBLAS threads. Default DefaultBlasThreads(). Pools that each want
+  // every core oversubscribe them (5-10x slower decoding measured). Measured
+  // on the 2-core AVX-512 machine, quiet (engine_bench, ms per decoded token):
+  // OpenBLAS matmuls 1x1 26.2, 1x2 18.1 (intra x blas) with 16-token passes
+  // at 92 ms; packed matmuls on 2 threads 25 ms, 16-token passes 50 ms.
   // <= 0 leaves OpenBLAS alone.
-  int blas_threads = AvailableCores();
+  int blas_threads = DefaultBlasThreads();
 };
 
 // Applies `options`. Returns OK iff every setting that this process supports

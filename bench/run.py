@@ -140,7 +140,7 @@ def parse_args(argv):
                             "missing (default %(default)s)")
     group.add_argument("--peer_threads", type=int, default=2,
                        help="torch.set_num_threads (default %(default)s, "
-                            "verifysvc's --blas_threads on this machine)")
+                            "verifysvc's --matmul_threads on this machine)")
     args = parser.parse_args(argv)
 
     quick = args.quick

@@ -366,8 +366,37 @@ class ReportSectionsTest(unittest.TestCase):
                         "### grid", "Defaults from the grid: decoding_length 32",
                         "servers' defaults (32, 8) give",
                         "## Worst case: adversarial", "| trie-hierarchical | 2.00x",
-                        "## Peer: Hugging Face transformers", "| hf greedy |"):
+                        "## Peer: Hugging Face transformers", "| hf greedy |",
+                        "| chat | 1 | 1.00x (1.0) | 1.00x (1.0) | no |"):
             self.assertIn(heading, text)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return
+        with tempfile.TemporaryDirectory() as out:
+            written = report.plot(report.summarize(records), out, concurrency,
+                                  records, results["ablations"])
+            self.assertEqual(sorted(written),
+                             ["concurrency.png", "edl.png", "grid.png",
+                              "latency.png", "throughput.png"])
+            for name in written:
+                self.assertGreater(os.path.getsize(os.path.join(out, name)), 1000)
+
+    def test_peer_rows_by_workload(self):
+        records = hf_peer.peer_records(
+            [{"id": "a", "workload": "rag"}, {"id": "b", "workload": "code"}],
+            [{"plain": (2.0, [1]), "trie-hierarchical": (1.0, [1])},
+             {"plain": (1.0, [1]), "trie-hierarchical": (1.0, [1])}],
+            [{"greedy": {"ids": [1], "seconds": 1.0},
+              "prompt_lookup": {"ids": [1], "seconds": 1.0}},
+             {"greedy": {"ids": [1], "seconds": 3.0},
+              "prompt_lookup": {"ids": [1], "seconds": 1.0}}])
+        rag = dict(report.peer_rows({"records": records}, "rag"))
+        code = dict(report.peer_rows({"records": records}, "code"))
+        self.assertAlmostEqual(rag["ours trie-hierarchical (cold)"]["speedup"], 2.0)
+        self.assertAlmostEqual(rag["hf prompt lookup"]["speedup"], 1.0)
+        self.assertAlmostEqual(code["hf prompt lookup"]["speedup"], 3.0)
+        self.assertEqual(code["ours plain"]["requests"], 1)
 
 
 if __name__ == "__main__":

@@ -181,13 +181,15 @@ def worst_case(summary, records, target=TARGET, workload="adversarial"):
     return rows
 
 
-def peer_rows(peer):
-    """[(engine, stats)] of the peer run: tokens, seconds, tok/s, speedup
-    against the same engine's plain/greedy run, outputs identical to our
-    plain decoding, and the first divergences."""
+def peer_rows(peer, workload=None):
+    """[(engine, stats)] of the peer run (of one workload's prompts, or all):
+    tokens, seconds, tok/s, speedup against the same engine's plain/greedy
+    run, outputs identical to our plain decoding, and the first
+    divergences."""
     by_engine = defaultdict(list)
     for r in peer["records"]:
-        by_engine[r["engine"]].append(r)
+        if workload is None or r["workload"] == workload:
+            by_engine[r["engine"]].append(r)
     base = {"ours": "ours plain", "hf": "hf greedy"}
     rows = []
     for engine, rs in by_engine.items():
@@ -413,6 +415,22 @@ def peer_lines(peer):
             f"{st['tokens_per_second']:.1f} | {st['speedup']:.2f}x | "
             f"{st['identical']}/{st['requests']} | "
             + (", ".join(map(str, st["diverged_at"])) or "-") + " |")
+    workloads = list(dict.fromkeys(r["workload"] for r in peer["records"]))
+    lines += ["", "By workload (speedup over the same engine's plain run, "
+              "tok/s in brackets; few prompts each):", "",
+              "| workload | prompts | ours trie (cold) | hf prompt lookup | "
+              "ours beats hf |", "|---|---:|---:|---:|---|"]
+    for w in workloads:
+        st = dict(peer_rows(peer, w))
+        ours = st.get("ours trie-hierarchical (cold)")
+        hf = st.get("hf prompt lookup")
+        if not ours or not hf:
+            continue
+        lines.append(
+            f"| {w} | {ours['requests']} | {ours['speedup']:.2f}x "
+            f"({ours['tokens_per_second']:.1f}) | {hf['speedup']:.2f}x "
+            f"({hf['tokens_per_second']:.1f}) | "
+            + ("yes" if ours["speedup"] > hf["speedup"] else "no") + " |")
     return lines + [""]
 
 
@@ -435,9 +453,11 @@ def markdown(results, summary, plots):
     return "\n".join(lines) + "\n"
 
 
-def plot(summary, out_dir, concurrency=None):
-    """Writes throughput.png and latency.png (main table), concurrency.png
-    (the sweep); their names, or [] without matplotlib."""
+def plot(summary, out_dir, concurrency=None, records=(), ablations=None):
+    """Writes throughput.png, latency.png (per-token latency CDF) and edl.png
+    (per-request EDL distribution) for the main table, concurrency.png for
+    the sweep, grid.png (decode speedup vs decoding length) for the grid;
+    their names, or [] without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -448,7 +468,11 @@ def plot(summary, out_dir, concurrency=None):
     written = []
     if summary:
         plot_main(plt, summary, out_dir)
-        written += ["throughput.png", "latency.png"]
+        plot_edl(plt, records, out_dir)
+        written += ["throughput.png", "latency.png", "edl.png"]
+    if ablations and ablation_rows(ablations, "grid"):
+        plot_grid(plt, ablation_rows(ablations, "grid"), out_dir)
+        written.append("grid.png")
     if concurrency:
         plot_concurrency(plt, concurrency, out_dir)
         written.append("concurrency.png")
@@ -490,6 +514,46 @@ def plot_main(plt, summary, out_dir):
     plt.close(fig)
 
 
+def plot_edl(plt, records, out_dir):
+    """Per-request EDL (output tokens / steps) of the drafted modes, one box
+    per workload and mode."""
+    by_key = defaultdict(list)
+    for r in records:
+        if r["mode"] != "plain" and r.get("decoding_steps"):
+            by_key[(r["workload"], r["mode"])].append(
+                r["output_tokens"] / r["decoding_steps"])
+    keys = sorted(by_key)
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(keys)), 4))
+    ax.boxplot([by_key[k] for k in keys], whis=(0, 100))
+    ax.set_xticks(range(1, len(keys) + 1),
+                  [f"{w}\n{m.replace('trie-', '')}" for w, m in keys],
+                  fontsize="small")
+    ax.set_ylabel("EDL per request")
+    ax.set_title("EDL distribution (box: quartiles, whiskers: min/max)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "edl.png"), dpi=100)
+    plt.close(fig)
+
+
+def plot_grid(plt, rows, out_dir):
+    """Decode speedup vs decoding_length, one line per branch_length."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for branch in sorted({p["branch_length"] for p, _, _ in rows}):
+        points = sorted((p["decoding_length"], st["decode_speedup"])
+                        for p, st, _ in rows if p["branch_length"] == branch)
+        ax.plot([d for d, _ in points], [v for _, v in points], "o-",
+                label=f"branch_length {branch}")
+    ax.set_xscale("log", base=2)
+    decoding = sorted({p["decoding_length"] for p, _, _ in rows})
+    ax.set_xticks(decoding, decoding)
+    ax.set_xlabel("decoding_length (draft tokens per step, at most)")
+    ax.set_ylabel("decode speedup vs plain")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "grid.png"), dpi=100)
+    plt.close(fig)
+
+
 def plot_concurrency(plt, concurrency, out_dir):
     rows = summarize_concurrency(concurrency)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -516,7 +580,8 @@ def plot_concurrency(plt, concurrency, out_dir):
 
 def write(results, out_dir):
     summary = summarize(results.get("records", []))
-    plots = plot(summary, out_dir, results.get("concurrency"))
+    plots = plot(summary, out_dir, results.get("concurrency"),
+                 results.get("records", []), results.get("ablations"))
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(markdown(results, summary, plots))
 

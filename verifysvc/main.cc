@@ -70,7 +70,10 @@ ABSL_FLAG(int, decoding_length, 32,
           "up to --max_decoding_length); the scheduler gives fewer when they "
           "do not pay for their cost in the forward pass.");
 ABSL_FLAG(int, max_decoding_length, 64, "Largest decoding_length allowed.");
-ABSL_FLAG(int, branch_length, 8, "Draft branch depth.");
+ABSL_FLAG(int, branch_length, 16,
+          "Draft branch depth: most draft tokens one step can accept "
+          "(bench/results: RAG decode speedup 1.64x at 8, 1.77x at 16, 1.81x "
+          "at 24, with decoding_length 32).");
 ABSL_FLAG(int, max_step_tokens, 64,
           "Most tokens (roots + drafts + prefill) in one forward pass.");
 ABSL_FLAG(int, prefill_chunk_tokens, 64,

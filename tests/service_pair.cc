@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 
 namespace lookahead::testing {
@@ -181,6 +182,12 @@ absl::Status ServicePair::StartVerifysvc() {
           : std::string("--draftsvc=")};
   args.insert(args.end(), options_.verifysvc_flags.begin(),
               options_.verifysvc_flags.end());
+  // Extra flags for every verifysvc a test starts, e.g. "--device=cuda
+  // --dtype=bfloat16" when tools/gpu_check.sh runs the suite on a GPU.
+  for (absl::string_view flag :
+       absl::StrSplit(Env("LOOKAHEAD_VERIFYSVC_FLAGS"), ' ', absl::SkipEmpty())) {
+    args.emplace_back(flag);
+  }
   verifysvc_ = std::make_unique<ServerProcess>(
       std::move(args), absl::StrCat(dir_, "/verifysvc.port"),
       absl::StrCat(dir_, "/verifysvc.log"));

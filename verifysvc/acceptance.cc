@@ -3,6 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "verifysvc/torch_status.h"
+#if LOOKAHEAD_CUDA
+#include "verifysvc/cuda_ops.h"
+#endif
 
 namespace lookahead {
 namespace verifysvc {
@@ -36,6 +39,17 @@ absl::StatusOr<AcceptResult> AcceptLongestPath(
         absl::StrCat("logits must be (", n, ", vocab), got ",
                      logits.defined() ? logits.dim() : 0, "-dim tensor"));
   }
+#if LOOKAHEAD_CUDA
+  if (logits.is_cuda() && logits.scalar_type() == torch::kFloat &&
+      logits.is_contiguous() && cuda_ops::SupportsDeviceAcceptance(params)) {
+    // Choice and walk on the device: only the accepted ids come back.
+    AcceptResult result;
+    RETURN_IF_ERROR(cuda_ops::AcceptOnDevice(tokens, parents, logits, params,
+                                             root_position, &result.path,
+                                             &result.tokens));
+    return result;
+  }
+#endif
   ASSIGN_OR_RETURN(torch::Tensor host,
                    (TorchStatusOr<torch::Tensor>("logits to host", [&] {
                      return logits.to(torch::kCPU, torch::kFloat).contiguous();

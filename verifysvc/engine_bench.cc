@@ -5,6 +5,9 @@
 // lengths (the "critical decoding length" curve: how many draft tokens one
 // pass verifies for about the cost of one), (3) batched forward latency.
 // Run: bazel run -c opt //verifysvc:engine_bench -- [--reps=5]
+// On a GPU (the CUDA build, tools/gpu_check.sh): --device=cuda
+// --dtype=bfloat16 [--cuda_kernels=false] --thread_sweep= --contexts=256,2048
+// --tree_sizes=1,2,4,...,256.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "verifysvc/device_options.h"
 #include "verifysvc/engine_test_util.h"
 #include "verifysvc/llama_model.h"
 #include "verifysvc/threading.h"
@@ -33,6 +37,10 @@ ABSL_FLAG(int, matmul_threads, 0, "packed matmul threads (0: every core)");
 ABSL_FLAG(bool, packed_linear, true, "packed matmul kernel (false: OpenBLAS)");
 ABSL_FLAG(int, blas, lookahead::verifysvc::DefaultBlasThreads(),
           "OpenBLAS threads for the curve");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
+ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
+ABSL_FLAG(bool, cuda_kernels, true,
+          "on CUDA: tree attention through kernels/cuda (false: LibTorch)");
 ABSL_FLAG(std::string, prompt_ids, "",
           "if set: comma-separated prompt token ids; print 16 greedy tokens "
           "and exit (a sanity check against a reference)");
@@ -80,6 +88,14 @@ int Run() {
   ModelOptions model_options;
   model_options.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
   model_options.packed_linear = absl::GetFlag(FLAGS_packed_linear);
+  model_options.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
+  if (absl::Status s = ParseDeviceOptions(absl::GetFlag(FLAGS_device),
+                                          absl::GetFlag(FLAGS_dtype),
+                                          &model_options);
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
   auto loaded = LlamaModel::Load(**file, model_options);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s\n",
@@ -88,9 +104,16 @@ int Run() {
   }
   const LlamaModel& model = **loaded;
   const int vocab = model.config().vocab_size;
-  std::printf("model %s: %d layers, D=%d, vocab=%d; load %.0f ms\n",
-              path.c_str(), model.config().block_count,
-              model.config().embedding_length, vocab, Ms(t0, Clock::now()));
+  std::printf(
+      "model %s: %d layers, D=%d, vocab=%d on %s%s; load %.0f ms\n",
+      path.c_str(), model.config().block_count,
+      model.config().embedding_length, vocab,
+      DescribeDevice(model_options).c_str(),
+      model_options.device.is_cuda()
+          ? (model_options.cuda_kernels ? ", tree-attention kernel"
+                                        : ", LibTorch attention")
+          : "",
+      Ms(t0, Clock::now()));
   if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
     std::vector<int32_t> prompt;
     for (int id : ParseInts(absl::GetFlag(FLAGS_prompt_ids)))
@@ -99,8 +122,8 @@ int Run() {
     if (!cache.ok() || prompt.empty()) return 1;
     auto logits = model.Prefill(cache->get(), prompt);
     if (!logits.ok()) return 1;
-    int32_t token =
-        ArgMax(absl::MakeConstSpan(logits->data_ptr<float>(), vocab));
+    const torch::Tensor host = logits->to(torch::kCPU);
+    int32_t token = ArgMax(absl::MakeConstSpan(host.data_ptr<float>(), vocab));
     std::printf("greedy:");
     for (int i = 0; i < 16; ++i) {
       std::printf(" %d", token);

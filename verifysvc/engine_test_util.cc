@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "verifysvc/device_options.h"
 #include "verifysvc/gguf_writer.h"
 #include "verifysvc/threading.h"
 
@@ -104,6 +105,15 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenRealModel() {
         " (run tools/setup.sh --model, or set LOOKAHEAD_MODEL_DIR)"));
   }
   return GgufFile::Open(path);
+}
+
+absl::StatusOr<ModelOptions> TestDeviceOptions() {
+  const char* device = std::getenv("LOOKAHEAD_TEST_DEVICE");
+  const char* dtype = std::getenv("LOOKAHEAD_TEST_DTYPE");
+  ModelOptions options;
+  RETURN_IF_ERROR(ParseDeviceOptions(device == nullptr ? "cpu" : device,
+                                     dtype == nullptr ? "" : dtype, &options));
+  return options;
 }
 
 absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options) {

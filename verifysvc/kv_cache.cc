@@ -2,6 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "verifysvc/torch_status.h"
+#if LOOKAHEAD_CUDA
+#include "verifysvc/cuda_ops.h"
+#endif
 
 namespace lookahead {
 namespace verifysvc {
@@ -72,6 +75,14 @@ absl::Status KvCache::CommitPath(absl::Span<const int32_t> path) {
   for (size_t i = 0; i < path.size(); ++i) {
     contiguous = contiguous && path[i] == static_cast<int32_t>(i);
   }
+#if LOOKAHEAD_CUDA
+  if (!contiguous && k_.is_cuda()) {
+    // In place on the device, one launch for every layer and head.
+    absl::Status status = cuda_ops::CompactKv(k_, v_, length_, path);
+    if (!status.ok()) return status;
+    contiguous = true;
+  }
+#endif
   if (!contiguous) {
     absl::Status status = TorchStatus("KvCache::CommitPath", [&] {
       std::vector<int64_t> src(path.size()), dst(path.size());

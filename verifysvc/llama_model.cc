@@ -1,8 +1,11 @@
 #include "verifysvc/llama_model.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -12,6 +15,9 @@
 #include "verifysvc/threading.h"
 #include "verifysvc/torch_status.h"
 #include "verifysvc/tree_mask.h"
+#if LOOKAHEAD_CUDA
+#include "verifysvc/cuda_ops.h"
+#endif
 
 namespace lookahead {
 namespace verifysvc {
@@ -287,14 +293,22 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::Forward(
   ASSIGN_OR_RETURN(
       std::vector<torch::Tensor> logits,
       (TorchStatusOr<std::vector<torch::Tensor>>(
-          "LlamaModel::Forward", [&] { return ForwardUnchecked(batch); })));
+          "LlamaModel::Forward", [&] {
+            auto result = ForwardUnchecked(batch);
+            // Returns when the logits exist, so step timings mean the same
+            // on a GPU as on the CPU (acceptance reads them next anyway).
+            if (options_.device.is_cuda()) {
+              torch::cuda::synchronize(options_.device.index());
+            }
+            return result;
+          })));
   for (const SequenceInput& in : batch) {
     RETURN_IF_ERROR(in.cache->BeginTree(in.parents));
   }
   return logits;
 }
 
-std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
+absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::ForwardUnchecked(
     absl::Span<const SequenceInput> batch) const {
   c10::InferenceMode inference_mode;
   const ModelConfig& c = config_;
@@ -305,6 +319,12 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
                 head_dim = c.head_dim, group = heads / kv_heads, qd = c.q_dim(),
                 kvd = c.kv_dim(), ffn = c.feed_forward_length;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+#if LOOKAHEAD_CUDA
+  const bool use_kernels = device.is_cuda() && options_.cuda_kernels &&
+                           cuda_ops::SupportsTreeAttention(c, dtype);
+#else
+  const bool use_kernels = false;
+#endif
 
   // Pack all sequences' tokens; positions = cache length + tree depth.
   std::vector<int64_t> offsets(num_seqs + 1, 0);
@@ -325,7 +345,7 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
     } else {
       for (int64_t i = 0; i < n; ++i) logit_rows.push_back(offsets[s] + i);
     }
-    if (n > 1) {
+    if (n > 1 && !use_kernels) {
       // mask: (n, len + n); 0 = may attend, -inf = may not.
       torch::Tensor allowed =
           torch::from_blob(const_cast<uint8_t*>(layout.dense().data()), {n, n},
@@ -349,11 +369,38 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
   torch::Tensor cos = angles.cos().to(dtype);  // (T, R/2)
   torch::Tensor sin = angles.sin().to(dtype);  // (T, R/2)
 
+#if LOOKAHEAD_CUDA
+  // The batch's offsets, caches and masks on the device, for every layer.
+  std::optional<cuda_ops::DeviceTreeBatch> device_batch;
+  if (use_kernels) {
+    std::vector<cuda_ops::DeviceTreeBatch::Cache> caches;
+    std::vector<const std::vector<int32_t>*> parents;
+    for (const SequenceInput& in : batch) {
+      caches.push_back({&in.cache->k(), &in.cache->v(), in.cache->Length()});
+      parents.push_back(&in.parents);
+    }
+    ASSIGN_OR_RETURN(device_batch,
+                     cuda_ops::DeviceTreeBatch::Build(c, caches, parents));
+  }
+#endif
+
   torch::Tensor x = weights_.token_embd.index_select(0, ids);  // (T, D)
   for (int l = 0; l < c.block_count; ++l) {
     const LayerWeights& lw = weights_.layers[l];
     torch::Tensor h = RmsNorm(x, lw.attn_norm, c.rms_norm_eps);
     torch::Tensor qkv = Linear(h, lw.wqkv, pool_.get(), lw.bqkv);  // (T, qd + 2 kvd)
+    torch::Tensor attn;  // (T, H*hd)
+#if LOOKAHEAD_CUDA
+    if (use_kernels) {
+      ASSIGN_OR_RETURN(torch::Tensor q_rot,
+                       cuda_ops::RopeAppend(*device_batch, l, qkv,
+                                            weights_.rope_inv_freq, c.rope_dim,
+                                            c.rope_style));
+      ASSIGN_OR_RETURN(attn, cuda_ops::TreeAttention(*device_batch, l, q_rot,
+                                                     static_cast<float>(scale)));
+    }
+#endif
+    if (!use_kernels) {
     torch::Tensor q =
         ApplyRope(qkv.narrow(1, 0, qd).view({total, heads, head_dim}), cos, sin,
                   c.rope_dim, c.rope_style);
@@ -363,7 +410,7 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
                   sin, c.rope_dim, c.rope_style);
     torch::Tensor v =
         qkv.narrow(1, qd + kvd, kvd).view({total, kv_heads, head_dim});
-    torch::Tensor attn = torch::empty({total, qd}, x.options());  // (T, H*hd)
+    attn = torch::empty({total, qd}, x.options());
     for (int64_t s = 0; s < num_seqs; ++s) {
       KvCache* cache = batch[s].cache;
       const int64_t off = offsets[s], n = offsets[s + 1] - offsets[s];
@@ -391,6 +438,7 @@ std::vector<torch::Tensor> LlamaModel::ForwardUnchecked(
       attn.narrow(0, off, n).copy_(out.view({kv_heads, group, n, head_dim})
                                        .permute({2, 0, 1, 3})
                                        .reshape({n, qd}));
+    }
     }
     x = x + Linear(attn, lw.wo, pool_.get());
     h = RmsNorm(x, lw.ffn_norm, c.rms_norm_eps);

@@ -48,6 +48,11 @@ struct ModelOptions {
   // (default): one per core this process may run on (AvailableCores()).
   // Set the CPU limit in a container, where every node core is visible.
   int matmul_threads = 0;
+  // On CUDA, in the CUDA build: RoPE, K/V append and tree attention through
+  // kernels/cuda (one launch each per layer for the whole batch) where the
+  // shape allows (SupportsTreeAttention). false: LibTorch attention, the
+  // reference to compare with. Ignored on CPU.
+  bool cuda_kernels = true;
 };
 
 // Float weights of one layer. Matmul weights are input-major, (in, out)
@@ -122,7 +127,8 @@ class LlamaModel {
   // INVALID_ARGUMENT (naming the input and index) for an empty input, a
   // parents/tokens size mismatch, a bad parent, a token id outside
   // [0, vocab), a null/foreign/shared cache; RESOURCE_EXHAUSTED if a tree does
-  // not fit its cache. On error no cache is changed.
+  // not fit its cache. On error no cache is changed. On CUDA, returns once
+  // the logits are computed (the device is synchronized).
   absl::StatusOr<std::vector<torch::Tensor>> Forward(
       absl::Span<const SequenceInput> batch) const;
 
@@ -153,7 +159,8 @@ class LlamaModel {
         pool_(std::move(pool)) {}
 
   absl::Status ValidateBatch(absl::Span<const SequenceInput> batch) const;
-  std::vector<torch::Tensor> ForwardUnchecked(
+  // REQUIRES: ValidateBatch(batch).ok(). May throw c10::Error.
+  absl::StatusOr<std::vector<torch::Tensor>> ForwardUnchecked(
       absl::Span<const SequenceInput> batch) const;
 
   const ModelConfig config_;

@@ -34,7 +34,9 @@ class ModelEnvironment : public ::testing::Environment {
     ASSERT_TRUE(ConfigureThreads({}).ok());
     auto file = OpenRealModel();
     ASSERT_TRUE(file.ok()) << file.status();
-    auto model = LlamaModel::Load(**file, {});
+    auto options = TestDeviceOptions();  // CPU unless tools/gpu_check.sh
+    ASSERT_TRUE(options.ok()) << options.status();
+    auto model = LlamaModel::Load(**file, *options);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *std::move(model);
     g_model = model_.get();

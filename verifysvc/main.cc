@@ -33,6 +33,7 @@
 #include "common/metrics_http.h"
 #include "common/port_file.h"
 #include "common/status_macros.h"
+#include "verifysvc/device_options.h"
 #include "verifysvc/draft_client.h"
 #include "verifysvc/draft_sessions.h"
 #include "verifysvc/generation_service.h"
@@ -97,6 +98,15 @@ ABSL_FLAG(int, matmul_threads, 0,
 ABSL_FLAG(bool, packed_linear, true,
           "Packed matmul kernel where the CPU has AVX2 or AVX-512 (false: "
           "OpenBLAS).");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, cuda or cuda:N (CUDA needs the build of tools/cuda_build.sh).");
+ABSL_FLAG(std::string, dtype, "float32",
+          "Weights, activations and KV cache: float32, bfloat16 or float16 "
+          "(logits are float32). Lossless against plain decoding at the same "
+          "dtype; bfloat16 suits GPUs.");
+ABSL_FLAG(bool, cuda_kernels, true,
+          "On CUDA: tree attention through kernels/cuda (false: LibTorch "
+          "attention).");
 ABSL_FLAG(int, shutdown_grace_ms, 10000,
           "On SIGTERM/SIGINT, running requests get this long to finish.");
 
@@ -177,6 +187,10 @@ absl::Status Run() {
   model_options.max_cache_tokens = limits.max_context_tokens;
   model_options.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
   model_options.packed_linear = absl::GetFlag(FLAGS_packed_linear);
+  model_options.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
+  RETURN_IF_ERROR(ParseDeviceOptions(absl::GetFlag(FLAGS_device),
+                                     absl::GetFlag(FLAGS_dtype),
+                                     &model_options));
   ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
                    LlamaModel::Load(*file, model_options));
   const ModelConfig& config = model->config();
@@ -198,9 +212,11 @@ absl::Status Run() {
         "--default_max_new_tokens and --branch_length >= 1");
   }
   std::printf(
-      "verifysvc: model %s (%s, %d layers, vocab %d) loaded in %.1f s\n",
+      "verifysvc: model %s (%s, %d layers, vocab %d) on %s loaded in %.1f "
+      "s\n",
       path.c_str(), config.architecture.c_str(), config.block_count,
-      config.vocab_size, absl::ToDoubleSeconds(absl::Now() - load_start));
+      config.vocab_size, DescribeDevice(model_options).c_str(),
+      absl::ToDoubleSeconds(absl::Now() - load_start));
 
   // What one forward pass costs here, by tokens: the draft budget's basis.
   ASSIGN_OR_RETURN(StepCostModel cost,

@@ -7,16 +7,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/counter_rng.h"
 
 namespace lookahead {
 namespace verifysvc {
 namespace {
-
-uint64_t SplitMix64Finalize(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // NaN sorts as -infinity so it never wins nor gets probability.
 float Clean(float x) {
@@ -95,18 +90,11 @@ absl::Status ValidateSamplingParams(const SamplingParams& params) {
 }
 
 uint64_t CounterRandom(uint64_t seed, uint64_t counter) {
-  // Two rounds: the seed is whitened first so that nearby seeds give
-  // unrelated streams, then combined with the counter's golden-ratio step.
-  const uint64_t key = SplitMix64Finalize(seed + 0x9e3779b97f4a7c15ULL);
-  return SplitMix64Finalize(
-      key ^ (counter * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL));
+  return kernels::CounterRandom(seed, counter);
 }
 
 double CounterUniform(uint64_t seed, int64_t position, int32_t token) {
-  const uint64_t stream = CounterRandom(seed, static_cast<uint64_t>(position));
-  const uint64_t bits = CounterRandom(
-      stream, static_cast<uint64_t>(static_cast<uint32_t>(token)));
-  return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53;
+  return kernels::CounterUniform(seed, position, token);
 }
 
 int32_t ArgMax(absl::Span<const float> logits) {

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The CUDA build of verifysvc (issue 7), on a development machine with the
+# CUDA 13 toolkit at /usr/local/cuda and no GPU:
+#
+#   tools/cuda_build.sh            # fetch LibTorch, bazel build --config=cuda
+#   tools/cuda_build.sh --bundle   # ... and pack .gpu/ for a GPU machine
+#
+# LibTorch with CUDA comes from the PyPI torch 2.11.0 wheel (CUDA 13.0, the
+# GPU machines' own torch): its include/ and lib/ are unpacked into
+# ~/.cache/lookahead/torch-cuda and linked as third_party/torch_cuda. The
+# build has its own Bazel output base, so it never invalidates the CPU
+# build. Binaries land in .bazel-cuda/bin/.
+#
+# --bundle writes .gpu/ (git-ignored; carried to the GPU machine by the
+# device tool, see tools/gpu_check.sh): stripped binaries, the Debian
+# libraries they need that a GPU machine lacks, the Python client stubs,
+# the benchmark workloads, and the model in parts small enough to carry.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+readonly TORCH_VERSION=2.11.0
+readonly CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead"
+readonly TORCH_DIR="$CACHE/torch-cuda"
+readonly OUTPUT_BASE="$CACHE/bazel-cuda"
+readonly TARGETS=(
+  //verifysvc:verifysvc //draftsvc:draftsvc //verifysvc:engine_bench
+  //verifysvc:lossless_test //tests:service_lossless_test
+  //kernels/cuda:kernels_test
+)
+
+fetch_torch() {
+  if [[ -f "$TORCH_DIR/torch/lib/libtorch_cuda.so" &&
+        "$(cat "$TORCH_DIR/version" 2>/dev/null)" == "$TORCH_VERSION" ]]; then
+    echo "cuda_build: LibTorch $TORCH_VERSION present in $TORCH_DIR"
+  else
+    local tmp
+    tmp=$(mktemp -d)
+    echo "cuda_build: fetching torch==$TORCH_VERSION (CUDA 13.0) from PyPI"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: \
+      --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --dest "$tmp" "torch==$TORCH_VERSION"
+    rm -rf "$TORCH_DIR"
+    mkdir -p "$TORCH_DIR"
+    unzip -q -o "$tmp"/torch-*.whl 'torch/include/*' 'torch/lib/*' -d "$TORCH_DIR"
+    echo "$TORCH_VERSION" >"$TORCH_DIR/version"
+    rm -rf "$tmp"
+  fi
+  ln -sfn "$TORCH_DIR/torch" third_party/torch_cuda
+}
+
+build() {
+  command -v /usr/local/cuda/bin/nvcc >/dev/null || {
+    echo "cuda_build: needs the CUDA 13 toolkit at /usr/local/cuda" >&2
+    exit 1
+  }
+  bazel --output_base="$OUTPUT_BASE" build --config=cuda "${TARGETS[@]}"
+}
+
+# Libraries of the binaries that neither glibc nor the GPU machine's
+# torch/CUDA provide: Debian's gRPC, protobuf, RocksDB, abseil, RE2, ...
+bundle_libs() {
+  local dest=$1
+  shift
+  ldd "$@" | awk '/=> \// {print $1, $3}' | sort -u |
+    while read -r name path; do
+      case "$name" in
+        libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | \
+        ld-linux* | libstdc++.so* | libgcc_s.so* | libgomp.so* | \
+        libtorch*.so | libc10*.so | libcuda*.so* | libcublas*.so* | \
+        libcudnn*.so* | libcufft*.so* | libcurand*.so* | libcusparse*.so* | \
+        libcusolver*.so* | libnccl*.so* | libnvrtc*.so* | libnvJitLink*.so* | \
+        libcupti*.so* | libnvshmem*.so* | libcufile*.so* | libnvToolsExt*.so*) ;;
+        *) cp -L "$path" "$dest/$name" ;;
+      esac
+    done
+}
+
+bundle() {
+  local gpu=.gpu
+  rm -rf "$gpu" .gpu-model
+  mkdir -p "$gpu/bin" "$gpu/lib" .gpu-model
+  local bin=.bazel-cuda/bin
+  local binaries=(
+    "$bin/verifysvc/verifysvc" "$bin/draftsvc/draftsvc"
+    "$bin/verifysvc/engine_bench" "$bin/verifysvc/lossless_test"
+    "$bin/tests/service_lossless_test" "$bin/kernels/cuda/kernels_test_bin"
+  )
+  # bench/run.py --bin_dir wants <dir>/<name>/<name> for the two services.
+  mkdir -p "$gpu/bin/verifysvc" "$gpu/bin/draftsvc"
+  for b in "${binaries[@]}"; do
+    local name dest
+    name=$(basename "$b")
+    dest="$gpu/bin/$name"
+    [[ $name == verifysvc || $name == draftsvc ]] && dest="$gpu/bin/$name/$name"
+    strip -o "$dest" "$b"
+  done
+  bundle_libs "$gpu/lib" "${binaries[@]}"
+  clients/python/gen_protos.sh >/dev/null
+  cp -r clients/python/lookahead_client/proto "$gpu/proto"
+  python3 bench/fetch_workloads.py >/dev/null
+  cp -r "$CACHE/bench" "$gpu/workloads" 2>/dev/null || true
+  # The model (94 MiB) travels in two calls: a call carries at most 64 MiB.
+  tools/setup.sh --model >/dev/null
+  local model="${LOOKAHEAD_MODEL_DIR:-$CACHE/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
+  split -b 50M -d "$model" .gpu-model/model.part
+  mv .gpu-model/model.part01 "$gpu/"
+  (cd "$(dirname "$model")" && sha256sum "$(basename "$model")") >"$gpu/model.sha256"
+  du -sh "$gpu" .gpu-model
+}
+
+fetch_torch
+build
+if [[ "${1:-}" == "--bundle" ]]; then bundle; fi

@@ -278,6 +278,16 @@ def stats(decode_speedup, tokens_per_second):
 
 
 class ReportSectionsTest(unittest.TestCase):
+    def test_grid_noise_note_separates_ties_from_leads(self):
+        def cell(speedup):
+            return ({"decoding_length": 8, "branch_length": 8},
+                    {"decode_speedup": speedup}, 1.0)
+        self.assertIn("no reason to change",
+                      report.grid_noise_note(cell(1.31), cell(1.26), 4))
+        self.assertIn("beyond 5%",
+                      report.grid_noise_note(cell(1.50), cell(1.26), 4))
+        self.assertEqual(report.grid_noise_note(cell(1.3), None, 4), "")
+
     def test_best_grid_cell_prefers_speed_then_cheaper_drafts(self):
         rows = [({"decoding_length": 32, "branch_length": 8}, stats(1.2, 10), 0),
                 ({"decoding_length": 16, "branch_length": 8}, stats(1.3, 9), 0),

@@ -154,6 +154,26 @@ def best_grid_cell(rows):
         -row[0]["decoding_length"], -row[0]["branch_length"]))
 
 
+# Two grid cells closer than this (relative decode speedup) are a tie on
+# the few prompts an ablation cell runs.
+GRID_NOISE = 0.05
+
+
+def grid_noise_note(best, current, prompts):
+    """A sentence saying whether the grid separates its best cell from the
+    servers' defaults (`current`, None if not in the grid)."""
+    if best is None or current is None:
+        return ""
+    ratio = best[1]["decode_speedup"] / max(current[1]["decode_speedup"], 1e-9)
+    if ratio - 1.0 <= GRID_NOISE:
+        return (f" The two are within {GRID_NOISE:.0%} ({ratio:.2f}x), inside "
+                f"the noise of {prompts} prompts per cell: this grid gives no "
+                "reason to change the defaults.")
+    return (f" The best cell leads the defaults by {ratio:.2f}x, beyond "
+            f"{GRID_NOISE:.0%}: worth confirming on more prompts before "
+            "changing the defaults.")
+
+
 def prompt_speedups(records):
     """{(workload, mode): [plain seconds / mode seconds, per prompt]} over
     the main table's records."""
@@ -359,7 +379,8 @@ def ablation_lines(ablations):
                     f"{current[1]['decode_speedup']:.2f}x" if current else
                     f"; the servers' defaults ({defaults.get('decoding_length')}, "
                     f"{defaults.get('branch_length')}) are not in the grid")
-                + ".")
+                + "." + grid_noise_note(best, current,
+                                        ablations.get("prompts")))
             lines.append("")
     lines += ["Hierarchical vs parallel draft trees (the paper's ablation): "
               "the main tables' trie-hierarchical and trie-parallel rows.", ""]

@@ -12,9 +12,10 @@
 # build. Binaries land in .bazel-cuda/bin/.
 #
 # --bundle writes .gpu/ (git-ignored; carried to the GPU machine by the
-# device tool, see tools/gpu_check.sh): stripped binaries, the Debian
-# libraries they need that a GPU machine lacks, the Python client stubs,
-# the benchmark workloads, and the model in parts small enough to carry.
+# device tool, see tools/gpu_check.sh): stripped binaries and the Debian
+# libraries they need that a GPU machine lacks (binaries.tar.xz), the Python
+# client stubs and the benchmark workloads; and .gpu-model/, the model in
+# two parts (a device call carries at most 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +43,9 @@ fetch_torch() {
     rm -rf "$TORCH_DIR"
     mkdir -p "$TORCH_DIR"
     unzip -q -o "$tmp"/torch-*.whl 'torch/include/*' 'torch/lib/*' -d "$TORCH_DIR"
+    # The wheel ships protobuf headers of another version than Debian's,
+    # which the services compile against; LibTorch's C++ API needs none.
+    mv "$TORCH_DIR/torch/include/google" "$TORCH_DIR/torch/unused-protobuf-headers"
     echo "$TORCH_VERSION" >"$TORCH_DIR/version"
     rm -rf "$tmp"
   fi
@@ -76,9 +80,10 @@ bundle_libs() {
 }
 
 bundle() {
-  local gpu=.gpu
+  local gpu=.gpu stage
+  stage=$(mktemp -d)
   rm -rf "$gpu" .gpu-model
-  mkdir -p "$gpu/bin" "$gpu/lib" .gpu-model
+  mkdir -p "$gpu" .gpu-model "$stage/bin/verifysvc" "$stage/bin/draftsvc" "$stage/lib"
   local bin=.bazel-cuda/bin
   local binaries=(
     "$bin/verifysvc/verifysvc" "$bin/draftsvc/draftsvc"
@@ -86,26 +91,26 @@ bundle() {
     "$bin/tests/service_lossless_test" "$bin/kernels/cuda/kernels_test_bin"
   )
   # bench/run.py --bin_dir wants <dir>/<name>/<name> for the two services.
-  mkdir -p "$gpu/bin/verifysvc" "$gpu/bin/draftsvc"
   for b in "${binaries[@]}"; do
     local name dest
     name=$(basename "$b")
-    dest="$gpu/bin/$name"
-    [[ $name == verifysvc || $name == draftsvc ]] && dest="$gpu/bin/$name/$name"
+    dest="$stage/bin/$name"
+    [[ $name == verifysvc || $name == draftsvc ]] && dest="$stage/bin/$name/$name"
     strip -o "$dest" "$b"
   done
-  bundle_libs "$gpu/lib" "${binaries[@]}"
+  bundle_libs "$stage/lib" "${binaries[@]}"
+  tar -C "$stage" -cJf "$gpu/binaries.tar.xz" bin lib
+  rm -rf "$stage"
   clients/python/gen_protos.sh >/dev/null
   cp -r clients/python/lookahead_client/proto "$gpu/proto"
   python3 bench/fetch_workloads.py >/dev/null
-  cp -r "$CACHE/bench" "$gpu/workloads" 2>/dev/null || true
-  # The model (94 MiB) travels in two calls: a call carries at most 64 MiB.
+  mkdir -p "$gpu/workloads"
+  (cd "$CACHE/bench" && cp -r manifest.json rag chat.jsonl code.jsonl "$OLDPWD/$gpu/workloads/")
   tools/setup.sh --model >/dev/null
   local model="${LOOKAHEAD_MODEL_DIR:-$CACHE/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
-  split -b 50M -d "$model" .gpu-model/model.part
-  mv .gpu-model/model.part01 "$gpu/"
+  split -n 2 -d "$model" .gpu-model/model.part
   (cd "$(dirname "$model")" && sha256sum "$(basename "$model")") >"$gpu/model.sha256"
-  du -sh "$gpu" .gpu-model
+  du -sh "$gpu" .gpu-model/*
 }
 
 fetch_torch

@@ -11,6 +11,7 @@
 #include "kernels/cuda/select_tokens.h"
 #include "kernels/cuda/tree_attention.h"
 #include "verifysvc/torch_status.h"
+#include "verifysvc/tree_mask.h"
 
 namespace lookahead {
 namespace verifysvc {
@@ -124,23 +125,12 @@ absl::StatusOr<DeviceTreeBatch> DeviceTreeBatch::Build(
     k_ptrs.push_back(reinterpret_cast<uint64_t>(cache.k->data_ptr()));
     v_ptrs.push_back(reinterpret_cast<uint64_t>(cache.v->data_ptr()));
     mask_offsets.push_back(static_cast<int32_t>(masks.size()));
-    const int32_t words = (n + 63) / 64;
-    // Row i = row parent(i) | bit i: parents come before children.
-    std::vector<int32_t> depth(n, 0);
+    ASSIGN_OR_RETURN(TreeLayout layout, TreeLayout::Build(p));
+    const PackedTreeMask mask = PackedTreeMask::FromLayout(layout);
+    masks.insert(masks.end(), mask.words().begin(), mask.words().end());
     for (int32_t i = 0; i < n; ++i) {
       token_seq.push_back(s);
-      const size_t row = masks.size();
-      if (p[i] >= 0) {
-        depth[i] = depth[p[i]] + 1;
-        const size_t parent_row = row - static_cast<size_t>(i - p[i]) * words;
-        for (int32_t w = 0; w < words; ++w) {
-          masks.push_back(masks[parent_row + w]);
-        }
-      } else {
-        masks.resize(row + words, 0);
-      }
-      masks[row + i / 64] |= uint64_t{1} << (i % 64);
-      positions.push_back(cache.length + depth[i]);
+      positions.push_back(cache.length + layout.depths()[i]);
     }
   }
   const int32_t total = offsets.back();

@@ -33,15 +33,6 @@ cudaError_t LaunchRopeAppend(const TreeBatch& batch,
                              int32_t rope_dim, RopeStyle style, void* q_out,
                              cudaStream_t stream);
 
-// Query tiles for LaunchTreeAttention: tile b covers count[b] consecutive
-// tokens of one sequence, starting at packed token first[b].
-struct TreeTiles {
-  int32_t num_tiles = 0;
-  int32_t tokens_per_tile = 0;     // as passed to HostTreeTiles
-  const int32_t* first = nullptr;  // (num_tiles) device
-  const int32_t* count = nullptr;  // (num_tiles) device
-};
-
 // Tokens per tile for `shape`: as many as keep (H / KV) * tokens <= 16 warps,
 // at least 1.
 int32_t TokensPerTile(const AttentionShape& shape);

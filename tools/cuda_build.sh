@@ -4,6 +4,8 @@
 #
 #   tools/cuda_build.sh            # fetch LibTorch, bazel build --config=cuda
 #   tools/cuda_build.sh --bundle   # ... and pack .gpu/ for a GPU machine
+#   tools/cuda_build.sh --check    # ... and run its CPU path here (CI):
+#                                  # engine and service lossless suites
 #
 # LibTorch with CUDA comes from the PyPI torch 2.11.0 wheel (CUDA 13.0, the
 # GPU machines' own torch): its include/ and lib/ are unpacked into
@@ -22,7 +24,8 @@ cd "$(dirname "$0")/.."
 readonly TORCH_VERSION=2.11.0
 readonly CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead"
 readonly TORCH_DIR="$CACHE/torch-cuda"
-readonly OUTPUT_BASE="$CACHE/bazel-cuda"
+# One output base per checkout, as Bazel's own default.
+readonly OUTPUT_BASE="$CACHE/bazel-cuda/$(pwd -P | md5sum | cut -c1-12)"
 readonly TARGETS=(
   //verifysvc:verifysvc //draftsvc:draftsvc //verifysvc:engine_bench
   //verifysvc:lossless_test //tests:service_lossless_test
@@ -79,6 +82,36 @@ bundle_libs() {
     done
 }
 
+# CUDA libraries libtorch_cuda.so loads that the CUDA 13 toolkit here lacks,
+# for running the CUDA build's CPU path on this machine (PyPI wheels).
+readonly EXTRA_LIBS="$CACHE/cuda-extra-libs"
+fetch_extra_libs() {
+  [[ -f "$EXTRA_LIBS/libcusparseLt.so.0" && -f "$EXTRA_LIBS/libnvshmem_host.so.3" &&
+     -f "$EXTRA_LIBS/libcufile.so.0" ]] && return
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux2014_x86_64 --dest "$tmp" \
+    nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile
+  mkdir -p "$EXTRA_LIBS"
+  for w in "$tmp"/*.whl; do unzip -q -o -j "$w" '*.so*' -d "$EXTRA_LIBS"; done
+  rm -rf "$tmp"
+}
+
+# The CUDA build's CPU path: the same lossless suites as the CPU build.
+check() {
+  fetch_extra_libs
+  tools/setup.sh --model >/dev/null
+  export LD_LIBRARY_PATH="$TORCH_DIR/torch/lib:$EXTRA_LIBS:/usr/local/cuda/lib64"
+  local bin=.bazel-cuda/bin
+  "$bin/verifysvc/lossless_test" --gtest_filter='*/0:*/1'
+  VERIFYSVC_BINARY="$bin/verifysvc/verifysvc" DRAFTSVC_BINARY="$bin/draftsvc/draftsvc" \
+    "$bin/tests/service_lossless_test" --gtest_filter='ServiceLosslessTest.*'
+  echo "cuda_build: the CUDA build's CPU path is lossless"
+}
+
 bundle() {
   local gpu=.gpu stage
   stage=$(mktemp -d)
@@ -113,6 +146,13 @@ bundle() {
   du -sh "$gpu" .gpu-model/*
 }
 
+case "${1:-}" in
+  "" | --bundle | --check) ;;
+  *) echo "usage: tools/cuda_build.sh [--bundle|--check]" >&2; exit 2 ;;
+esac
 fetch_torch
 build
-if [[ "${1:-}" == "--bundle" ]]; then bundle; fi
+case "${1:-}" in
+  --bundle) bundle ;;
+  --check) check ;;
+esac

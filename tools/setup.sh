@@ -75,8 +75,16 @@ fetch_model() {
   echo "setup: model at $MODEL_DIR/$MODEL_FILE"
 }
 
+# nvcc compiles kernels/cuda in every build (no GPU needed to compile).
+check_cuda_toolkit() {
+  [[ -x /usr/local/cuda/bin/nvcc ]] && return
+  echo "setup: kernels/cuda needs the CUDA toolkit (12.x or 13) at /usr/local/cuda;" \
+    "install NVIDIA's cuda-toolkit package, or link /usr/local/cuda to it" >&2
+  exit 1
+}
+
 case "${1:-}" in
   --model) fetch_model ;;
-  "") install_packages; fetch_model ;;
+  "") install_packages; check_cuda_toolkit; fetch_model ;;
   *) echo "usage: tools/setup.sh [--model]" >&2; exit 2 ;;
 esac

@@ -5,8 +5,10 @@
 # a real Prometheus (tools/metrics_test.sh), the Prometheus rules and the
 # dashboard (tools/rules_test.sh), the Kubernetes manifests' policy
 # (tools/deploy_test.sh), the benchmark suite's quick mode (identical
-# outputs only, tools/bench.sh --quick), then the GGUF fuzz target for a
-# bounded time (LOOKAHEAD_FUZZ_SECONDS, default 60).
+# outputs only, tools/bench.sh --quick), the CUDA build of verifysvc and its
+# CPU path's lossless suites (tools/cuda_build.sh --check: no GPU needed),
+# then the GGUF fuzz target for a bounded time
+# (LOOKAHEAD_FUZZ_SECONDS, default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +35,7 @@ if ((status == 0)); then
   run_step tools/deploy_test.sh
   run_step /usr/bin/python3 -m unittest discover -s bench -p '*_test.py'
   run_step tools/bench.sh --quick
+  run_step tools/cuda_build.sh --check
   run_step tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"
 fi
 echo "${passed} passed, ${failed} failed"

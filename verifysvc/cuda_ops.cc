@@ -1,5 +1,6 @@
 #include "verifysvc/cuda_ops.h"
 
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -46,7 +47,11 @@ absl::StatusOr<kc::DType> KernelDType(torch::Dtype dtype) {
   }
 }
 
-cudaStream_t Stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+// The current stream of `device`; launches also need a CUDAGuard on it, so
+// that the kernel runs on the device that holds the tensors.
+cudaStream_t Stream(const torch::Device& device) {
+  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
+}
 
 // Host staging of several arrays in one buffer, copied to the device in
 // one transfer; each array starts 8-byte aligned.
@@ -91,7 +96,8 @@ absl::Status CheckCuda(const torch::Tensor& t, const char* name) {
 }  // namespace
 
 bool SupportsTreeAttention(const ModelConfig& config, torch::Dtype dtype) {
-  return config.head_dim % 32 == 0 && config.head_dim <= 128 &&
+  return kc::TreeAttentionSupports({config.block_count, config.head_count,
+                                    config.head_count_kv, config.head_dim}) &&
          KernelDType(dtype).ok();
 }
 
@@ -111,11 +117,19 @@ absl::StatusOr<DeviceTreeBatch> DeviceTreeBatch::Build(
   std::vector<uint64_t> masks, k_ptrs, v_ptrs;
   for (int32_t s = 0; s < num_seqs; ++s) {
     const Cache& cache = caches[s];
-    if (!cache.k->is_cuda() || !cache.v->is_cuda() ||
-        cache.k->scalar_type() != caches[0].k->scalar_type()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("DeviceTreeBatch: cache ", s,
-                       " is not on CUDA in the batch's dtype"));
+    if (!cache.k->is_cuda() || cache.k->device() != caches[0].k->device() ||
+        cache.k->scalar_type() != caches[0].k->scalar_type() ||
+        !cache.k->is_contiguous() || !cache.v->is_contiguous() ||
+        cache.v->device() != cache.k->device() ||
+        cache.v->scalar_type() != cache.k->scalar_type() ||
+        !cache.v->sizes().equals(cache.k->sizes()) || cache.k->dim() != 4 ||
+        cache.k->size(0) != config.block_count ||
+        cache.k->size(1) != config.head_count_kv ||
+        cache.k->size(3) != config.head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DeviceTreeBatch: cache ", s,
+          " must be contiguous K and V of (layers, KV, capacity, head_dim) "
+          "on the batch's CUDA device and dtype"));
     }
     const std::vector<int32_t>& p = *parents[s];
     const int32_t n = static_cast<int32_t>(p.size());
@@ -153,8 +167,9 @@ absl::StatusOr<DeviceTreeBatch> DeviceTreeBatch::Build(
   const size_t o_positions = staging.Add(positions);
   const size_t o_first = staging.Add(tile_first);
   const size_t o_count = staging.Add(tile_count);
+  out.device_ = caches[0].k->device();
   RETURN_IF_ERROR(TorchStatus("DeviceTreeBatch upload", [&] {
-    out.storage_ = staging.Upload(caches[0].k->device());
+    out.storage_ = staging.Upload(out.device_);
   }));
   const torch::Tensor& st = out.storage_;
   kc::TreeBatch& b = out.batch_;
@@ -183,12 +198,13 @@ absl::StatusOr<torch::Tensor> RopeAppend(const DeviceTreeBatch& batch,
   const kc::AttentionShape& shape = batch.shape();
   const int64_t width =
       static_cast<int64_t>(shape.heads + 2 * shape.kv_heads) * shape.head_dim;
-  if (!qkv.defined() || !qkv.is_cuda() || qkv.dim() != 2 ||
+  if (!qkv.defined() || qkv.device() != batch.device() || qkv.dim() != 2 ||
       qkv.size(0) != batch.batch().num_tokens || qkv.size(1) != width ||
-      qkv.stride(1) != 1) {
+      qkv.stride(1) != 1 || !KernelDType(qkv.scalar_type()).ok() ||
+      *KernelDType(qkv.scalar_type()) != batch.dtype()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "RopeAppend: qkv must be a CUDA (", batch.batch().num_tokens, ", ",
-        width, ") tensor with unit column stride"));
+        "RopeAppend: qkv must be (", batch.batch().num_tokens, ", ", width,
+        ") with unit column stride, on the batch's device and dtype"));
   }
   RETURN_IF_ERROR(CheckCuda(inv_freq, "RopeAppend: inv_freq"));
   if (inv_freq.scalar_type() != torch::kDouble ||
@@ -196,6 +212,7 @@ absl::StatusOr<torch::Tensor> RopeAppend(const DeviceTreeBatch& batch,
     return absl::InvalidArgumentError(absl::StrCat(
         "RopeAppend: inv_freq must be float64 of ", rope_dim / 2, " elements"));
   }
+  const c10::cuda::CUDAGuard guard(batch.device());
   torch::Tensor q;
   RETURN_IF_ERROR(TorchStatus("RopeAppend", [&] {
     q = torch::empty({qkv.size(0), shape.heads, shape.head_dim},
@@ -208,7 +225,7 @@ absl::StatusOr<torch::Tensor> RopeAppend(const DeviceTreeBatch& batch,
           rope_dim,
           style == RopeStyle::kAdjacentPairs ? kc::RopeStyle::kAdjacentPairs
                                              : kc::RopeStyle::kHalves,
-          q.data_ptr(), Stream()),
+          q.data_ptr(), Stream(batch.device())),
       "RopeAppend"));
   return q;
 }
@@ -219,11 +236,15 @@ absl::StatusOr<torch::Tensor> TreeAttention(const DeviceTreeBatch& batch,
   const kc::AttentionShape& shape = batch.shape();
   RETURN_IF_ERROR(CheckCuda(q, "TreeAttention: q"));
   if (q.dim() != 3 || q.size(0) != batch.batch().num_tokens ||
-      q.size(1) != shape.heads || q.size(2) != shape.head_dim) {
+      q.size(1) != shape.heads || q.size(2) != shape.head_dim ||
+      q.device() != batch.device() || !KernelDType(q.scalar_type()).ok() ||
+      *KernelDType(q.scalar_type()) != batch.dtype()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "TreeAttention: q must be (", batch.batch().num_tokens, ", ",
-        shape.heads, ", ", shape.head_dim, ")"));
+        shape.heads, ", ", shape.head_dim,
+        ") on the batch's device and dtype"));
   }
+  const c10::cuda::CUDAGuard guard(batch.device());
   torch::Tensor out;
   RETURN_IF_ERROR(TorchStatus("TreeAttention", [&] {
     out = torch::empty({q.size(0), shape.heads * shape.head_dim}, q.options());
@@ -231,7 +252,7 @@ absl::StatusOr<torch::Tensor> TreeAttention(const DeviceTreeBatch& batch,
   RETURN_IF_ERROR(CudaStatus(
       kc::LaunchTreeAttention(batch.batch(), batch.tiles(), shape, layer,
                               batch.dtype(), q.data_ptr(), scale,
-                              out.data_ptr(), Stream()),
+                              out.data_ptr(), Stream(batch.device())),
       "TreeAttention"));
   return out;
 }
@@ -240,10 +261,12 @@ absl::Status CompactKv(torch::Tensor& k, torch::Tensor& v, int length,
                        absl::Span<const int32_t> path) {
   RETURN_IF_ERROR(CheckCuda(k, "CompactKv: k"));
   RETURN_IF_ERROR(CheckCuda(v, "CompactKv: v"));
-  if (k.dim() != 4 || !k.sizes().equals(v.sizes())) {
+  if (k.dim() != 4 || !k.sizes().equals(v.sizes()) ||
+      k.device() != v.device() || k.scalar_type() != v.scalar_type()) {
     return absl::InvalidArgumentError(
-        "CompactKv: k and v must be equal (layers, KV, capacity, hd)");
+        "CompactKv: k and v must be alike (layers, KV, capacity, hd)");
   }
+  const c10::cuda::CUDAGuard guard(k.device());
   ASSIGN_OR_RETURN(kc::DType dtype, KernelDType(k.scalar_type()));
   const kc::AttentionShape shape = {static_cast<int32_t>(k.size(0)), 1,
                                     static_cast<int32_t>(k.size(1)),
@@ -273,7 +296,7 @@ absl::Status CompactKv(torch::Tensor& k, torch::Tensor& v, int length,
   return CudaStatus(
       kc::LaunchCompactKv(b, shape, dtype, At<int32_t>(st, o_path),
                           At<int32_t>(st, o_offsets), At<int32_t>(st, o_counts),
-                          Stream()),
+                          Stream(k.device())),
       "CompactKv");
 }
 
@@ -299,6 +322,7 @@ absl::Status AcceptOnDevice(absl::Span<const int32_t> tokens,
         "AcceptOnDevice: logits must be contiguous float32 CUDA (", n,
         ", vocab)"));
   }
+  const c10::cuda::CUDAGuard guard(logits.device());
   std::vector<int32_t> depth(n, 0);
   std::vector<int64_t> positions(n);
   for (int32_t i = 0; i < n; ++i) {
@@ -324,13 +348,15 @@ absl::Status AcceptOnDevice(absl::Span<const int32_t> tokens,
       kc::LaunchSelectTokens(logits.data_ptr<float>(), n,
                              static_cast<int32_t>(logits.size(1)),
                              At<float>(st, o_temps), At<uint64_t>(st, o_seeds),
-                             At<int64_t>(st, o_pos), out, Stream()),
+                             At<int64_t>(st, o_pos), out,
+                             Stream(logits.device())),
       "SelectTokens"));
   RETURN_IF_ERROR(CudaStatus(
       kc::LaunchAcceptPaths(1, At<int32_t>(st, o_offsets),
                             At<int32_t>(st, o_tokens),
                             At<int32_t>(st, o_parents), out, out + n,
-                            out + 2 * n, out + 3 * n, Stream()),
+                            out + 2 * n, out + 3 * n,
+                            Stream(logits.device())),
       "AcceptPaths"));
   RETURN_IF_ERROR(TorchStatus("AcceptOnDevice download", [&] {
     result = st.narrow(0, o_out + n * 4, (2 * n + 1) * 4).to(torch::kCPU);

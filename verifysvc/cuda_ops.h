@@ -23,7 +23,7 @@ namespace verifysvc {
 namespace cuda_ops {
 
 // Returns true iff the tree-attention kernel supports `config` (head_dim a
-// multiple of 32, at most 128) in `dtype`.
+// multiple of 32 in [32, 128], a GQA group of at most 16) in `dtype`.
 bool SupportsTreeAttention(const ModelConfig& config, torch::Dtype dtype);
 
 // The ragged batch of one forward pass, uploaded once and used by every
@@ -50,6 +50,7 @@ class DeviceTreeBatch {
   const kernels::cuda::TreeTiles& tiles() const { return tiles_; }
   const kernels::cuda::AttentionShape& shape() const { return shape_; }
   kernels::cuda::DType dtype() const { return dtype_; }
+  const torch::Device& device() const { return device_; }
   // positions: (T) int32 on the device.
   const int32_t* positions() const { return positions_; }
 
@@ -59,6 +60,7 @@ class DeviceTreeBatch {
   kernels::cuda::AttentionShape shape_;
   kernels::cuda::DType dtype_ = kernels::cuda::DType::kFloat32;
   const int32_t* positions_ = nullptr;
+  torch::Device device_ = torch::kCPU;
   torch::Tensor storage_;  // owns every device array above
 };
 

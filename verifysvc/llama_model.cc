@@ -362,12 +362,16 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::ForwardUnchecked(
   }
   const int64_t total = offsets[num_seqs];
   torch::Tensor ids = torch::tensor(token_ids, torch::kLong).to(device);
-  // angles: (T, R/2), float64 so that large positions stay exact.
-  torch::Tensor angles =
-      torch::tensor(positions, torch::kDouble).to(device).unsqueeze(1) *
-      weights_.rope_inv_freq.unsqueeze(0);
-  torch::Tensor cos = angles.cos().to(dtype);  // (T, R/2)
-  torch::Tensor sin = angles.sin().to(dtype);  // (T, R/2)
+  // angles: (T, R/2), float64 so that large positions stay exact. The
+  // kernels compute their own from the same positions.
+  torch::Tensor cos, sin;  // (T, R/2)
+  if (!use_kernels) {
+    torch::Tensor angles =
+        torch::tensor(positions, torch::kDouble).to(device).unsqueeze(1) *
+        weights_.rope_inv_freq.unsqueeze(0);
+    cos = angles.cos().to(dtype);
+    sin = angles.sin().to(dtype);
+  }
 
 #if LOOKAHEAD_CUDA
   // The batch's offsets, caches and masks on the device, for every layer.

@@ -251,7 +251,7 @@ void TestRopeAndAttention(std::mt19937* rng, const AttentionShape& shape,
                             std::to_string(shape.kv_heads) + " hd=" +
                             std::to_string(shape.head_dim);
   const int lens[] = {0, 1, 31, 33, 300, 777};
-  const int sizes[] = {1, 7, 64, 2, 17, 40};
+  const int sizes[] = {1, 7, 64, 2, 100, 40};  // 100: masks of two words
   std::vector<HostSequence> seqs;
   for (int s = 0; s < 6; ++s) {
     seqs.push_back(RandomSequence(rng, shape, lens[s],
@@ -437,8 +437,10 @@ void TestSelectAndAccept(std::mt19937* rng) {
   int32_t* paths_dev = ToDevice(std::vector<int32_t>(T, -1));
   int32_t* emitted_dev = ToDevice(std::vector<int32_t>(T, -1));
   int32_t* counts_dev = ToDevice(std::vector<int32_t>(S, -1));
-  CUDA_OK(LaunchAcceptPaths(S, ToDevice(offsets), ToDevice(tokens), ToDevice(parents),
-                            ToDevice(chosen), paths_dev, emitted_dev, counts_dev, 0));
+  int32_t* inputs[] = {ToDevice(offsets), ToDevice(tokens), ToDevice(parents),
+                       ToDevice(chosen)};
+  CUDA_OK(LaunchAcceptPaths(S, inputs[0], inputs[1], inputs[2], inputs[3],
+                            paths_dev, emitted_dev, counts_dev, 0));
   std::vector<int32_t> paths = ToHost(paths_dev, T), emitted = ToHost(emitted_dev, T),
                        counts = ToHost(counts_dev, S);
   bool same = true;
@@ -453,6 +455,8 @@ void TestSelectAndAccept(std::mt19937* rng) {
            std::equal(want_emitted.begin(), want_emitted.end(), emitted.begin() + offsets[s]);
   }
   Check(same, "accept paths");
+  for (int32_t* p : inputs) cudaFree(p);
+  for (int32_t* p : {paths_dev, emitted_dev, counts_dev}) cudaFree(p);
 }
 
 }  // namespace
@@ -474,13 +478,19 @@ int main() {
       {2, 8, 8, 32},    // multi-head, small head
       {2, 32, 8, 128},  // Llama-3-8B
       {2, 14, 2, 64},   // Qwen2-0.5B, group 7
+      {2, 16, 1, 64},   // multi-query, group 16 (one token per tile)
   };
   for (const AttentionShape& shape : shapes) {
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       TestRopeAndAttention(&rng, shape, dtype, RopeStyle::kHalves, shape.head_dim);
       TestCompact(&rng, shape, dtype);
     }
+    // Partial rotary dims (rope_dim < hd) in both styles.
     TestRopeAndAttention(&rng, shape, DType::kFloat32, RopeStyle::kAdjacentPairs,
+                         shape.head_dim / 2);
+    TestRopeAndAttention(&rng, shape, DType::kBFloat16, RopeStyle::kAdjacentPairs,
+                         shape.head_dim);
+    TestRopeAndAttention(&rng, shape, DType::kFloat16, RopeStyle::kHalves,
                          shape.head_dim / 2);
     TestMetamorphic(&rng, shape);
   }

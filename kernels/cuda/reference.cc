@@ -155,10 +155,11 @@ int32_t ReferenceSelectToken(const float* row, int32_t vocab,
   }
   const double max_logit = Clean(row[top]);
   if (!(temperature > 0.0f) || std::isinf(max_logit)) return top;
+  const double inv_t = 1.0 / static_cast<double>(temperature);
   int32_t best = -1;
   double best_score = -std::numeric_limits<double>::infinity();
   for (int32_t i = 0; i < vocab; ++i) {
-    const double z = (Clean(row[i]) - max_logit) / temperature;
+    const double z = (static_cast<double>(Clean(row[i])) - max_logit) * inv_t;
     const double score =
         z - std::log(-std::log(CounterUniform(seed, position, i)));
     if (best < 0 || score > best_score) {

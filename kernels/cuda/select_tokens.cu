@@ -72,9 +72,13 @@ __global__ void SelectTokensKernel(const float* logits, int32_t vocab,
   const int64_t position = positions[r];
   Best drawn{-INFINITY, vocab};
   for (int32_t i = threadIdx.x; i < vocab; i += kThreads) {
-    const double z = (static_cast<double>(Clean(row[i])) - top.value) * inv_t;
-    const double g = -log(-log(CounterUniform(seed, position, i)));
-    drawn = Better(drawn, Best{z + g, i});
+    // z - log(-log(u)), rounded step by step as the CPU sampler does (no
+    // fused multiply-adds), so both pick the same token.
+    const double z = __dmul_rn(
+        __dsub_rn(static_cast<double>(Clean(row[i])), top.value), inv_t);
+    const double score =
+        __dsub_rn(z, log(-log(CounterUniform(seed, position, i))));
+    drawn = Better(drawn, Best{score, i});
   }
   const Best winner = BlockBest(drawn);
   if (threadIdx.x == 0) out[r] = winner.index;

@@ -1,6 +1,6 @@
-// Tree attention kernels; see tree_attention.h. Version 2 of
-// kernels/cuda/dev/tree_attention_dev.cu (the dev file keeps version 1, the
-// naive one-thread-per-query kernel, and the timings).
+// Tree attention kernels; see tree_attention.h. Version 2 of the kernel in
+// kernels/cuda/dev/ (tree_attention_v1.cu keeps version 1, the naive
+// one-thread-per-query kernel; tree_attention_dev.cc times both).
 #include "kernels/cuda/tree_attention.h"
 
 #include <math.h>
@@ -199,6 +199,13 @@ __global__ void TreeAttentionKernel(TreeBatch batch, TreeTiles tiles,
 
 }  // namespace
 
+bool TreeAttentionSupports(const AttentionShape& shape) {
+  const int hd = shape.head_dim;
+  return hd % kWarp == 0 && hd >= kWarp && hd <= kMaxHeadDim &&
+         shape.kv_heads >= 1 && shape.heads % shape.kv_heads == 0 &&
+         shape.heads / shape.kv_heads <= kMaxWarps;
+}
+
 int32_t TokensPerTile(const AttentionShape& shape) {
   const int group = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 1;
   return group >= kMaxWarps ? 1 : kMaxWarps / (group > 0 ? group : 1);
@@ -261,9 +268,8 @@ cudaError_t LaunchTreeAttention(const TreeBatch& batch, const TreeTiles& tiles,
                                 DType dtype, const void* q, float scale,
                                 void* out, cudaStream_t stream) {
   const int hd = shape.head_dim;
-  if (hd % kWarp != 0 || hd > kMaxHeadDim || hd < kWarp ||
-      shape.kv_heads < 1 || shape.heads % shape.kv_heads != 0 ||
-      tiles.num_tiles < 1 || tiles.tokens_per_tile < 1 ||
+  if (!TreeAttentionSupports(shape) || tiles.num_tiles < 1 ||
+      tiles.tokens_per_tile < 1 ||
       tiles.tokens_per_tile * (shape.heads / shape.kv_heads) > kMaxWarps ||
       layer < 0 || layer >= shape.layers) {
     return cudaErrorInvalidValue;

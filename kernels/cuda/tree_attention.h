@@ -33,6 +33,10 @@ cudaError_t LaunchRopeAppend(const TreeBatch& batch,
                              int32_t rope_dim, RopeStyle style, void* q_out,
                              cudaStream_t stream);
 
+// Returns true iff LaunchTreeAttention supports `shape`: hd a multiple of
+// 32 in [32, 128], H a multiple of KV, and a GQA group H / KV <= 16.
+bool TreeAttentionSupports(const AttentionShape& shape);
+
 // Tokens per tile for `shape`: as many as keep (H / KV) * tokens <= 16 warps,
 // at least 1.
 int32_t TokensPerTile(const AttentionShape& shape);
@@ -56,8 +60,8 @@ int32_t HostTreeTiles(const int32_t* seq_offsets, int32_t num_seqs,
 // q: (T, H, hd) dtype (already rotated); out: (T, H, hd) dtype.
 // Float32 accumulation with an online softmax over 32-key tiles at fixed
 // slot offsets, so a query's result does not depend on how many other
-// nodes the tree has. cudaErrorInvalidValue iff hd % 32 != 0, hd > 128, or
-// tiles.tokens_per_tile * (H / KV) > 32.
+// nodes the tree has. cudaErrorInvalidValue iff !TreeAttentionSupports(shape)
+// or tiles.tokens_per_tile * (H / KV) > 16.
 cudaError_t LaunchTreeAttention(const TreeBatch& batch, const TreeTiles& tiles,
                                 const AttentionShape& shape, int32_t layer,
                                 DType dtype, const void* q, float scale,

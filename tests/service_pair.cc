@@ -13,8 +13,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace lookahead::testing {
 namespace {
@@ -184,8 +184,8 @@ absl::Status ServicePair::StartVerifysvc() {
               options_.verifysvc_flags.end());
   // Extra flags for every verifysvc a test starts, e.g. "--device=cuda
   // --dtype=bfloat16" when tools/gpu_check.sh runs the suite on a GPU.
-  for (absl::string_view flag :
-       absl::StrSplit(Env("LOOKAHEAD_VERIFYSVC_FLAGS"), ' ', absl::SkipEmpty())) {
+  for (absl::string_view flag : absl::StrSplit(Env("LOOKAHEAD_VERIFYSVC_FLAGS"),
+                                               ' ', absl::SkipEmpty())) {
     args.emplace_back(flag);
   }
   verifysvc_ = std::make_unique<ServerProcess>(

@@ -24,13 +24,12 @@ namespace kc = ::lookahead::kernels::cuda;
 absl::Status CudaStatus(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return absl::OkStatus();
   if (error == cudaErrorInvalidValue) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": unsupported shape (", cudaGetErrorString(error),
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": unsupported shape (", cudaGetErrorString(error), ")"));
   }
-  return absl::InternalError(
-      absl::StrCat(what, ": CUDA error ", cudaGetErrorName(error), ": ",
-                   cudaGetErrorString(error)));
+  return absl::InternalError(absl::StrCat(what, ": CUDA error ",
+                                          cudaGetErrorName(error), ": ",
+                                          cudaGetErrorString(error)));
 }
 
 absl::StatusOr<kc::DType> KernelDType(torch::Dtype dtype) {
@@ -151,9 +150,8 @@ absl::StatusOr<DeviceTreeBatch> DeviceTreeBatch::Build(
   const int32_t per_tile = kc::TokensPerTile(out.shape_);
   std::vector<int32_t> tile_first(kc::MaxTreeTiles(total, num_seqs, per_tile));
   std::vector<int32_t> tile_count(tile_first.size());
-  const int32_t num_tiles =
-      kc::HostTreeTiles(offsets.data(), num_seqs, per_tile, tile_first.data(),
-                        tile_count.data());
+  const int32_t num_tiles = kc::HostTreeTiles(
+      offsets.data(), num_seqs, per_tile, tile_first.data(), tile_count.data());
 
   Staging staging;
   const size_t o_offsets = staging.Add(offsets);
@@ -215,17 +213,16 @@ absl::StatusOr<torch::Tensor> RopeAppend(const DeviceTreeBatch& batch,
   const c10::cuda::CUDAGuard guard(batch.device());
   torch::Tensor q;
   RETURN_IF_ERROR(TorchStatus("RopeAppend", [&] {
-    q = torch::empty({qkv.size(0), shape.heads, shape.head_dim},
-                     qkv.options());
+    q = torch::empty({qkv.size(0), shape.heads, shape.head_dim}, qkv.options());
   }));
   RETURN_IF_ERROR(CudaStatus(
-      kc::LaunchRopeAppend(
-          batch.batch(), shape, layer, batch.dtype(), qkv.data_ptr(),
-          qkv.stride(0), batch.positions(), inv_freq.data_ptr<double>(),
-          rope_dim,
-          style == RopeStyle::kAdjacentPairs ? kc::RopeStyle::kAdjacentPairs
-                                             : kc::RopeStyle::kHalves,
-          q.data_ptr(), Stream(batch.device())),
+      kc::LaunchRopeAppend(batch.batch(), shape, layer, batch.dtype(),
+                           qkv.data_ptr(), qkv.stride(0), batch.positions(),
+                           inv_freq.data_ptr<double>(), rope_dim,
+                           style == RopeStyle::kAdjacentPairs
+                               ? kc::RopeStyle::kAdjacentPairs
+                               : kc::RopeStyle::kHalves,
+                           q.data_ptr(), Stream(batch.device())),
       "RopeAppend"));
   return q;
 }
@@ -239,10 +236,10 @@ absl::StatusOr<torch::Tensor> TreeAttention(const DeviceTreeBatch& batch,
       q.size(1) != shape.heads || q.size(2) != shape.head_dim ||
       q.device() != batch.device() || !KernelDType(q.scalar_type()).ok() ||
       *KernelDType(q.scalar_type()) != batch.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TreeAttention: q must be (", batch.batch().num_tokens, ", ",
-        shape.heads, ", ", shape.head_dim,
-        ") on the batch's device and dtype"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TreeAttention: q must be (", batch.batch().num_tokens,
+                     ", ", shape.heads, ", ", shape.head_dim,
+                     ") on the batch's device and dtype"));
   }
   const c10::cuda::CUDAGuard guard(batch.device());
   torch::Tensor out;
@@ -277,13 +274,15 @@ absl::Status CompactKv(torch::Tensor& k, torch::Tensor& v, int length,
                              caps = {static_cast<int32_t>(k.size(2))},
                              offsets = {0},
                              counts = {static_cast<int32_t>(path.size())};
-  const std::vector<uint64_t> k_ptrs = {reinterpret_cast<uint64_t>(k.data_ptr())},
-                              v_ptrs = {reinterpret_cast<uint64_t>(v.data_ptr())};
+  const std::vector<uint64_t> k_ptrs = {reinterpret_cast<uint64_t>(
+                                  k.data_ptr())},
+                              v_ptrs = {
+                                  reinterpret_cast<uint64_t>(v.data_ptr())};
   const size_t o_lens = staging.Add(lens), o_caps = staging.Add(caps),
                o_k = staging.Add(k_ptrs), o_v = staging.Add(v_ptrs),
                o_offsets = staging.Add(offsets), o_counts = staging.Add(counts),
-               o_path = staging.Add(
-                   std::vector<int32_t>(path.begin(), path.end()));
+               o_path =
+                   staging.Add(std::vector<int32_t>(path.begin(), path.end()));
   torch::Tensor st;
   RETURN_IF_ERROR(TorchStatus("CompactKv upload",
                               [&] { st = staging.Upload(k.device()); }));
@@ -307,8 +306,8 @@ bool SupportsDeviceAcceptance(const SamplingParams& params) {
 absl::Status AcceptOnDevice(absl::Span<const int32_t> tokens,
                             absl::Span<const int32_t> parents,
                             const torch::Tensor& logits,
-                            const SamplingParams& params,
-                            int64_t root_position, std::vector<int32_t>* path,
+                            const SamplingParams& params, int64_t root_position,
+                            std::vector<int32_t>* path,
                             std::vector<int32_t>* emitted) {
   if (!SupportsDeviceAcceptance(params)) {
     return absl::InvalidArgumentError(
@@ -318,9 +317,9 @@ absl::Status AcceptOnDevice(absl::Span<const int32_t> tokens,
   if (!logits.defined() || !logits.is_cuda() || logits.dim() != 2 ||
       logits.size(0) != n || logits.scalar_type() != torch::kFloat32 ||
       !logits.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AcceptOnDevice: logits must be contiguous float32 CUDA (", n,
-        ", vocab)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AcceptOnDevice: logits must be contiguous float32 CUDA (",
+                     n, ", vocab)"));
   }
   const c10::cuda::CUDAGuard guard(logits.device());
   std::vector<int32_t> depth(n, 0);
@@ -345,23 +344,22 @@ absl::Status AcceptOnDevice(absl::Span<const int32_t> tokens,
                               [&] { st = staging.Upload(logits.device()); }));
   int32_t* out = const_cast<int32_t*>(At<int32_t>(st, o_out));
   RETURN_IF_ERROR(CudaStatus(
-      kc::LaunchSelectTokens(logits.data_ptr<float>(), n,
-                             static_cast<int32_t>(logits.size(1)),
-                             At<float>(st, o_temps), At<uint64_t>(st, o_seeds),
-                             At<int64_t>(st, o_pos), out,
-                             Stream(logits.device())),
+      kc::LaunchSelectTokens(
+          logits.data_ptr<float>(), n, static_cast<int32_t>(logits.size(1)),
+          At<float>(st, o_temps), At<uint64_t>(st, o_seeds),
+          At<int64_t>(st, o_pos), out, Stream(logits.device())),
       "SelectTokens"));
   RETURN_IF_ERROR(CudaStatus(
       kc::LaunchAcceptPaths(1, At<int32_t>(st, o_offsets),
                             At<int32_t>(st, o_tokens),
                             At<int32_t>(st, o_parents), out, out + n,
-                            out + 2 * n, out + 3 * n,
-                            Stream(logits.device())),
+                            out + 2 * n, out + 3 * n, Stream(logits.device())),
       "AcceptPaths"));
   RETURN_IF_ERROR(TorchStatus("AcceptOnDevice download", [&] {
     result = st.narrow(0, o_out + n * 4, (2 * n + 1) * 4).to(torch::kCPU);
   }));
-  const int32_t* host = reinterpret_cast<const int32_t*>(result.data_ptr<uint8_t>());
+  const int32_t* host =
+      reinterpret_cast<const int32_t*>(result.data_ptr<uint8_t>());
   const int32_t count = host[2 * n];
   path->assign(host, host + count);
   emitted->assign(host + n, host + n + count);

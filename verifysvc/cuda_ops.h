@@ -95,8 +95,8 @@ bool SupportsDeviceAcceptance(const SamplingParams& params);
 absl::Status AcceptOnDevice(absl::Span<const int32_t> tokens,
                             absl::Span<const int32_t> parents,
                             const torch::Tensor& logits,
-                            const SamplingParams& params,
-                            int64_t root_position, std::vector<int32_t>* path,
+                            const SamplingParams& params, int64_t root_position,
+                            std::vector<int32_t>* path,
                             std::vector<int32_t>* emitted);
 
 }  // namespace cuda_ops

@@ -89,9 +89,9 @@ int Run() {
   model_options.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
   model_options.packed_linear = absl::GetFlag(FLAGS_packed_linear);
   model_options.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
-  if (absl::Status s = ParseDeviceOptions(absl::GetFlag(FLAGS_device),
-                                          absl::GetFlag(FLAGS_dtype),
-                                          &model_options);
+  if (absl::Status s =
+          ParseDeviceOptions(absl::GetFlag(FLAGS_device),
+                             absl::GetFlag(FLAGS_dtype), &model_options);
       !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;
@@ -104,16 +104,15 @@ int Run() {
   }
   const LlamaModel& model = **loaded;
   const int vocab = model.config().vocab_size;
-  std::printf(
-      "model %s: %d layers, D=%d, vocab=%d on %s%s; load %.0f ms\n",
-      path.c_str(), model.config().block_count,
-      model.config().embedding_length, vocab,
-      DescribeDevice(model_options).c_str(),
-      model_options.device.is_cuda()
-          ? (model_options.cuda_kernels ? ", tree-attention kernel"
-                                        : ", LibTorch attention")
-          : "",
-      Ms(t0, Clock::now()));
+  std::printf("model %s: %d layers, D=%d, vocab=%d on %s%s; load %.0f ms\n",
+              path.c_str(), model.config().block_count,
+              model.config().embedding_length, vocab,
+              DescribeDevice(model_options).c_str(),
+              model_options.device.is_cuda()
+                  ? (model_options.cuda_kernels ? ", tree-attention kernel"
+                                                : ", LibTorch attention")
+                  : "",
+              Ms(t0, Clock::now()));
   if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
     std::vector<int32_t> prompt;
     for (int id : ParseInts(absl::GetFlag(FLAGS_prompt_ids)))

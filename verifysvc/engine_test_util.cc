@@ -189,8 +189,8 @@ torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
     torch::Tensor gu = lw.w_gate_up.Dense().to(torch::kDouble);
     torch::Tensor gate = hf.matmul(gu.narrow(1, 0, f));
     torch::Tensor up = hf.matmul(gu.narrow(1, f, f));
-    x = x +
-        (gate * torch::sigmoid(gate) * up).matmul(lw.w_down.Dense().to(torch::kDouble));
+    x = x + (gate * torch::sigmoid(gate) * up)
+                .matmul(lw.w_down.Dense().to(torch::kDouble));
   }
   x = norm(x, w.output_norm);
   return x.matmul(w.output.Dense().to(torch::kDouble)).to(torch::kFloat);

@@ -81,8 +81,7 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
 
 // x: (T, in), weight: (in, out), bias: (out) or undefined -> (T, out).
 torch::Tensor Linear(const torch::Tensor& x, const LinearWeight& weight,
-                     kernels::PanelPool* pool,
-                     const torch::Tensor& bias = {}) {
+                     kernels::PanelPool* pool, const torch::Tensor& bias = {}) {
   torch::Tensor y = weight.Apply(x, pool);
   return bias.defined() ? y + bias : y;
 }
@@ -292,16 +291,15 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::Forward(
   for (const SequenceInput& in : batch) in.cache->DiscardPending();
   ASSIGN_OR_RETURN(
       std::vector<torch::Tensor> logits,
-      (TorchStatusOr<std::vector<torch::Tensor>>(
-          "LlamaModel::Forward", [&] {
-            auto result = ForwardUnchecked(batch);
-            // Returns when the logits exist, so step timings mean the same
-            // on a GPU as on the CPU (acceptance reads them next anyway).
-            if (options_.device.is_cuda()) {
-              torch::cuda::synchronize(options_.device.index());
-            }
-            return result;
-          })));
+      (TorchStatusOr<std::vector<torch::Tensor>>("LlamaModel::Forward", [&] {
+        auto result = ForwardUnchecked(batch);
+        // Returns when the logits exist, so step timings mean the same
+        // on a GPU as on the CPU (acceptance reads them next anyway).
+        if (options_.device.is_cuda()) {
+          torch::cuda::synchronize(options_.device.index());
+        }
+        return result;
+      })));
   for (const SequenceInput& in : batch) {
     RETURN_IF_ERROR(in.cache->BeginTree(in.parents));
   }
@@ -392,57 +390,59 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::ForwardUnchecked(
   for (int l = 0; l < c.block_count; ++l) {
     const LayerWeights& lw = weights_.layers[l];
     torch::Tensor h = RmsNorm(x, lw.attn_norm, c.rms_norm_eps);
-    torch::Tensor qkv = Linear(h, lw.wqkv, pool_.get(), lw.bqkv);  // (T, qd + 2 kvd)
-    torch::Tensor attn;  // (T, H*hd)
+    torch::Tensor qkv =
+        Linear(h, lw.wqkv, pool_.get(), lw.bqkv);  // (T, qd + 2 kvd)
+    torch::Tensor attn;                            // (T, H*hd)
 #if LOOKAHEAD_CUDA
     if (use_kernels) {
-      ASSIGN_OR_RETURN(torch::Tensor q_rot,
-                       cuda_ops::RopeAppend(*device_batch, l, qkv,
-                                            weights_.rope_inv_freq, c.rope_dim,
-                                            c.rope_style));
-      ASSIGN_OR_RETURN(attn, cuda_ops::TreeAttention(*device_batch, l, q_rot,
-                                                     static_cast<float>(scale)));
+      ASSIGN_OR_RETURN(
+          torch::Tensor q_rot,
+          cuda_ops::RopeAppend(*device_batch, l, qkv, weights_.rope_inv_freq,
+                               c.rope_dim, c.rope_style));
+      ASSIGN_OR_RETURN(attn,
+                       cuda_ops::TreeAttention(*device_batch, l, q_rot,
+                                               static_cast<float>(scale)));
     }
 #endif
     if (!use_kernels) {
-    torch::Tensor q =
-        ApplyRope(qkv.narrow(1, 0, qd).view({total, heads, head_dim}), cos, sin,
-                  c.rope_dim, c.rope_style);
-    // q: (T, H, hd); k, v: (T, KV, hd)
-    torch::Tensor k =
-        ApplyRope(qkv.narrow(1, qd, kvd).view({total, kv_heads, head_dim}), cos,
-                  sin, c.rope_dim, c.rope_style);
-    torch::Tensor v =
-        qkv.narrow(1, qd + kvd, kvd).view({total, kv_heads, head_dim});
-    attn = torch::empty({total, qd}, x.options());
-    for (int64_t s = 0; s < num_seqs; ++s) {
-      KvCache* cache = batch[s].cache;
-      const int64_t off = offsets[s], n = offsets[s + 1] - offsets[s];
-      const int64_t len = cache->Length(), span = len + n;
-      torch::Tensor k_layer = cache->k_layer(l);  // (KV, cap, hd)
-      torch::Tensor v_layer = cache->v_layer(l);  // (KV, cap, hd)
-      k_layer.narrow(1, len, n).copy_(k.narrow(0, off, n).transpose(0, 1));
-      v_layer.narrow(1, len, n).copy_(v.narrow(0, off, n).transpose(0, 1));
-      torch::Tensor keys = k_layer.narrow(1, 0, span);    // (KV, L, hd)
-      torch::Tensor values = v_layer.narrow(1, 0, span);  // (KV, L, hd)
-      // qh: (KV, G*n, hd); query head h uses KV head h / G.
-      torch::Tensor qh = q.narrow(0, off, n)
-                             .view({n, kv_heads, group, head_dim})
-                             .permute({1, 2, 0, 3})
-                             .reshape({kv_heads, group * n, head_dim});
-      torch::Tensor scores =
-          torch::matmul(qh, keys.transpose(1, 2)).mul_(scale);  // (KV, G*n, L)
-      if (masks[s].defined()) {
-        scores = scores.view({kv_heads, group, n, span}).add_(masks[s]);
+      torch::Tensor q =
+          ApplyRope(qkv.narrow(1, 0, qd).view({total, heads, head_dim}), cos,
+                    sin, c.rope_dim, c.rope_style);
+      // q: (T, H, hd); k, v: (T, KV, hd)
+      torch::Tensor k =
+          ApplyRope(qkv.narrow(1, qd, kvd).view({total, kv_heads, head_dim}),
+                    cos, sin, c.rope_dim, c.rope_style);
+      torch::Tensor v =
+          qkv.narrow(1, qd + kvd, kvd).view({total, kv_heads, head_dim});
+      attn = torch::empty({total, qd}, x.options());
+      for (int64_t s = 0; s < num_seqs; ++s) {
+        KvCache* cache = batch[s].cache;
+        const int64_t off = offsets[s], n = offsets[s + 1] - offsets[s];
+        const int64_t len = cache->Length(), span = len + n;
+        torch::Tensor k_layer = cache->k_layer(l);  // (KV, cap, hd)
+        torch::Tensor v_layer = cache->v_layer(l);  // (KV, cap, hd)
+        k_layer.narrow(1, len, n).copy_(k.narrow(0, off, n).transpose(0, 1));
+        v_layer.narrow(1, len, n).copy_(v.narrow(0, off, n).transpose(0, 1));
+        torch::Tensor keys = k_layer.narrow(1, 0, span);    // (KV, L, hd)
+        torch::Tensor values = v_layer.narrow(1, 0, span);  // (KV, L, hd)
+        // qh: (KV, G*n, hd); query head h uses KV head h / G.
+        torch::Tensor qh = q.narrow(0, off, n)
+                               .view({n, kv_heads, group, head_dim})
+                               .permute({1, 2, 0, 3})
+                               .reshape({kv_heads, group * n, head_dim});
+        torch::Tensor scores = torch::matmul(qh, keys.transpose(1, 2))
+                                   .mul_(scale);  // (KV, G*n, L)
+        if (masks[s].defined()) {
+          scores = scores.view({kv_heads, group, n, span}).add_(masks[s]);
+        }
+        torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat)
+                                  .to(dtype)
+                                  .view({kv_heads, group * n, span});
+        torch::Tensor out = torch::matmul(probs, values);  // (KV, G*n, hd)
+        attn.narrow(0, off, n).copy_(out.view({kv_heads, group, n, head_dim})
+                                         .permute({2, 0, 1, 3})
+                                         .reshape({n, qd}));
       }
-      torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat)
-                                .to(dtype)
-                                .view({kv_heads, group * n, span});
-      torch::Tensor out = torch::matmul(probs, values);  // (KV, G*n, hd)
-      attn.narrow(0, off, n).copy_(out.view({kv_heads, group, n, head_dim})
-                                       .permute({2, 0, 1, 3})
-                                       .reshape({n, qd}));
-    }
     }
     x = x + Linear(attn, lw.wo, pool_.get());
     h = RmsNorm(x, lw.ffn_norm, c.rms_norm_eps);

@@ -188,9 +188,8 @@ absl::Status Run() {
   model_options.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
   model_options.packed_linear = absl::GetFlag(FLAGS_packed_linear);
   model_options.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
-  RETURN_IF_ERROR(ParseDeviceOptions(absl::GetFlag(FLAGS_device),
-                                     absl::GetFlag(FLAGS_dtype),
-                                     &model_options));
+  RETURN_IF_ERROR(ParseDeviceOptions(
+      absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &model_options));
   ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
                    LlamaModel::Load(*file, model_options));
   const ModelConfig& config = model->config();

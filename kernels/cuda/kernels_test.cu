@@ -158,7 +158,8 @@ void Upload(const std::vector<HostSequence>& seqs, DType dtype,
     for (int i = 0; i < n; ++i) {
       std::vector<uint64_t> row(words, 0);
       for (int j = 0; j < n; ++j) {
-        if (IsAncestorOrSelf(seq.parents, i, j)) row[j / 64] |= 1ull << (j % 64);
+        if (IsAncestorOrSelf(seq.parents, i, j))
+          row[j / 64] |= 1ull << (j % 64);
       }
       masks.insert(masks.end(), row.begin(), row.end());
     }
@@ -202,8 +203,8 @@ HostSequence RandomSequence(std::mt19937* rng, const AttentionShape& shape,
   HostSequence seq;
   seq.cache_len = cache_len;
   seq.capacity = cache_len + static_cast<int>(parents.size()) + 5;
-  const size_t size = size_t(shape.layers) * shape.kv_heads * seq.capacity *
-                      shape.head_dim;
+  const size_t size =
+      size_t(shape.layers) * shape.kv_heads * seq.capacity * shape.head_dim;
   seq.k = Rounded(Random(rng, size), dtype);
   seq.v = Rounded(Random(rng, size), dtype);
   seq.parents = std::move(parents);
@@ -217,7 +218,9 @@ const char* Name(DType dtype) {
 }
 
 double Tolerance(DType dtype) {
-  return dtype == DType::kFloat32 ? 1e-5 : dtype == DType::kFloat16 ? 2e-3 : 1.6e-2;
+  return dtype == DType::kFloat32   ? 1e-5
+         : dtype == DType::kFloat16 ? 2e-3
+                                    : 1.6e-2;
 }
 
 // Runs tree attention on `seqs` (layer 1) and returns out (T, H, hd).
@@ -227,7 +230,8 @@ std::vector<float> DeviceAttention(const std::vector<HostSequence>& seqs,
   DeviceBatch d;
   Upload(seqs, dtype, &d);
   const int tpt = TokensPerTile(shape);
-  std::vector<int32_t> first(MaxTreeTiles(d.batch.num_tokens, d.batch.num_seqs, tpt));
+  std::vector<int32_t> first(
+      MaxTreeTiles(d.batch.num_tokens, d.batch.num_seqs, tpt));
   std::vector<int32_t> count(first.size());
   TreeTiles tiles;
   tiles.tokens_per_tile = tpt;
@@ -246,16 +250,16 @@ std::vector<float> DeviceAttention(const std::vector<HostSequence>& seqs,
 
 void TestRopeAndAttention(std::mt19937* rng, const AttentionShape& shape,
                           DType dtype, RopeStyle style, int rope_dim) {
-  const std::string where = std::string(Name(dtype)) + " H=" +
-                            std::to_string(shape.heads) + " KV=" +
-                            std::to_string(shape.kv_heads) + " hd=" +
-                            std::to_string(shape.head_dim);
+  const std::string where = std::string(Name(dtype)) +
+                            " H=" + std::to_string(shape.heads) +
+                            " KV=" + std::to_string(shape.kv_heads) +
+                            " hd=" + std::to_string(shape.head_dim);
   const int lens[] = {0, 1, 31, 33, 300, 777};
   const int sizes[] = {1, 7, 64, 2, 100, 40};  // 100: masks of two words
   std::vector<HostSequence> seqs;
   for (int s = 0; s < 6; ++s) {
-    seqs.push_back(RandomSequence(rng, shape, lens[s],
-                                  RandomTree(rng, sizes[s]), dtype));
+    seqs.push_back(
+        RandomSequence(rng, shape, lens[s], RandomTree(rng, sizes[s]), dtype));
   }
   const int H = shape.heads, KV = shape.kv_heads, hd = shape.head_dim;
   const int64_t stride = (H + 2 * KV) * hd + 3;  // padded rows
@@ -293,8 +297,10 @@ void TestRopeAndAttention(std::mt19937* rng, const AttentionShape& shape,
   Check(RelError(q_out, q_ref) < Tolerance(dtype), "rope q " + where);
   double cache_err = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
-    cache_err = std::max(cache_err, RelError(CacheToHost(d, ref[s], s, true, dtype), ref[s].k));
-    cache_err = std::max(cache_err, RelError(CacheToHost(d, ref[s], s, false, dtype), ref[s].v));
+    cache_err = std::max(
+        cache_err, RelError(CacheToHost(d, ref[s], s, true, dtype), ref[s].k));
+    cache_err = std::max(
+        cache_err, RelError(CacheToHost(d, ref[s], s, false, dtype), ref[s].v));
   }
   Check(cache_err < Tolerance(dtype), "rope append cache " + where);
 
@@ -309,7 +315,8 @@ void TestRopeAndAttention(std::mt19937* rng, const AttentionShape& shape,
   ReferenceTreeAttention(ref, shape, 1, q_in.data(), scale, out_ref.data());
   std::vector<float> out = DeviceAttention(ref, shape, dtype, q_in, scale);
   const double err = RelError(out, out_ref);
-  Check(err < Tolerance(dtype), "tree attention " + where + " rel err " + std::to_string(err));
+  Check(err < Tolerance(dtype),
+        "tree attention " + where + " rel err " + std::to_string(err));
 }
 
 // Chain == causal (bitwise: the same slots in the same tiles) and k leaves
@@ -338,7 +345,8 @@ void TestMetamorphic(std::mt19937* rng, const AttentionShape& shape) {
   for (int j = 0; j < 9; ++j) star.push_back(0);
   HostSequence tree = RandomSequence(rng, shape, len, star, dtype);
   std::vector<float> q2 = Random(rng, star.size() * row);
-  std::vector<float> star_out = DeviceAttention({tree}, shape, dtype, q2, scale);
+  std::vector<float> star_out =
+      DeviceAttention({tree}, shape, dtype, q2, scale);
   double worst = 0;
   for (int j = 1; j <= 9; ++j) {
     HostSequence decode = tree;
@@ -348,10 +356,12 @@ void TestMetamorphic(std::mt19937* rng, const AttentionShape& shape) {
     ReferenceCompactKv(&one, shape, {{j - 1}});
     std::vector<float> qj(q2.begin() + j * row, q2.begin() + (j + 1) * row);
     std::vector<float> out = DeviceAttention(one, shape, dtype, qj, scale);
-    std::vector<float> leaf(star_out.begin() + j * row, star_out.begin() + (j + 1) * row);
+    std::vector<float> leaf(star_out.begin() + j * row,
+                            star_out.begin() + (j + 1) * row);
     worst = std::max(worst, RelError(out, leaf));
   }
-  Check(worst < 1e-6, "k leaves == k decodes (rel err " + std::to_string(worst) + ")");
+  Check(worst < 1e-6,
+        "k leaves == k decodes (rel err " + std::to_string(worst) + ")");
 }
 
 void TestCompact(std::mt19937* rng, const AttentionShape& shape, DType dtype) {
@@ -375,7 +385,8 @@ void TestCompact(std::mt19937* rng, const AttentionShape& shape, DType dtype) {
     flat.insert(flat.end(), p.begin(), p.end());
   }
   CUDA_OK(LaunchCompactKv(d.batch, shape, dtype, d.Keep(ToDevice(flat)),
-                          d.Keep(ToDevice(offsets)), d.Keep(ToDevice(counts)), 0));
+                          d.Keep(ToDevice(offsets)), d.Keep(ToDevice(counts)),
+                          0));
   CUDA_OK(cudaDeviceSynchronize());
   ReferenceCompactKv(&seqs, shape, paths);
   bool same = true;
@@ -401,24 +412,30 @@ void TestSelectAndAccept(std::mt19937* rng) {
       if (r % 6 == 2 && vocab > 9) {
         logits[size_t(r) * vocab + 2] = logits[size_t(r) * vocab + 9] = 30.0f;
       }
-      if (r == 5) std::fill(&logits[size_t(r) * vocab], &logits[size_t(r + 1) * vocab], -INFINITY);
+      if (r == 5)
+        std::fill(&logits[size_t(r) * vocab], &logits[size_t(r + 1) * vocab],
+                  -INFINITY);
     }
     float* l_dev = ToDevice(logits);
     float* t_dev = ToDevice(temps);
     uint64_t* s_dev = ToDevice(seeds);
     int64_t* p_dev = ToDevice(positions);
     int32_t* out_dev = ToDevice(std::vector<int32_t>(rows, -7));
-    CUDA_OK(LaunchSelectTokens(l_dev, rows, vocab, t_dev, s_dev, p_dev, out_dev, 0));
+    CUDA_OK(LaunchSelectTokens(l_dev, rows, vocab, t_dev, s_dev, p_dev, out_dev,
+                               0));
     std::vector<int32_t> out = ToHost(out_dev, rows);
     int mismatches = 0;
     for (int r = 0; r < rows; ++r) {
-      mismatches += out[r] != ReferenceSelectToken(&logits[size_t(r) * vocab],
-                                                   vocab, temps[r], seeds[r],
-                                                   positions[r]);
+      mismatches +=
+          out[r] != ReferenceSelectToken(&logits[size_t(r) * vocab], vocab,
+                                         temps[r], seeds[r], positions[r]);
     }
     Check(mismatches == 0, "select tokens vocab " + std::to_string(vocab) +
-                               ": " + std::to_string(mismatches) + " mismatches");
-    for (void* p : {(void*)l_dev, (void*)t_dev, (void*)s_dev, (void*)p_dev, (void*)out_dev}) cudaFree(p);
+                               ": " + std::to_string(mismatches) +
+                               " mismatches");
+    for (void* p : {(void*)l_dev, (void*)t_dev, (void*)s_dev, (void*)p_dev,
+                    (void*)out_dev})
+      cudaFree(p);
   }
   // Accept paths over a batch of random trees with few distinct tokens.
   std::vector<int32_t> offsets = {0}, tokens, parents, chosen;
@@ -441,18 +458,23 @@ void TestSelectAndAccept(std::mt19937* rng) {
                        ToDevice(chosen)};
   CUDA_OK(LaunchAcceptPaths(S, inputs[0], inputs[1], inputs[2], inputs[3],
                             paths_dev, emitted_dev, counts_dev, 0));
-  std::vector<int32_t> paths = ToHost(paths_dev, T), emitted = ToHost(emitted_dev, T),
+  std::vector<int32_t> paths = ToHost(paths_dev, T),
+                       emitted = ToHost(emitted_dev, T),
                        counts = ToHost(counts_dev, S);
   bool same = true;
   for (int s = 0; s < S; ++s) {
     auto slice = [&](const std::vector<int32_t>& v) {
-      return std::vector<int32_t>(v.begin() + offsets[s], v.begin() + offsets[s + 1]);
+      return std::vector<int32_t>(v.begin() + offsets[s],
+                                  v.begin() + offsets[s + 1]);
     };
     std::vector<int32_t> want_path, want_emitted;
-    ReferenceAcceptPath(slice(tokens), slice(parents), slice(chosen), &want_path, &want_emitted);
+    ReferenceAcceptPath(slice(tokens), slice(parents), slice(chosen),
+                        &want_path, &want_emitted);
     same = same && counts[s] == static_cast<int32_t>(want_path.size()) &&
-           std::equal(want_path.begin(), want_path.end(), paths.begin() + offsets[s]) &&
-           std::equal(want_emitted.begin(), want_emitted.end(), emitted.begin() + offsets[s]);
+           std::equal(want_path.begin(), want_path.end(),
+                      paths.begin() + offsets[s]) &&
+           std::equal(want_emitted.begin(), want_emitted.end(),
+                      emitted.begin() + offsets[s]);
   }
   Check(same, "accept paths");
   for (int32_t* p : inputs) cudaFree(p);
@@ -471,7 +493,8 @@ int main() {
   }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("kernels_test on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  std::printf("kernels_test on %s (sm_%d%d)\n", prop.name, prop.major,
+              prop.minor);
   std::mt19937 rng(20261124);
   const AttentionShape shapes[] = {
       {2, 9, 3, 64},    // SmolLM2-135M
@@ -482,14 +505,15 @@ int main() {
   };
   for (const AttentionShape& shape : shapes) {
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-      TestRopeAndAttention(&rng, shape, dtype, RopeStyle::kHalves, shape.head_dim);
+      TestRopeAndAttention(&rng, shape, dtype, RopeStyle::kHalves,
+                           shape.head_dim);
       TestCompact(&rng, shape, dtype);
     }
     // Partial rotary dims (rope_dim < hd) in both styles.
-    TestRopeAndAttention(&rng, shape, DType::kFloat32, RopeStyle::kAdjacentPairs,
-                         shape.head_dim / 2);
-    TestRopeAndAttention(&rng, shape, DType::kBFloat16, RopeStyle::kAdjacentPairs,
-                         shape.head_dim);
+    TestRopeAndAttention(&rng, shape, DType::kFloat32,
+                         RopeStyle::kAdjacentPairs, shape.head_dim / 2);
+    TestRopeAndAttention(&rng, shape, DType::kBFloat16,
+                         RopeStyle::kAdjacentPairs, shape.head_dim);
     TestRopeAndAttention(&rng, shape, DType::kFloat16, RopeStyle::kHalves,
                          shape.head_dim / 2);
     TestMetamorphic(&rng, shape);

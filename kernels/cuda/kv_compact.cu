@@ -1,7 +1,6 @@
 // KV compaction; see kv_compact.h.
-#include "kernels/cuda/kv_compact.h"
-
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/kv_compact.h"
 
 namespace lookahead::kernels::cuda {
 namespace {

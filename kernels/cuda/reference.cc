@@ -8,8 +8,8 @@
 namespace lookahead::kernels::cuda {
 namespace {
 
-int64_t CacheIndex(const AttentionShape& shape, int32_t capacity,
-                   int32_t layer, int32_t head, int64_t slot, int32_t d) {
+int64_t CacheIndex(const AttentionShape& shape, int32_t capacity, int32_t layer,
+                   int32_t head, int64_t slot, int32_t d) {
   return ((static_cast<int64_t>(layer) * shape.kv_heads + head) * capacity +
           slot) *
              shape.head_dim +
@@ -96,7 +96,8 @@ void ReferenceTreeAttention(const std::vector<HostSequence>& seqs,
         std::vector<int64_t> slots;
         for (int64_t slot = 0; slot < seq.cache_len + n; ++slot) {
           const int j = static_cast<int>(slot - seq.cache_len);
-          if (slot >= seq.cache_len && !IsAncestorOrSelf(seq.parents, node, j)) {
+          if (slot >= seq.cache_len &&
+              !IsAncestorOrSelf(seq.parents, node, j)) {
             continue;
           }
           double dot = 0.0;
@@ -114,8 +115,9 @@ void ReferenceTreeAttention(const std::vector<HostSequence>& seqs,
         for (int d = 0; d < hd; ++d) {
           double acc = 0.0;
           for (size_t k = 0; k < slots.size(); ++k) {
-            acc += scores[k] *
-                   seq.v[CacheIndex(shape, seq.capacity, layer, g, slots[k], d)];
+            acc +=
+                scores[k] *
+                seq.v[CacheIndex(shape, seq.capacity, layer, g, slots[k], d)];
           }
           out[(t * H + h) * hd + d] = static_cast<float>(acc / sum);
         }
@@ -146,9 +148,8 @@ void ReferenceCompactKv(std::vector<HostSequence>* seqs,
   }
 }
 
-int32_t ReferenceSelectToken(const float* row, int32_t vocab,
-                             float temperature, uint64_t seed,
-                             int64_t position) {
+int32_t ReferenceSelectToken(const float* row, int32_t vocab, float temperature,
+                             uint64_t seed, int64_t position) {
   int32_t top = 0;
   for (int32_t i = 1; i < vocab; ++i) {
     if (Clean(row[i]) > Clean(row[top])) top = i;

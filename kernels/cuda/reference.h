@@ -50,9 +50,8 @@ void ReferenceCompactKv(std::vector<HostSequence>* seqs,
                         const std::vector<std::vector<int32_t>>& paths);
 
 // LaunchSelectTokens on the host for one row.
-int32_t ReferenceSelectToken(const float* row, int32_t vocab,
-                             float temperature, uint64_t seed,
-                             int64_t position);
+int32_t ReferenceSelectToken(const float* row, int32_t vocab, float temperature,
+                             uint64_t seed, int64_t position);
 
 // LaunchAcceptPaths on the host for one sequence's tree.
 void ReferenceAcceptPath(const std::vector<int32_t>& tokens,

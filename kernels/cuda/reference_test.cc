@@ -83,7 +83,8 @@ TEST(ReferenceTreeAttention, EqualKeysAverageTheValues) {
   std::vector<float> out = Attend(seq, RandomVector(&rng, kShape.heads * hd));
   for (int d = 0; d < hd; ++d) {
     double mean = 0.0;
-    for (int64_t slot = 0; slot < 6; ++slot) mean += seq.v[Index(seq, 1, 0, slot, d)];
+    for (int64_t slot = 0; slot < 6; ++slot)
+      mean += seq.v[Index(seq, 1, 0, slot, d)];
     EXPECT_NEAR(out[d], mean / 6, 1e-5);
   }
 }

@@ -1,9 +1,8 @@
 // Token selection and path acceptance; see select_tokens.h.
-#include "kernels/cuda/select_tokens.h"
-
 #include <math.h>
 
 #include "kernels/counter_rng.h"
+#include "kernels/cuda/select_tokens.h"
 
 namespace lookahead::kernels::cuda {
 namespace {
@@ -86,8 +85,7 @@ __global__ void SelectTokensKernel(const float* logits, int32_t vocab,
 
 // Thread per sequence; trees are small (a few dozen nodes).
 __global__ void AcceptPathsKernel(int32_t num_seqs, const int32_t* seq_offsets,
-                                  const int32_t* tokens,
-                                  const int32_t* parents,
+                                  const int32_t* tokens, const int32_t* parents,
                                   const int32_t* chosen, int32_t* paths,
                                   int32_t* emitted, int32_t* counts) {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
@@ -114,10 +112,10 @@ __global__ void AcceptPathsKernel(int32_t num_seqs, const int32_t* seq_offsets,
 
 }  // namespace
 
-cudaError_t LaunchSelectTokens(const float* logits, int32_t rows,
-                               int32_t vocab, const float* temperatures,
-                               const uint64_t* seeds, const int64_t* positions,
-                               int32_t* out, cudaStream_t stream) {
+cudaError_t LaunchSelectTokens(const float* logits, int32_t rows, int32_t vocab,
+                               const float* temperatures, const uint64_t* seeds,
+                               const int64_t* positions, int32_t* out,
+                               cudaStream_t stream) {
   if (rows < 1 || vocab < 1) return cudaErrorInvalidValue;
   SelectTokensKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, temperatures,
                                                     seeds, positions, out);
@@ -131,9 +129,8 @@ cudaError_t LaunchAcceptPaths(int32_t num_seqs, const int32_t* seq_offsets,
                               cudaStream_t stream) {
   if (num_seqs < 1) return cudaErrorInvalidValue;
   const int threads = 64;
-  AcceptPathsKernel<<<(num_seqs + threads - 1) / threads, threads, 0,
-                      stream>>>(num_seqs, seq_offsets, tokens, parents, chosen,
-                                paths, emitted, counts);
+  AcceptPathsKernel<<<(num_seqs + threads - 1) / threads, threads, 0, stream>>>(
+      num_seqs, seq_offsets, tokens, parents, chosen, paths, emitted, counts);
   return cudaGetLastError();
 }
 

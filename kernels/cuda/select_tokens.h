@@ -22,10 +22,10 @@ namespace lookahead::kernels::cuda {
 // logits: (rows, vocab) float32. temperatures, seeds, positions: (rows);
 // temperature <= 0 means greedy (seed and position unused); positions are
 // the absolute positions the chosen tokens will occupy.
-cudaError_t LaunchSelectTokens(const float* logits, int32_t rows,
-                               int32_t vocab, const float* temperatures,
-                               const uint64_t* seeds, const int64_t* positions,
-                               int32_t* out, cudaStream_t stream);
+cudaError_t LaunchSelectTokens(const float* logits, int32_t rows, int32_t vocab,
+                               const float* temperatures, const uint64_t* seeds,
+                               const int64_t* positions, int32_t* out,
+                               cudaStream_t stream);
 
 // Walks each sequence's verified tree from node 0: emits chosen[node]; if a
 // child of node carries that token, descends into the first such child and

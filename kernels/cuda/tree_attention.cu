@@ -1,19 +1,18 @@
 // Tree attention kernels; see tree_attention.h. Version 2 of the kernel in
 // kernels/cuda/dev/ (tree_attention_v1.cu keeps version 1, the naive
 // one-thread-per-query kernel; tree_attention_dev.cc times both).
-#include "kernels/cuda/tree_attention.h"
-
 #include <math.h>
 
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/tree_attention.h"
 
 namespace lookahead::kernels::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kKeyTile = 32;    // keys per shared-memory tile (one per lane)
+constexpr int kKeyTile = 32;  // keys per shared-memory tile (one per lane)
 constexpr int kMaxHeadDim = 128;
-constexpr int kMaxWarps = 16;   // tokens_per_tile * group <= kMaxWarps
+constexpr int kMaxWarps = 16;  // tokens_per_tile * group <= kMaxWarps
 
 // One thread per (token, rotated pair or value element). Layout of the work
 // index: for each token, H * R/2 query pairs, KV * R/2 key pairs, then
@@ -45,7 +44,8 @@ __global__ void RopeAppendKernel(TreeBatch batch, AttentionShape shape,
              ((static_cast<int64_t>(layer) * KV + g) * cap + slot) * hd;
     };
     if (e < static_cast<int64_t>(H + KV) * half) {
-      const int head = static_cast<int>(e / half), i = static_cast<int>(e % half);
+      const int head = static_cast<int>(e / half),
+                i = static_cast<int>(e % half);
       // Angles in float64, as the LibTorch path computes them, rounded to
       // the storage type like its cos/sin tensors.
       const double angle = static_cast<double>(positions[t]) * inv_freq[i];
@@ -76,7 +76,8 @@ __global__ void RopeAppendKernel(TreeBatch batch, AttentionShape shape,
     }
     e -= static_cast<int64_t>(H + KV) * tail;
     const int g = static_cast<int>(e / hd), d = static_cast<int>(e % hd);
-    cache_row(batch.v_caches, g)[d] = row[static_cast<int64_t>(H + KV + g) * hd + d];
+    cache_row(batch.v_caches, g)[d] =
+        row[static_cast<int64_t>(H + KV + g) * hd + d];
   }
 }
 
@@ -103,9 +104,9 @@ __global__ void TreeAttentionKernel(TreeBatch batch, TreeTiles tiles,
   const int words = (n + 63) / 64;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
 
-  float* k_tile = smem;                             // (kKeyTile, hd + 1)
-  float* v_tile = k_tile + kKeyTile * (hd + 1);     // (kKeyTile, hd)
-  float* q_rows = v_tile + kKeyTile * hd;           // (warps, hd)
+  float* k_tile = smem;                          // (kKeyTile, hd + 1)
+  float* v_tile = k_tile + kKeyTile * (hd + 1);  // (kKeyTile, hd)
+  float* q_rows = v_tile + kKeyTile * hd;        // (warps, hd)
 
   const int local = warp / group;  // token of this warp within the tile
   const bool active = local < count;
@@ -167,7 +168,7 @@ __global__ void TreeAttentionKernel(TreeBatch batch, TreeTiles tiles,
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
     }
     const float m_new = fmaxf(m, tile_max);
-    if (m_new == -INFINITY) continue;  // nothing visible yet
+    if (m_new == -INFINITY) continue;    // nothing visible yet
     const float corr = expf(m - m_new);  // 0 on the first visible tile
     const float p = allowed ? expf(score - m_new) : 0.0f;
     float p_sum = p;
@@ -217,8 +218,7 @@ int32_t MaxTreeTiles(int32_t num_tokens, int32_t num_seqs,
 }
 
 int32_t HostTreeTiles(const int32_t* seq_offsets, int32_t num_seqs,
-                      int32_t tokens_per_tile, int32_t* first,
-                      int32_t* count) {
+                      int32_t tokens_per_tile, int32_t* first, int32_t* count) {
   int32_t tiles = 0;
   for (int32_t s = 0; s < num_seqs; ++s) {
     for (int32_t t = seq_offsets[s]; t < seq_offsets[s + 1];
@@ -241,21 +241,18 @@ cudaError_t LaunchRopeAppend(const TreeBatch& batch,
                              cudaStream_t stream) {
   if (batch.num_tokens < 1 || rope_dim < 2 || rope_dim % 2 != 0 ||
       rope_dim > shape.head_dim || shape.kv_heads < 1 ||
-      shape.heads % shape.kv_heads != 0 || layer < 0 ||
-      layer >= shape.layers) {
+      shape.heads % shape.kv_heads != 0 || layer < 0 || layer >= shape.layers) {
     return cudaErrorInvalidValue;
   }
   return DispatchDType(dtype, [&](auto tag) {
     using T = decltype(tag);
     const int threads = 256;
-    const int64_t work =
-        static_cast<int64_t>(batch.num_tokens) *
-        ((shape.heads + shape.kv_heads) * shape.head_dim +
-         shape.kv_heads * shape.head_dim);
-    const int blocks =
-        static_cast<int>((work + threads - 1) / threads < 65535
-                             ? (work + threads - 1) / threads
-                             : 65535);
+    const int64_t work = static_cast<int64_t>(batch.num_tokens) *
+                         ((shape.heads + shape.kv_heads) * shape.head_dim +
+                          shape.kv_heads * shape.head_dim);
+    const int blocks = static_cast<int>((work + threads - 1) / threads < 65535
+                                            ? (work + threads - 1) / threads
+                                            : 65535);
     RopeAppendKernel<T><<<blocks, threads, 0, stream>>>(
         batch, shape, layer, static_cast<const T*>(qkv), qkv_stride, positions,
         inv_freq, rope_dim, style, static_cast<T*>(q_out));

@@ -49,8 +49,7 @@ int32_t MaxTreeTiles(int32_t num_tokens, int32_t num_seqs,
 // seq_offsets (S + 1); returns the number of tiles. The caller copies them
 // to the device for TreeTiles.
 int32_t HostTreeTiles(const int32_t* seq_offsets, int32_t num_seqs,
-                      int32_t tokens_per_tile, int32_t* first,
-                      int32_t* count);
+                      int32_t tokens_per_tile, int32_t* first, int32_t* count);
 
 // out[t, h] = softmax(scale * q[t, h] . K^T + mask) V over the keys of token
 // t's sequence at `layer`: every committed slot, and the tree slots its mask

@@ -49,8 +49,9 @@ struct TreeBatch {
   const int32_t* mask_offsets = nullptr;  // (S)
 };
 
-// Query tiles for LaunchTreeAttention (tree_attention.h): tile b covers count[b] consecutive
-// tokens of one sequence, starting at packed token first[b].
+// Query tiles for LaunchTreeAttention (tree_attention.h): tile b covers
+// count[b] consecutive tokens of one sequence, starting at packed token
+// first[b].
 struct TreeTiles {
   int32_t num_tiles = 0;
   int32_t tokens_per_tile = 0;     // as passed to HostTreeTiles

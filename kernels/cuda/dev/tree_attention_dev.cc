@@ -5,6 +5,8 @@
 // beside the LibTorch attention the engine runs without the kernel (one
 // masked matmul-softmax-matmul per sequence, as verifysvc/llama_model.cc).
 // Built and run by tools/gpu_check.sh against the GPU machine's LibTorch.
+#include "kernels/cuda/dev/tree_attention_dev.h"
+
 #include <cuda_runtime.h>
 #include <torch/torch.h>
 
@@ -14,7 +16,6 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda/dev/tree_attention_dev.h"
 #include "kernels/cuda/tree_attention.h"
 
 namespace lookahead::kernels::cuda::dev {
@@ -27,7 +28,7 @@ struct Case {
 };
 
 struct Batch {
-  std::vector<torch::Tensor> k, v;           // (1, KV, cap, hd) per sequence
+  std::vector<torch::Tensor> k, v;            // (1, KV, cap, hd) per sequence
   std::vector<std::vector<int32_t>> parents;  // per sequence
   torch::Tensor q;                            // (T, H, hd)
   torch::Tensor storage;                      // device int32/int64 arrays
@@ -70,14 +71,21 @@ Batch MakeBatch(const Case& c, torch::Dtype dtype, std::mt19937* rng,
   const int total = offsets.back();
   b.q = torch::randn({total, s.heads, s.head_dim}, opts);
   const int tpt = TokensPerTile(s);
-  std::vector<int32_t> first(MaxTreeTiles(total, c.seqs, tpt)), count(first.size());
-  const int tiles = HostTreeTiles(offsets.data(), c.seqs, tpt, first.data(), count.data());
+  std::vector<int32_t> first(MaxTreeTiles(total, c.seqs, tpt)),
+      count(first.size());
+  const int tiles =
+      HostTreeTiles(offsets.data(), c.seqs, tpt, first.data(), count.data());
   std::vector<torch::Tensor> arrays = {
-      Int32(offsets), Int32(token_seq), Int32(lens), Int32(caps),
+      Int32(offsets),
+      Int32(token_seq),
+      Int32(lens),
+      Int32(caps),
       torch::tensor(k_ptrs, torch::kInt64).cuda(),
       torch::tensor(v_ptrs, torch::kInt64).cuda(),
-      torch::tensor(masks, torch::kInt64).cuda(), Int32(mask_offsets),
-      Int32(first), Int32(count)};
+      torch::tensor(masks, torch::kInt64).cuda(),
+      Int32(mask_offsets),
+      Int32(first),
+      Int32(count)};
   keep->insert(keep->end(), arrays.begin(), arrays.end());
   TreeBatch& t = b.batch;
   t.num_seqs = c.seqs;
@@ -90,7 +98,8 @@ Batch MakeBatch(const Case& c, torch::Dtype dtype, std::mt19937* rng,
   t.v_caches = reinterpret_cast<void* const*>(arrays[5].data_ptr<int64_t>());
   t.masks = reinterpret_cast<const uint64_t*>(arrays[6].data_ptr<int64_t>());
   t.mask_offsets = arrays[7].data_ptr<int32_t>();
-  b.tiles = {tiles, tpt, arrays[8].data_ptr<int32_t>(), arrays[9].data_ptr<int32_t>()};
+  b.tiles = {tiles, tpt, arrays[8].data_ptr<int32_t>(),
+             arrays[9].data_ptr<int32_t>()};
   return b;
 }
 
@@ -116,17 +125,24 @@ torch::Tensor TorchAttention(const Batch& b, const Case& c, torch::Dtype dtype,
   int64_t off = 0;
   for (int seq = 0; seq < c.seqs; ++seq) {
     const int64_t n = c.tree, span = c.context + n;
-    torch::Tensor keys = b.k[seq][0].narrow(1, 0, span).to(dtype);    // (KV, L, hd)
-    torch::Tensor values = b.v[seq][0].narrow(1, 0, span).to(dtype);  // (KV, L, hd)
-    torch::Tensor qh = b.q.narrow(0, off, n).to(dtype)
+    torch::Tensor keys =
+        b.k[seq][0].narrow(1, 0, span).to(dtype);  // (KV, L, hd)
+    torch::Tensor values =
+        b.v[seq][0].narrow(1, 0, span).to(dtype);  // (KV, L, hd)
+    torch::Tensor qh = b.q.narrow(0, off, n)
+                           .to(dtype)
                            .view({n, s.kv_heads, group, s.head_dim})
                            .permute({1, 2, 0, 3})
                            .reshape({s.kv_heads, group * n, s.head_dim});
-    torch::Tensor scores = torch::matmul(qh, keys.transpose(1, 2)).mul_(scale)
+    torch::Tensor scores = torch::matmul(qh, keys.transpose(1, 2))
+                               .mul_(scale)
                                .view({s.kv_heads, group, n, span})
                                .add_(masks[seq]);
-    torch::Tensor probs = torch::softmax(scores, -1, dtype == torch::kDouble ? torch::kDouble : torch::kFloat)
-                              .to(dtype).view({s.kv_heads, group * n, span});
+    torch::Tensor probs =
+        torch::softmax(scores, -1,
+                       dtype == torch::kDouble ? torch::kDouble : torch::kFloat)
+            .to(dtype)
+            .view({s.kv_heads, group * n, span});
     outs.push_back(torch::matmul(probs, values)
                        .view({s.kv_heads, group, n, s.head_dim})
                        .permute({2, 0, 1, 3})
@@ -201,33 +217,45 @@ int main() {
     for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
       std::vector<torch::Tensor> keep;
       Batch b = MakeBatch(c, dtype, &rng, &keep);
-      const DType kd = dtype == torch::kFloat32 ? DType::kFloat32 : DType::kBFloat16;
-      const float scale = 1.0f / std::sqrt(static_cast<float>(c.shape.head_dim));
+      const DType kd =
+          dtype == torch::kFloat32 ? DType::kFloat32 : DType::kBFloat16;
+      const float scale =
+          1.0f / std::sqrt(static_cast<float>(c.shape.head_dim));
       std::vector<torch::Tensor> masks, ref_masks;
       for (int s = 0; s < c.seqs; ++s) {
         masks.push_back(Mask(b, s, c.context, dtype));
         ref_masks.push_back(Mask(b, s, c.context, torch::kDouble));
       }
       torch::Tensor ref = TorchAttention(b, c, torch::kDouble, ref_masks);
-      torch::Tensor out1 = torch::full_like(b.q, NAN), out2 = torch::full_like(b.q, NAN);
-      auto v1 = [&] { Check(LaunchTreeAttentionV1(b.batch, c.shape, 0, kd, b.q.data_ptr(), scale, out1.data_ptr(), 0)); };
-      auto v2 = [&] { Check(LaunchTreeAttention(b.batch, b.tiles, c.shape, 0, kd, b.q.data_ptr(), scale, out2.data_ptr(), 0)); };
+      torch::Tensor out1 = torch::full_like(b.q, NAN),
+                    out2 = torch::full_like(b.q, NAN);
+      auto v1 = [&] {
+        Check(LaunchTreeAttentionV1(b.batch, c.shape, 0, kd, b.q.data_ptr(),
+                                    scale, out1.data_ptr(), 0));
+      };
+      auto v2 = [&] {
+        Check(LaunchTreeAttention(b.batch, b.tiles, c.shape, 0, kd,
+                                  b.q.data_ptr(), scale, out2.data_ptr(), 0));
+      };
       torch::Tensor out_torch;
       auto lt = [&] { out_torch = TorchAttention(b, c, dtype, masks); };
       v1();
       v2();
       lt();
       Check(cudaDeviceSynchronize());
-      const double e1 = RelError(out1, ref), e2 = RelError(out2, ref), et = RelError(out_torch, ref);
+      const double e1 = RelError(out1, ref), e2 = RelError(out2, ref),
+                   et = RelError(out_torch, ref);
       const double tol = dtype == torch::kFloat32 ? 1e-5 : 1.6e-2;
       failures += !(e1 < tol) + !(e2 < tol);
-      std::printf("%-13s %4d %5d %5d %5s | %9.2e %9.2e %9.2e | %8.3f %8.3f %8.3f\n",
-                  c.model, c.seqs, c.context, c.tree,
-                  dtype == torch::kFloat32 ? "f32" : "bf16", e1, e2, et,
-                  TimeMs(v1), TimeMs(v2), TimeMs(lt));
+      std::printf(
+          "%-13s %4d %5d %5d %5s | %9.2e %9.2e %9.2e | %8.3f %8.3f %8.3f\n",
+          c.model, c.seqs, c.context, c.tree,
+          dtype == torch::kFloat32 ? "f32" : "bf16", e1, e2, et, TimeMs(v1),
+          TimeMs(v2), TimeMs(lt));
       std::fflush(stdout);
     }
   }
-  std::printf("%d passed, %d failed\n", 2 * 2 * static_cast<int>(std::size(cases)) - failures, failures);
+  std::printf("%d passed, %d failed\n",
+              2 * 2 * static_cast<int>(std::size(cases)) - failures, failures);
   return failures == 0 ? 0 : 1;
 }

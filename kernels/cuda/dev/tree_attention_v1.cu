@@ -2,10 +2,9 @@
 // straight from global memory, two passes (max, then softmax-weighted sum)
 // in float32. Slow and simple: the first correct version, kept to time the
 // production kernel (version 2, kernels/cuda/tree_attention.cu) against.
-#include "kernels/cuda/dev/tree_attention_dev.h"
-
 #include <math.h>
 
+#include "kernels/cuda/dev/tree_attention_dev.h"
 #include "kernels/cuda/dtype.cuh"
 
 namespace lookahead::kernels::cuda::dev {
@@ -73,10 +72,10 @@ cudaError_t LaunchTreeAttentionV1(const TreeBatch& batch,
     using T = decltype(tag);
     const int threads = 128;
     const int work = batch.num_tokens * shape.heads;
-    TreeAttentionV1Kernel<T><<<(work + threads - 1) / threads, threads, 0,
-                               stream>>>(batch, shape, layer,
-                                         static_cast<const T*>(q), scale,
-                                         static_cast<T*>(out));
+    TreeAttentionV1Kernel<T>
+        <<<(work + threads - 1) / threads, threads, 0, stream>>>(
+            batch, shape, layer, static_cast<const T*>(q), scale,
+            static_cast<T*>(out));
     return cudaGetLastError();
   });
 }

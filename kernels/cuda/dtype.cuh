@@ -5,6 +5,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/tree_batch.h"
 
 namespace lookahead::kernels::cuda {
 

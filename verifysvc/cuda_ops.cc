@@ -84,6 +84,12 @@ const T* At(const torch::Tensor& storage, size_t offset) {
   return reinterpret_cast<const T*>(storage.data_ptr<uint8_t>() + offset);
 }
 
+// Returns true iff `t`'s dtype is the kernels' `dtype`.
+bool HasDType(const torch::Tensor& t, kc::DType dtype) {
+  absl::StatusOr<kc::DType> d = KernelDType(t.scalar_type());
+  return d.ok() && *d == dtype;
+}
+
 absl::Status CheckCuda(const torch::Tensor& t, const char* name) {
   if (!t.defined() || !t.is_cuda() || !t.is_contiguous()) {
     return absl::InvalidArgumentError(
@@ -102,8 +108,8 @@ bool SupportsTreeAttention(const ModelConfig& config, torch::Dtype dtype) {
 
 absl::StatusOr<DeviceTreeBatch> DeviceTreeBatch::Build(
     const ModelConfig& config, absl::Span<const Cache> caches,
-    absl::Span<const std::vector<int32_t>* const> parents) {
-  if (caches.empty() || caches.size() != parents.size()) {
+    absl::Span<const TreeLayout> layouts) {
+  if (caches.empty() || caches.size() != layouts.size()) {
     return absl::InvalidArgumentError("DeviceTreeBatch: empty or ragged input");
   }
   DeviceTreeBatch out;
@@ -130,15 +136,14 @@ absl::StatusOr<DeviceTreeBatch> DeviceTreeBatch::Build(
           " must be contiguous K and V of (layers, KV, capacity, head_dim) "
           "on the batch's CUDA device and dtype"));
     }
-    const std::vector<int32_t>& p = *parents[s];
-    const int32_t n = static_cast<int32_t>(p.size());
+    const TreeLayout& layout = layouts[s];
+    const int32_t n = layout.size();
     offsets.push_back(offsets.back() + n);
     lens.push_back(cache.length);
     caps.push_back(static_cast<int32_t>(cache.k->size(2)));
     k_ptrs.push_back(reinterpret_cast<uint64_t>(cache.k->data_ptr()));
     v_ptrs.push_back(reinterpret_cast<uint64_t>(cache.v->data_ptr()));
     mask_offsets.push_back(static_cast<int32_t>(masks.size()));
-    ASSIGN_OR_RETURN(TreeLayout layout, TreeLayout::Build(p));
     const PackedTreeMask mask = PackedTreeMask::FromLayout(layout);
     masks.insert(masks.end(), mask.words().begin(), mask.words().end());
     for (int32_t i = 0; i < n; ++i) {
@@ -198,8 +203,7 @@ absl::StatusOr<torch::Tensor> RopeAppend(const DeviceTreeBatch& batch,
       static_cast<int64_t>(shape.heads + 2 * shape.kv_heads) * shape.head_dim;
   if (!qkv.defined() || qkv.device() != batch.device() || qkv.dim() != 2 ||
       qkv.size(0) != batch.batch().num_tokens || qkv.size(1) != width ||
-      qkv.stride(1) != 1 || !KernelDType(qkv.scalar_type()).ok() ||
-      *KernelDType(qkv.scalar_type()) != batch.dtype()) {
+      qkv.stride(1) != 1 || !HasDType(qkv, batch.dtype())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "RopeAppend: qkv must be (", batch.batch().num_tokens, ", ", width,
         ") with unit column stride, on the batch's device and dtype"));
@@ -234,8 +238,7 @@ absl::StatusOr<torch::Tensor> TreeAttention(const DeviceTreeBatch& batch,
   RETURN_IF_ERROR(CheckCuda(q, "TreeAttention: q"));
   if (q.dim() != 3 || q.size(0) != batch.batch().num_tokens ||
       q.size(1) != shape.heads || q.size(2) != shape.head_dim ||
-      q.device() != batch.device() || !KernelDType(q.scalar_type()).ok() ||
-      *KernelDType(q.scalar_type()) != batch.dtype()) {
+      q.device() != batch.device() || !HasDType(q, batch.dtype())) {
     return absl::InvalidArgumentError(
         absl::StrCat("TreeAttention: q must be (", batch.batch().num_tokens,
                      ", ", shape.heads, ", ", shape.head_dim,

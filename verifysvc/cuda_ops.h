@@ -17,6 +17,7 @@
 #include "kernels/cuda/tree_batch.h"
 #include "verifysvc/model_config.h"
 #include "verifysvc/sampler.h"
+#include "verifysvc/tree_mask.h"
 
 namespace lookahead {
 namespace verifysvc {
@@ -40,11 +41,11 @@ class DeviceTreeBatch {
   };
 
   // caches[s] holds sequence s (config's shape and a kernel dtype);
-  // parents[s] is its tree (validated by the caller). INVALID_ARGUMENT for
+  // layouts[s] is its tree (the forward pass's own). INVALID_ARGUMENT for
   // empty or ragged input or a cache that is not on CUDA.
   static absl::StatusOr<DeviceTreeBatch> Build(
       const ModelConfig& config, absl::Span<const Cache> caches,
-      absl::Span<const std::vector<int32_t>* const> parents);
+      absl::Span<const TreeLayout> layouts);
 
   const kernels::cuda::TreeBatch& batch() const { return batch_; }
   const kernels::cuda::TreeTiles& tiles() const { return tiles_; }

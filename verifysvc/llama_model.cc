@@ -328,12 +328,15 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::ForwardUnchecked(
   std::vector<int64_t> offsets(num_seqs + 1, 0);
   std::vector<int64_t> token_ids, positions, logit_rows;
   std::vector<torch::Tensor> masks(num_seqs);  // (n, len + n) additive
+  std::vector<TreeLayout> layouts;             // per sequence
+  layouts.reserve(num_seqs);
   for (int64_t s = 0; s < num_seqs; ++s) {
     const SequenceInput& in = batch[s];
     const int64_t n = static_cast<int64_t>(in.tokens.size());
     const int64_t len = in.cache->Length();
     offsets[s + 1] = offsets[s] + n;
-    TreeLayout layout = *TreeLayout::Build(in.parents);  // validated
+    layouts.push_back(*TreeLayout::Build(in.parents));  // validated
+    const TreeLayout& layout = layouts.back();
     for (int64_t i = 0; i < n; ++i) {
       token_ids.push_back(in.tokens[i]);
       positions.push_back(len + layout.depths()[i]);
@@ -376,13 +379,11 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::ForwardUnchecked(
   std::optional<cuda_ops::DeviceTreeBatch> device_batch;
   if (use_kernels) {
     std::vector<cuda_ops::DeviceTreeBatch::Cache> caches;
-    std::vector<const std::vector<int32_t>*> parents;
     for (const SequenceInput& in : batch) {
       caches.push_back({&in.cache->k(), &in.cache->v(), in.cache->Length()});
-      parents.push_back(&in.parents);
     }
     ASSIGN_OR_RETURN(device_batch,
-                     cuda_ops::DeviceTreeBatch::Build(c, caches, parents));
+                     cuda_ops::DeviceTreeBatch::Build(c, caches, layouts));
   }
 #endif
 

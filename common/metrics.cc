@@ -11,8 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace lookahead {
-namespace metrics {
+namespace lookahead::metrics {
 namespace {
 
 // Doubles up to 2^53 are exact integers; below it integral increments go to
@@ -536,5 +535,4 @@ std::string Registry::Render() const {
   return out;
 }
 
-}  // namespace metrics
-}  // namespace lookahead
+}  // namespace lookahead::metrics

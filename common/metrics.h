@@ -19,8 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
-namespace lookahead {
-namespace metrics {
+namespace lookahead::metrics {
 
 // The Content-Type of Registry::Render()'s output.
 inline constexpr char kContentType[] =
@@ -225,7 +224,6 @@ class Registry {
 // reads back as the same double.
 std::string FormatValue(double value);
 
-}  // namespace metrics
-}  // namespace lookahead
+}  // namespace lookahead::metrics
 
 #endif  // LOOKAHEAD_COMMON_METRICS_H_

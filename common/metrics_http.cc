@@ -10,8 +10,7 @@
 #include "common/port_file.h"
 #include "httplib.h"
 
-namespace lookahead {
-namespace metrics {
+namespace lookahead::metrics {
 namespace {
 
 // Scrapes are rare and cheap; two workers let a slow or idle keep-alive
@@ -107,5 +106,4 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
   return server;
 }
 
-}  // namespace metrics
-}  // namespace lookahead
+}  // namespace lookahead::metrics

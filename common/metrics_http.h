@@ -16,8 +16,7 @@ namespace httplib {
 class Server;
 }  // namespace httplib
 
-namespace lookahead {
-namespace metrics {
+namespace lookahead::metrics {
 
 class MetricsServer {
  public:
@@ -57,7 +56,6 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
     const std::string& host, int port, const std::string& port_file,
     const Registry* registry);
 
-}  // namespace metrics
-}  // namespace lookahead
+}  // namespace lookahead::metrics
 
 #endif  // LOOKAHEAD_COMMON_METRICS_HTTP_H_

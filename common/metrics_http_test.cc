@@ -14,8 +14,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 
-namespace lookahead {
-namespace metrics {
+namespace lookahead::metrics {
 namespace {
 
 using ::testing::HasSubstr;
@@ -155,5 +154,4 @@ TEST(MetricsServerStartTest, StartStopLoop) {
 }
 
 }  // namespace
-}  // namespace metrics
-}  // namespace lookahead
+}  // namespace lookahead::metrics

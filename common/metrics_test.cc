@@ -12,8 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace lookahead {
-namespace metrics {
+namespace lookahead::metrics {
 namespace {
 
 using ::testing::ElementsAre;
@@ -393,5 +392,4 @@ TEST(ConcurrencyTest, TotalsAreExact) {
 }
 
 }  // namespace
-}  // namespace metrics
-}  // namespace lookahead
+}  // namespace lookahead::metrics

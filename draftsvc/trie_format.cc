@@ -4,14 +4,10 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "proto/namespace_name.h"
 
 namespace lookahead::draftsvc::trie_format {
 namespace {
-
-bool IsNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-}
 
 void AppendBigEndian32(uint32_t v, std::string* out) {
   char buf[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
@@ -28,19 +24,7 @@ uint32_t ReadBigEndian32(const char* p) {
 }  // namespace
 
 absl::Status ValidateNamespace(absl::string_view name) {
-  if (name.empty() || name.size() > kMaxNamespaceBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("namespace is ", name.size(), " bytes; it must be 1..",
-                     kMaxNamespaceBytes, " bytes"));
-  }
-  for (char c : name) {
-    if (!IsNameChar(c)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("namespace \"", absl::CHexEscape(name),
-                       "\" has a character outside [A-Za-z0-9_.-]"));
-    }
-  }
-  return absl::OkStatus();
+  return v1::ValidateNamespaceName(name);
 }
 
 std::string FormatKey() { return std::string(1, kFormatTag); }

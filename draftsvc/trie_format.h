@@ -42,10 +42,11 @@ inline constexpr char kNamespaceEnd = '\0';
 inline constexpr char kCountMergeOperatorName[] = "lookahead.Int64Add";
 
 // Longest namespace name and deepest path the format accepts.
-inline constexpr int kMaxNamespaceBytes = 128;
+inline constexpr int kMaxNamespaceBytes = 128;  // = v1::kMaxNamespaceBytes
 inline constexpr int kMaxPathTokens = 4096;
 
-// Returns OK iff `name` is 1..128 bytes of [A-Za-z0-9_.-].
+// Returns OK iff `name` is 1..128 bytes of [A-Za-z0-9_.-]: the API's rule
+// (proto/namespace_name.h), which also keeps '\0' out of node keys.
 absl::Status ValidateNamespace(absl::string_view name);
 
 // The key of the format-version record.

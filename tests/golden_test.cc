@@ -34,25 +34,25 @@
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "tests/golden.pb.h"
-#include "verifysvc/gguf.h"
-#include "verifysvc/kv_cache.h"
-#include "verifysvc/llama_model.h"
-#include "verifysvc/model_files.h"
-#include "verifysvc/sampler.h"
-#include "verifysvc/threading.h"
-#include "verifysvc/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/kv_cache.h"
+#include "engine/model/llama_model.h"
+#include "engine/gguf/model_files.h"
+#include "engine/model/sampler.h"
+#include "engine/model/threading.h"
+#include "engine/text/tokenizer.h"
 
 namespace lookahead {
 namespace {
 
 using ::lookahead::golden::GoldenFile;
 using ::lookahead::golden::ModelCase;
-using ::lookahead::verifysvc::GgufFile;
-using ::lookahead::verifysvc::KvCache;
-using ::lookahead::verifysvc::LlamaModel;
-using ::lookahead::verifysvc::ModelOptions;
-using ::lookahead::verifysvc::SequenceInput;
-using ::lookahead::verifysvc::Tokenizer;
+using ::lookahead::engine::GgufFile;
+using ::lookahead::engine::KvCache;
+using ::lookahead::engine::LlamaModel;
+using ::lookahead::engine::ModelOptions;
+using ::lookahead::engine::TreeInput;
+using ::lookahead::engine::Tokenizer;
 
 constexpr char kGoldenPath[] = "tests/golden/smollm2_q4_1.json";
 // Max |ours - HF| for a float32 logit (logits here are O(10)).
@@ -69,7 +69,7 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
-std::string ModelPath() { return verifysvc::DefaultModelPath(); }
+std::string ModelPath() { return engine::DefaultModelPath(); }
 
 bool Exists(const std::string& path) { return std::ifstream(path).good(); }
 
@@ -103,8 +103,8 @@ absl::StatusOr<GoldenFile> LoadGolden() {
   return golden;
 }
 
-verifysvc::EncodeOptions Options(bool parse_special, bool add_special) {
-  verifysvc::EncodeOptions options;
+engine::EncodeOptions Options(bool parse_special, bool add_special) {
+  engine::EncodeOptions options;
   options.parse_special = parse_special;
   options.add_special = add_special;
   return options;
@@ -133,7 +133,7 @@ class GoldenTest : public ::testing::Test {
     ASSERT_TRUE(Exists(path))
         << "model not found: " << path
         << " (run tools/setup.sh --model, or set LOOKAHEAD_MODEL_DIR)";
-    absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+    absl::StatusOr<std::unique_ptr<engine::GgufFile>> file = engine::GgufFile::Open(path);
     ASSERT_TRUE(file.ok()) << file.status();
     file_ = *std::move(file);
     ASSERT_EQ(file_->file_size(), golden_.generator().model_bytes())
@@ -142,13 +142,13 @@ class GoldenTest : public ::testing::Test {
   }
 
   GoldenFile golden_;
-  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<engine::GgufFile> file_;
 };
 
 // A truncated or hand-edited golden file must not pass by checking nothing.
 TEST_F(GoldenTest, FileIsComplete) {
   EXPECT_EQ(golden_.format_version(), 1);
-  EXPECT_EQ(golden_.generator().model_file(), verifysvc::kDefaultModelFile);
+  EXPECT_EQ(golden_.generator().model_file(), engine::kDefaultModelFile);
   EXPECT_EQ(golden_.probe_ids_size(), kNumProbes);
   EXPECT_GE(golden_.cases_size(), kMinCases);
   EXPECT_GE(golden_.tokenizer_cases_size(), 10);
@@ -172,10 +172,10 @@ TEST_F(GoldenTest, FileIsComplete) {
 }
 
 TEST_F(GoldenTest, TokenizerMatchesReference) {
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-      Tokenizer::FromGguf(*file_);
+  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
+      engine::Tokenizer::FromGguf(*file_);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  const Tokenizer& tok = **tokenizer;
+  const engine::Tokenizer& tok = **tokenizer;
   int checked = 0;
   for (const auto& c : golden_.tokenizer_cases()) {
     const std::vector<int32_t> want(c.token_ids().begin(), c.token_ids().end());
@@ -197,7 +197,7 @@ TEST_F(GoldenTest, TokenizerMatchesReference) {
                          << FirstDifference(got, want);
     ++checked;
     if (c.kind() != "chat") continue;
-    std::vector<verifysvc::ChatMessage> messages;
+    std::vector<engine::ChatMessage> messages;
     for (const auto& m : c.messages()) {
       messages.push_back({m.role(), m.content()});
     }
@@ -223,11 +223,11 @@ std::vector<float> ToVector(const torch::Tensor& logits) {
 
 // Logits (rows, vocab) of `tokens` as one chain after the cache's committed
 // context; the chain stays provisional (`commit`: all of it is committed).
-absl::StatusOr<torch::Tensor> ForwardChain(const LlamaModel& model,
-                                           KvCache* cache,
+absl::StatusOr<torch::Tensor> ForwardChain(const engine::LlamaModel& model,
+                                           engine::KvCache* cache,
                                            std::vector<int32_t> tokens,
                                            bool last_only, bool commit) {
-  SequenceInput input;
+  engine::TreeInput input;
   input.cache = cache;
   input.parents.resize(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -257,7 +257,7 @@ absl::StatusOr<torch::Tensor> ForwardChain(const LlamaModel& model,
 // sequences equal: by induction, each of our argmaxes given HF's (= our)
 // prefix is HF's next token. Adds failures for every disagreement; returns
 // the largest |ours - HF| over compared logits.
-float CheckCase(const LlamaModel& model, const GoldenFile& golden,
+float CheckCase(const engine::LlamaModel& model, const GoldenFile& golden,
                 const ModelCase& c, bool full_decode) {
   float max_diff = 0;
   const auto compare = [&](const std::vector<float>& ours, int32_t id,
@@ -274,7 +274,7 @@ float CheckCase(const LlamaModel& model, const GoldenFile& golden,
   // Returns false (after adding a failure) iff `logits` do not pick HF's
   // greedy token for `step`.
   const auto check_greedy = [&](const std::vector<float>& logits, int step) {
-    const int32_t next = verifysvc::ArgMax(logits);
+    const int32_t next = engine::ArgMax(logits);
     ours.push_back(next);
     const int32_t want = c.greedy_ids(step);
     if (next == want) return true;
@@ -287,7 +287,7 @@ float CheckCase(const LlamaModel& model, const GoldenFile& golden,
     return false;  // later steps would compare different contexts
   };
 
-  absl::StatusOr<std::unique_ptr<KvCache>> cache = model.NewCache();
+  absl::StatusOr<std::unique_ptr<engine::KvCache>> cache = model.NewCache();
   EXPECT_TRUE(cache.ok()) << cache.status();
   if (!cache.ok()) return max_diff;
   const std::vector<int32_t> prompt(c.token_ids().begin(), c.token_ids().end());
@@ -301,7 +301,7 @@ float CheckCase(const LlamaModel& model, const GoldenFile& golden,
     compare(logits, golden.probe_ids(i), c.first_step().probe_logits(i),
             "first-step probe");
   }
-  EXPECT_EQ(verifysvc::ArgMax(logits), c.first_step().argmax())
+  EXPECT_EQ(engine::ArgMax(logits), c.first_step().argmax())
       << c.name() << ": first-step argmax";
 
   const int num_greedy = c.greedy_ids_size();
@@ -349,10 +349,10 @@ float CheckCase(const LlamaModel& model, const GoldenFile& golden,
 }
 
 TEST_F(GoldenTest, ModelMatchesReference) {
-  const absl::Status threads = verifysvc::ConfigureThreads({});
+  const absl::Status threads = engine::ConfigureThreads({});
   EXPECT_TRUE(threads.ok()) << threads;
-  absl::StatusOr<std::unique_ptr<LlamaModel>> model =
-      LlamaModel::Load(*file_, ModelOptions{});
+  absl::StatusOr<std::unique_ptr<engine::LlamaModel>> model =
+      engine::LlamaModel::Load(*file_, engine::ModelOptions{});
   ASSERT_TRUE(model.ok()) << model.status();
   float max_diff = 0;
   int index = 0;

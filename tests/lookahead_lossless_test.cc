@@ -12,11 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/server_process.h"
-#include "verifysvc/draft_client.h"
-#include "verifysvc/engine_test_util.h"
-#include "verifysvc/generate.h"
-#include "verifysvc/llama_model.h"
-#include "verifysvc/tokenizer.h"
+#include "tests/session_draft_provider.h"
+#include "verifysvc/draftsvc_client/draftsvc_client.h"
+#include "engine/testing/engine_test_util.h"
+#include "engine/testing/reference_decode.h"
+#include "engine/model/llama_model.h"
+#include "engine/text/tokenizer.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -31,9 +32,9 @@ std::string Env(const char* name) {
 class LookaheadLosslessTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    absl::StatusOr<RealModel> real = LoadRealModel();
+    absl::StatusOr<engine::RealModel> real = engine::LoadRealModel();
     ASSERT_TRUE(real.ok()) << real.status();
-    real_ = new RealModel(*std::move(real));
+    real_ = new engine::RealModel(*std::move(real));
     model_ = real_->model.get();
     tokenizer_ = real_->tokenizer.get();
   }
@@ -57,10 +58,10 @@ class LookaheadLosslessTest : public ::testing::Test {
     return ids.ok() ? *ids : std::vector<int32_t>{1};
   }
 
-  GenerationResult Run(const std::vector<int32_t>& prompt,
-                       const SamplingParams& sampling, bool drafts,
+  engine::GenerationResult Run(const std::vector<int32_t>& prompt,
+                       const engine::SamplingParams& sampling, bool drafts,
                        DraftRequest step = {}) {
-    GenerationOptions options;
+    engine::GenerationOptions options;
     options.max_new_tokens = kNewTokens;
     options.sampling = sampling;
     std::unique_ptr<SessionDraftProvider> provider;
@@ -71,14 +72,14 @@ class LookaheadLosslessTest : public ::testing::Test {
       EXPECT_TRUE(opened.ok()) << opened.status();
       if (opened.ok()) provider = *std::move(opened);
     }
-    auto result = Generate(*model_, prompt, options, provider.get());
+    auto result = engine::Generate(*model_, prompt, options, provider.get());
     EXPECT_TRUE(result.ok()) << result.status();
-    return result.ok() ? *std::move(result) : GenerationResult();
+    return result.ok() ? *std::move(result) : engine::GenerationResult();
   }
 
-  static inline RealModel* real_ = nullptr;
-  static inline const LlamaModel* model_ = nullptr;
-  static inline const Tokenizer* tokenizer_ = nullptr;
+  static inline engine::RealModel* real_ = nullptr;
+  static inline const engine::LlamaModel* model_ = nullptr;
+  static inline const engine::Tokenizer* tokenizer_ = nullptr;
   std::unique_ptr<testing::ServerProcess> server_;
   std::unique_ptr<DraftClient> client_;
   int sessions_ = 0;
@@ -103,8 +104,8 @@ TEST_F(LookaheadLosslessTest, GreedyAndSeededSamplingMatchPlainDecoding) {
   for (const char* text : kPrompts) {
     SCOPED_TRACE(text);
     const std::vector<int32_t> prompt = Chat(text);
-    SamplingParams greedy;
-    SamplingParams sampled;
+    engine::SamplingParams greedy;
+    engine::SamplingParams sampled;
     sampled.temperature = 0.8f;
     sampled.top_p = 0.95f;
     sampled.top_k = 50;
@@ -114,13 +115,13 @@ TEST_F(LookaheadLosslessTest, GreedyAndSeededSamplingMatchPlainDecoding) {
     DraftRequest parallel = hierarchical;
     parallel.mode = lookahead::v1::DRAFT_MODE_TRIE_PARALLEL;
 
-    const GenerationResult plain = Run(prompt, greedy, false);
+    const engine::GenerationResult plain = Run(prompt, greedy, false);
     ASSERT_EQ(plain.tokens.size(), kNewTokens);
     EXPECT_EQ(plain.steps, kNewTokens);
     // Twice: the second run also draws on the first's outputs, now in the
     // namespace's global trie.
     for (int pass = 0; pass < 2; ++pass) {
-      const GenerationResult fast = Run(prompt, greedy, true, hierarchical);
+      const engine::GenerationResult fast = Run(prompt, greedy, true, hierarchical);
       EXPECT_EQ(fast.tokens, plain.tokens) << "greedy pass " << pass;
       accepted += fast.accepted_draft_tokens;
       proposed += fast.draft_tokens;
@@ -128,7 +129,7 @@ TEST_F(LookaheadLosslessTest, GreedyAndSeededSamplingMatchPlainDecoding) {
     EXPECT_EQ(Run(prompt, greedy, true, parallel).tokens, plain.tokens)
         << "greedy, parallel drafts";
 
-    const GenerationResult plain_sampled = Run(prompt, sampled, false);
+    const engine::GenerationResult plain_sampled = Run(prompt, sampled, false);
     EXPECT_EQ(Run(prompt, sampled, true, hierarchical).tokens,
               plain_sampled.tokens)
         << "seeded sampling";
@@ -145,8 +146,8 @@ TEST_F(LookaheadLosslessTest, GreedyAndSeededSamplingMatchPlainDecoding) {
 
 TEST_F(LookaheadLosslessTest, DeadDraftServiceCostsOnlyDrafts) {
   const std::vector<int32_t> prompt = Chat(kPrompts[2]);
-  SamplingParams greedy;
-  const GenerationResult plain = Run(prompt, greedy, false);
+  engine::SamplingParams greedy;
+  const engine::GenerationResult plain = Run(prompt, greedy, false);
   DraftRequest step;
   step.decoding_length = 16;
   auto provider =
@@ -154,9 +155,9 @@ TEST_F(LookaheadLosslessTest, DeadDraftServiceCostsOnlyDrafts) {
                                  model_->config().vocab_size, prompt, step);
   ASSERT_TRUE(provider.ok()) << provider.status();
   server_->Kill(SIGKILL);  // Every Step now fails: no drafts, same output.
-  GenerationOptions options;
+  engine::GenerationOptions options;
   options.max_new_tokens = kNewTokens;
-  auto result = Generate(*model_, prompt, options, provider->get());
+  auto result = engine::Generate(*model_, prompt, options, provider->get());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->tokens, plain.tokens);
   EXPECT_EQ(result->draft_tokens, 0);

@@ -27,8 +27,8 @@ readonly TORCH_DIR="$CACHE/torch-cuda"
 # One output base per checkout, as Bazel's own default.
 readonly OUTPUT_BASE="$CACHE/bazel-cuda/$(pwd -P | md5sum | cut -c1-12)"
 readonly TARGETS=(
-  //verifysvc:verifysvc //draftsvc:draftsvc //verifysvc:engine_bench
-  //verifysvc:lossless_test //tests:service_lossless_test
+  //verifysvc:verifysvc //draftsvc:draftsvc //engine/bench:engine_bench
+  //engine/model:lossless_test //tests:service_lossless_test
   //kernels/cuda:kernels_test
 )
 
@@ -106,7 +106,7 @@ check() {
   tools/setup.sh --model >/dev/null
   export LD_LIBRARY_PATH="$TORCH_DIR/torch/lib:$EXTRA_LIBS:/usr/local/cuda/lib64"
   local bin=.bazel-cuda/bin
-  "$bin/verifysvc/lossless_test" --gtest_filter='*/0:*/1'
+  "$bin/engine/model/lossless_test" --gtest_filter='*/0:*/1'
   VERIFYSVC_BINARY="$bin/verifysvc/verifysvc" DRAFTSVC_BINARY="$bin/draftsvc/draftsvc" \
     "$bin/tests/service_lossless_test" --gtest_filter='ServiceLosslessTest.*'
   echo "cuda_build: the CUDA build's CPU path is lossless"
@@ -120,7 +120,7 @@ bundle() {
   local bin=.bazel-cuda/bin
   local binaries=(
     "$bin/verifysvc/verifysvc" "$bin/draftsvc/draftsvc"
-    "$bin/verifysvc/engine_bench" "$bin/verifysvc/lossless_test"
+    "$bin/engine/bench/engine_bench" "$bin/engine/model/lossless_test"
     "$bin/tests/service_lossless_test" "$bin/kernels/cuda/kernels_test_bin"
   )
   # bench/run.py --bin_dir wants <dir>/<name>/<name> for the two services.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader (verifysvc/gguf.cc + dequant.cc) with libFuzzer and
+# Fuzzes the GGUF reader (engine/gguf/gguf.cc + dequant.cc) with libFuzzer and
 # AddressSanitizer for a bounded time. Exits non-zero iff the build fails or
 # the fuzzer finds a crash (the reproducer is kept under $WORK/artifacts).
 #
 #   tools/fuzz.sh [SECONDS]        # default 60
 #
 # Built directly with clang++ (no Bazel). The corpus starts from files made
-# by verifysvc/gguf_writer (every value type, every tensor type id) plus the
+# by engine/testing/gguf_writer (every value type, every tensor type id) plus the
 # first 4 KiB of the real model when it is present; it persists in
 # $LOOKAHEAD_FUZZ_DIR (default ${TMPDIR:-/tmp}/lookahead-gguf-fuzz) so later
 # runs continue from it.
@@ -25,16 +25,16 @@ done
 mkdir -p "$WORK/corpus" "$WORK/seeds" "$WORK/artifacts"
 ABSL_LIBS_TEXT="$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format)"
 read -r -a ABSL_LIBS <<<"$ABSL_LIBS_TEXT"
-readonly SRCS=(verifysvc/gguf.cc verifysvc/dequant.cc)
+readonly SRCS=(engine/gguf/gguf.cc engine/gguf/dequant.cc)
 readonly FLAGS=(-std=c++17 -O1 -g -I. -Wno-deprecated-declarations)
 
 echo "fuzz: building seed writer and fuzz target with $CXX"
 "$CXX" "${FLAGS[@]}" -DLOOKAHEAD_GGUF_FUZZ_SEEDS \
-  verifysvc/gguf_fuzz.cc verifysvc/gguf_writer.cc "${SRCS[@]}" \
+  engine/fuzz/gguf_fuzz.cc engine/testing/gguf_writer.cc "${SRCS[@]}" \
   "${ABSL_LIBS[@]}" -o "$WORK/gguf_seed_writer"
 "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer,address,undefined \
   -fno-sanitize-recover=undefined \
-  verifysvc/gguf_fuzz.cc "${SRCS[@]}" "${ABSL_LIBS[@]}" -o "$WORK/gguf_fuzz"
+  engine/fuzz/gguf_fuzz.cc "${SRCS[@]}" "${ABSL_LIBS[@]}" -o "$WORK/gguf_fuzz"
 
 "$WORK/gguf_seed_writer" "$WORK/seeds"
 if [[ -f "$MODEL" ]]; then

@@ -7,8 +7,11 @@
 # (tools/deploy_test.sh), the benchmark suite's quick mode (identical
 # outputs only, tools/bench.sh --quick), the CUDA build of verifysvc and its
 # CPU path's lossless suites (tools/cuda_build.sh --check: no GPU needed),
-# then the GGUF fuzz target for a bounded time
-# (LOOKAHEAD_FUZZ_SECONDS, default 60).
+# the layering rules (tools/layering_test.py: no generated proto headers
+# below the edges, arrows point down, short serving functions), clang's
+# thread-safety analysis of the annotated code (tools/thread_safety_build.sh),
+# then the GGUF fuzz target for a bounded time (LOOKAHEAD_FUZZ_SECONDS,
+# default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +32,8 @@ run_step() {
   fi
 }
 if ((status == 0)); then
+  run_step /usr/bin/python3 tools/layering_test.py --bazel
+  run_step tools/thread_safety_build.sh
   run_step tools/client_test.sh
   run_step tools/metrics_test.sh
   run_step tools/rules_test.sh

@@ -36,7 +36,7 @@ RUN groupadd --system --gid 10001 lookahead \
 COPY --from=build /opt/lookahead/models/SmolLM2-135M-Instruct.Q4_1.gguf \
     /opt/lookahead/models/
 COPY --from=build /out/verifysvc /usr/local/bin/verifysvc
-# verifysvc looks for its default model here (verifysvc/model_files.cc).
+# verifysvc looks for its default model here (engine/gguf/model_files.cc).
 ENV LOOKAHEAD_MODEL_DIR=/opt/lookahead/models
 # Numeric, so that Kubernetes can verify runAsNonRoot.
 USER 10001:10001

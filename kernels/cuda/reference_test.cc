@@ -10,8 +10,8 @@
 #include <cmath>
 #include <random>
 
-#include "verifysvc/acceptance.h"
-#include "verifysvc/sampler.h"
+#include "engine/model/acceptance.h"
+#include "engine/model/sampler.h"
 
 namespace lookahead::kernels::cuda {
 namespace {
@@ -218,13 +218,13 @@ TEST(ReferenceSelectToken, EqualsTheVerifierSampler) {
     for (float& x : row) x = normal(rng);
     if (trial % 5 == 0) row[trial % 97] = std::nanf("");
     if (trial % 7 == 0) row[3] = row[50] = 40.0f;  // a tie
-    verifysvc::SamplingParams params;
+    engine::SamplingParams params;
     params.temperature = trial % 3 == 0 ? 0.0f : 0.5f + (trial % 4) * 0.3f;
     params.seed = trial * 7919;
     const int64_t position = trial * 13;
     EXPECT_EQ(ReferenceSelectToken(row.data(), 97, params.temperature,
                                    params.seed, position),
-              verifysvc::SampleToken(row, params, position))
+              engine::SampleToken(row, params, position))
         << "trial " << trial;
   }
 }
@@ -243,8 +243,8 @@ TEST(ReferenceAcceptPath, EqualsAcceptLongestPath) {
     }
     std::vector<int32_t> path, emitted;
     ReferenceAcceptPath(tokens, parents, chosen, &path, &emitted);
-    absl::StatusOr<verifysvc::AcceptResult> want =
-        verifysvc::AcceptLongestPath(tokens, parents, logits, {}, 0);
+    absl::StatusOr<engine::AcceptResult> want =
+        engine::AcceptLongestPath(tokens, parents, logits, {}, 0);
     ASSERT_TRUE(want.ok()) << want.status();
     EXPECT_EQ(path, want->path);
     EXPECT_EQ(emitted, want->tokens);

@@ -1,0 +1,40 @@
+// DraftTree: the verifier's draft, a token tree proposed to follow a root
+// token, with the source of each node. Torch-free and independent of the
+// model, so draft sources and the scheduler can build and merge trees
+// without linking LibTorch. Plain values; thread-compatible.
+#ifndef LOOKAHEAD_ENGINE_MODEL_DRAFT_TREE_H_
+#define LOOKAHEAD_ENGINE_MODEL_DRAFT_TREE_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace lookahead::engine {
+
+// Where a draft node came from. Only a tag for statistics: the verifier
+// treats every node alike.
+enum class DraftSourceTag : uint8_t {
+  kUnknown = 0,
+  kTrie = 1,       // draftsvc's token tries (prompt and global outputs)
+  kNgram = 2,      // n-gram pool (Jacobi lookahead, recycled predictions)
+  kAssistant = 3,  // an assistant model
+};
+
+// A draft to verify after a root token. parents[i] is in [-1, i) and indexes
+// `tokens`; -1 means a child of the root. sources is empty (all kUnknown) or
+// has one tag per node.
+struct DraftTree {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> parents;
+  std::vector<DraftSourceTag> sources;
+
+  int size() const { return static_cast<int>(tokens.size()); }
+  bool empty() const { return tokens.empty(); }
+};
+
+// Keeps the first `max_nodes` (>= 0) nodes of `tree`: nodes are in
+// topological order, so any prefix is still a tree.
+void TrimDraft(DraftTree* tree, int max_nodes);
+
+}  // namespace lookahead::engine
+
+#endif  // LOOKAHEAD_ENGINE_MODEL_DRAFT_TREE_H_

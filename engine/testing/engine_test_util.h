@@ -1,0 +1,83 @@
+// Test helpers for the verifier engine: tiny random-weight GGUF models, the
+// real model's location, and an independent causal reference forward.
+// Test-only; functions are pure (thread-compatible).
+#ifndef LOOKAHEAD_ENGINE_TESTING_ENGINE_TEST_UTIL_H_
+#define LOOKAHEAD_ENGINE_TESTING_ENGINE_TEST_UTIL_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/llama_model.h"
+#include "engine/text/tokenizer.h"
+
+namespace lookahead::engine {
+
+struct TinyModelSpec {
+  std::string architecture = "llama";  // "qwen2" adds q/k/v biases
+  int vocab = 101;
+  int dim = 64;
+  int layers = 2;
+  int heads = 4;
+  int kv_heads = 2;
+  int ffn = 96;
+  int context = 512;
+  bool tied = true;
+  float rope_base = 10000.0f;
+  float weight_scale = 0.3f;  // stddev of random weights
+  uint64_t seed = 1;
+};
+
+// Returns the bytes of a GGUF file with random F32 weights for `spec`.
+absl::StatusOr<std::string> TinyModelGguf(const TinyModelSpec& spec);
+
+// Loads TinyModelGguf(spec) with default options (float32, CPU).
+absl::StatusOr<std::unique_ptr<LlamaModel>> LoadTinyModel(
+    const TinyModelSpec& spec, const ModelOptions& options = {});
+
+// $LOOKAHEAD_MODEL_DIR (else $HOME/.cache/lookahead/models) +
+// "/SmolLM2-135M-Instruct.Q4_1.gguf".
+std::string RealModelPath();
+
+// Opens RealModelPath(); NOT_FOUND naming tools/setup.sh iff absent.
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenRealModel();
+
+// The real model with its tokenizer, for tests that load it once per suite.
+struct RealModel {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// Configures the default threads (ThreadOptions) and loads the real model
+// and tokenizer; errors as OpenRealModel, LlamaModel::Load, FromGguf.
+// The device and dtype the real-model suites run on: LOOKAHEAD_TEST_DEVICE
+// (default cpu) and LOOKAHEAD_TEST_DTYPE (default float32), as verifysvc's
+// --device and --dtype. tools/gpu_check.sh sets them on a GPU machine.
+absl::StatusOr<ModelOptions> TestDeviceOptions();
+
+absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options = {});
+
+// Logits (n, vocab) of plain causal full-sequence attention over `tokens`
+// (no KV cache, no trees), written independently of LlamaModel::Forward:
+// RoPE through complex multiplication, GQA through repeat_interleave, a
+// triangular mask. Uses model.weights() and model.config().
+torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
+                                    absl::Span<const int32_t> tokens);
+
+// Max |a - b| (float64), or +inf if shapes differ.
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b);
+
+// Max |a - b| over the committed K and V rows of two caches, or +inf if
+// their lengths or shapes differ.
+double MaxCommittedCacheDiff(const KvCache& a, const KvCache& b);
+
+}  // namespace lookahead::engine
+
+#endif  // LOOKAHEAD_ENGINE_TESTING_ENGINE_TEST_UTIL_H_

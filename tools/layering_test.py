@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Checks the layering rules of the source tree (issue 13's reshape):
+
+- nothing under engine/, verifysvc/serving/ or verifysvc/drafts/ includes a
+  generated *.pb.h (transport stays at the edges: verifysvc/api/ and
+  verifysvc/draftsvc_client/);
+- no engine/ source includes a verifysvc/ or draftsvc/ header, and no
+  draftsvc/ source includes a verifysvc/ header (arrows point down);
+- no function in verifysvc/serving/ is longer than 80 lines;
+- verifysvc/main.cc is under 150 lines.
+
+With --bazel it also asks Bazel that //draftsvc/... and //engine/... do not
+depend on any //verifysvc target. Exit status 1 on any violation.
+
+    tools/layering_test.py [--bazel]
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NO_PROTO = ("engine", "verifysvc/serving", "verifysvc/drafts")
+MAX_FUNCTION_LINES = 80
+MAX_MAIN_LINES = 150
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def sources(folder):
+    for base, _, files in os.walk(os.path.join(ROOT, folder)):
+        for name in files:
+            if name.endswith((".h", ".cc", ".cu", ".cuh", ".inc")):
+                path = os.path.join(base, name)
+                yield os.path.relpath(path, ROOT)
+
+
+def includes(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return INCLUDE.findall(f.read())
+
+
+def include_violations():
+    problems = []
+    for folder in NO_PROTO:
+        for path in sources(folder):
+            for inc in includes(path):
+                if inc.endswith(".pb.h"):
+                    problems.append(f"{path} includes generated {inc}")
+    for path in sources("engine"):
+        for inc in includes(path):
+            if inc.startswith(("verifysvc/", "draftsvc/")):
+                problems.append(f"{path} (engine) includes {inc}")
+    for path in sources("draftsvc"):
+        for inc in includes(path):
+            if inc.startswith("verifysvc/"):
+                problems.append(f"{path} (draftsvc) includes {inc}")
+    return problems
+
+
+def long_functions(path):
+    """Yields (signature, first line, length) of every top-level function
+    longer than MAX_FUNCTION_LINES: a signature starting at column 0 (not a
+    namespace, class, struct, enum, preprocessor line or comment), through
+    the line that opens its body, to the next line that is exactly '}'."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if (line[:1] in ("", " ", "}", "#", "/", "{") or
+                re.match(r"(namespace|class|struct|enum|union|extern|using|"
+                         r"template|ABSL_FLAG)\b", line)):
+            i += 1
+            continue
+        # A signature: find where it ends (body or declaration).
+        j = i
+        while j < len(lines) and not lines[j].rstrip().endswith(("{", ";", "{}")):
+            j += 1
+        if j >= len(lines) or lines[j].rstrip().endswith(";"):
+            i = j + 1
+            continue
+        if lines[j].rstrip().endswith("{}"):  # an empty body
+            i = j + 1
+            continue
+        k = j + 1
+        while k < len(lines) and not (lines[k] == "}" or
+                                       lines[k].startswith("}  //")):
+            k += 1
+        length = k - i + 1
+        if length > MAX_FUNCTION_LINES:
+            yield line.strip(), i + 1, length
+        i = k + 1
+
+
+def length_violations():
+    problems = []
+    for path in sources("verifysvc/serving"):
+        if not path.endswith(".cc") or path.endswith("_test.cc"):
+            continue
+        for name, line, length in long_functions(path):
+            problems.append(f"{path}:{line}: {name!r} is {length} lines "
+                            f"(at most {MAX_FUNCTION_LINES})")
+    with open(os.path.join(ROOT, "verifysvc/main.cc"), encoding="utf-8") as f:
+        main_lines = len(f.read().rstrip("\n").split("\n"))
+    if main_lines >= MAX_MAIN_LINES:
+        problems.append(f"verifysvc/main.cc is {main_lines} lines "
+                        f"(under {MAX_MAIN_LINES})")
+    return problems
+
+
+def bazel_violations():
+    problems = []
+    for universe in ("//draftsvc/...", "//engine/..."):
+        query = f"deps({universe}) intersect //verifysvc/..."
+        out = subprocess.run(["bazel", "query", query, "--output=label"],
+                             cwd=ROOT, capture_output=True, text=True)
+        if out.returncode != 0:
+            problems.append(f"bazel query {query!r} failed: {out.stderr[-500:]}")
+        elif out.stdout.strip():
+            problems.append(f"{universe} depends on verifysvc: "
+                            + ", ".join(out.stdout.split()[:5]))
+    return problems
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bazel", action="store_true",
+                        help="also check Bazel's dependency graph")
+    args = parser.parse_args(argv)
+    problems = include_violations() + length_violations()
+    if args.bazel:
+        problems += bazel_violations()
+    for p in problems:
+        print("layering:", p, file=sys.stderr)
+    if problems:
+        return 1
+    print("layering: no generated proto headers below the edges, arrows point "
+          "down, serving functions <= 80 lines, main.cc < 150 lines")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,318 @@
+#include "verifysvc/api/generation_service.h"
+
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "engine/text/text_stream.h"
+
+namespace lookahead::verifysvc {
+
+namespace v1 = lookahead::v1;
+
+namespace {
+
+std::vector<engine::ChatMessage> ChatFromProto(const v1::ChatMessages& chat) {
+  std::vector<engine::ChatMessage> messages;
+  for (const v1::ChatMessage& m : chat.messages()) {
+    messages.push_back({m.role(), m.content()});
+  }
+  return messages;
+}
+
+RawPrompt PromptFromProto(const v1::GenerateRequest& request) {
+  RawPrompt prompt;
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kText:
+      prompt.kind = RawPrompt::Kind::kText;
+      prompt.text = request.text();
+      break;
+    case v1::GenerateRequest::kChat:
+      prompt.kind = RawPrompt::Kind::kChat;
+      prompt.chat = ChatFromProto(request.chat());
+      break;
+    case v1::GenerateRequest::kTokens:
+      prompt.kind = RawPrompt::Kind::kTokens;
+      prompt.token_ids.assign(request.tokens().ids().begin(),
+                              request.tokens().ids().end());
+      break;
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      break;
+  }
+  return prompt;
+}
+
+RawDraftParams DraftFromProto(const v1::DraftParams& draft) {
+  RawDraftParams raw;
+  raw.wire_mode = draft.mode();
+  switch (draft.mode()) {
+    case v1::DRAFT_MODE_UNSPECIFIED:
+      raw.mode = RawDraftParams::Mode::kUnspecified;
+      break;
+    case v1::DRAFT_MODE_OFF:
+      raw.mode = RawDraftParams::Mode::kOff;
+      break;
+    case v1::DRAFT_MODE_TRIE_HIERARCHICAL:
+      raw.mode = RawDraftParams::Mode::kTrieHierarchical;
+      break;
+    case v1::DRAFT_MODE_TRIE_PARALLEL:
+      raw.mode = RawDraftParams::Mode::kTrieParallel;
+      break;
+    default:
+      raw.mode = RawDraftParams::Mode::kUnsupported;
+      break;
+  }
+  raw.decoding_length = draft.decoding_length();
+  raw.branch_length = draft.branch_length();
+  raw.name_space = draft.namespace_();
+  return raw;
+}
+
+v1::FinishReason FinishToProto(FinishReason finish) {
+  switch (finish) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStopString:
+      return v1::FINISH_REASON_STOP_STRING;
+    case FinishReason::kNone:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+v1::GenerateResponse ResponseFromOutput(const GenerationOutput& out) {
+  v1::GenerateResponse response;
+  response.set_text(out.text);
+  *response.mutable_token_ids() = {out.token_ids.begin(), out.token_ids.end()};
+  response.set_accepted(static_cast<int32_t>(out.token_ids.size()));
+  if (out.usage.has_value()) {
+    const Usage& u = *out.usage;
+    v1::Usage* usage = response.mutable_usage();
+    usage->set_prompt_tokens(u.prompt_tokens);
+    usage->set_output_tokens(u.output_tokens);
+    usage->set_decoding_steps(u.decoding_steps);
+    usage->set_edl(u.edl);
+    usage->set_time_to_first_token_seconds(u.time_to_first_token_seconds);
+    usage->set_total_seconds(u.total_seconds);
+    usage->set_tokens_per_second(u.tokens_per_second);
+    usage->set_finish_reason(FinishToProto(u.finish_reason));
+    usage->set_draft_tokens(u.draft_tokens);
+    usage->set_accepted_draft_tokens(u.accepted_draft_tokens);
+    usage->set_queue_seconds(u.queue_seconds);
+  }
+  return response;
+}
+
+v1::GenerationStatsResponse StatsToProto(const SchedulerStats& s) {
+  v1::GenerationStatsResponse stats;
+  stats.set_running_sequences(s.running_sequences);
+  stats.set_queued_sequences(s.queued_sequences);
+  stats.set_requests_admitted(s.requests_admitted);
+  stats.set_requests_finished(s.requests_finished);
+  stats.set_requests_cancelled(s.requests_cancelled);
+  stats.set_requests_rejected(s.requests_rejected);
+  stats.set_requests_failed(s.requests_failed);
+  stats.set_forward_passes(s.forward_passes);
+  stats.set_forward_sequences(s.forward_sequences);
+  stats.set_max_forward_sequences(s.max_forward_sequences);
+  stats.set_forward_tokens(s.forward_tokens);
+  stats.set_decoding_steps(s.decoding_steps);
+  stats.set_output_tokens(s.output_tokens);
+  stats.set_draft_tokens(s.draft_tokens);
+  stats.set_accepted_draft_tokens(s.accepted_draft_tokens);
+  stats.set_draftsvc_available(s.drafts_available);
+  stats.set_draft_step_failures(s.draft_failures);
+  stats.set_draft_sessions_reopened(s.draft_sessions_reopened);
+  stats.set_kv_cache_tokens(s.kv_cache_tokens);
+  return stats;
+}
+
+// Streams a scheduler's output to one client. Writes go out one at a time
+// (the callback API allows one in flight); the rest wait in `pending_`.
+// Deletes itself when gRPC is done with the call (after Finish).
+class GenerateReactor final
+    : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+      public GenerationSink {
+ public:
+  // Ends the call now with `status` (a request that never reached the
+  // scheduler).
+  void Reject(const absl::Status& status) { FinishCall(ToGrpcStatus(status)); }
+
+  void Send(GenerationOutput output) override {
+    const v1::GenerateResponse* first = nullptr;
+    v1::GenerateResponse response = ResponseFromOutput(output);
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_) return;
+      pending_.push_back(std::move(response));
+      if (writing_) return;
+      writing_ = true;
+      first = &pending_.front();
+    }
+    StartWrite(first);
+  }
+
+  void Finish(absl::Status status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_) {  // OnWriteDone finishes once the queue drains.
+        finish_ = ToGrpcStatus(status);
+        finish_pending_ = true;
+        return;
+      }
+    }
+    FinishCall(ToGrpcStatus(status));
+  }
+
+  bool Cancelled() const override {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::GenerateResponse* next = nullptr;
+    grpc::Status finish;
+    bool do_finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.pop_front();
+      if (!ok) {  // The stream broke (client gone): drop what is queued.
+        cancelled_ = true;
+        pending_.clear();
+      }
+      if (!pending_.empty()) {
+        next = &pending_.front();
+      } else {
+        writing_ = false;
+        do_finish = finish_pending_;
+        finish = finish_;
+      }
+    }
+    if (next != nullptr) {
+      StartWrite(next);
+    } else if (do_finish) {
+      FinishCall(finish);
+    }
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void FinishCall(const grpc::Status& status) {
+    grpc::ServerWriteReactor<v1::GenerateResponse>::Finish(status);
+  }
+
+  mutable absl::Mutex mu_;
+  // std::deque keeps the element being written in place while more arrive.
+  std::deque<v1::GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_pending_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status finish_ ABSL_GUARDED_BY(mu_);
+};
+
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                      const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+RawRequest RawRequestFromProto(const v1::GenerateRequest& request) {
+  RawRequest raw;
+  raw.prompt = PromptFromProto(request);
+  raw.max_new_tokens = request.max_new_tokens();
+  raw.temperature = request.sampling().temperature();
+  raw.top_p = request.sampling().top_p();
+  raw.top_k = request.sampling().top_k();
+  raw.seed = request.sampling().seed();
+  raw.stop.assign(request.stop().begin(), request.stop().end());
+  raw.draft = DraftFromProto(request.draft());
+  return raw;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  auto* reactor = new GenerateReactor();
+  absl::StatusOr<GenerationRequest> built =
+      BuildRequest(RawRequestFromProto(*request), *tokenizer_, limits_);
+  absl::Status submitted = built.status();
+  if (submitted.ok()) {
+    submitted = scheduler_->Submit(*std::move(built), reactor);  // Counts.
+  } else {
+    scheduler_->CountRejected();
+  }
+  if (!submitted.ok()) reactor->Reject(submitted);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(
+    grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
+    v1::TokenizeResponse* response) {
+  absl::StatusOr<std::vector<int32_t>> ids;
+  switch (request->input_case()) {
+    case v1::TokenizeRequest::kText: {
+      engine::EncodeOptions options;
+      options.add_special = request->add_special();
+      ids = tokenizer_->Encode(request->text(), options);
+      break;
+    }
+    case v1::TokenizeRequest::kChat: {
+      const std::vector<engine::ChatMessage> messages =
+          ChatFromProto(request->chat());
+      absl::Status valid = ValidateChat(messages);
+      ids = valid.ok() ? tokenizer_->EncodeChat(messages, true) : valid;
+      break;
+    }
+    case v1::TokenizeRequest::INPUT_NOT_SET:
+      ids = absl::InvalidArgumentError("no input: set text or chat");
+      break;
+  }
+  if (ids.ok()) *response->mutable_ids() = {ids->begin(), ids->end()};
+  return FinishUnary(context, ids.status());
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(
+    grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
+    v1::DetokenizeResponse* response) {
+  std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
+  absl::Status checked = CheckTokenIds(ids, limits_.vocab_size, "ids");
+  if (checked.ok()) {
+    absl::StatusOr<std::string> text = tokenizer_->Decode(ids);
+    if (text.ok()) {
+      // Valid UTF-8 on the wire: a cut character becomes U+FFFD.
+      response->set_text(engine::SanitizeUtf8(*text));
+    }
+    checked = text.status();
+  }
+  return FinishUnary(context, checked);
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::ModelInfo(
+    grpc::CallbackServerContext* context, const v1::ModelInfoRequest*,
+    v1::ModelInfoResponse* response) {
+  *response = info_;
+  return FinishUnary(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Stats(
+    grpc::CallbackServerContext* context, const v1::GenerationStatsRequest*,
+    v1::GenerationStatsResponse* response) {
+  *response = StatsToProto(scheduler_->Stats());
+  return FinishUnary(context, absl::OkStatus());
+}
+
+}  // namespace lookahead::verifysvc

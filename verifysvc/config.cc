@@ -1,0 +1,155 @@
+#include "verifysvc/config.h"
+
+#include <unistd.h>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "engine/gguf/model_files.h"
+#include "engine/model/device_options.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free one.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written here once serving.");
+ABSL_FLAG(std::string, model, "",
+          "GGUF model file; empty = the default model in the model cache "
+          "(tools/setup.sh puts SmolLM2-135M-Instruct there).");
+ABSL_FLAG(std::string, draftsvc, "127.0.0.1:50061",
+          "draftsvc address; empty = no drafts (plain decoding).");
+ABSL_FLAG(std::string, replica_id, "",
+          "Prefix of this replica's draftsvc session ids; empty = "
+          "<hostname>-<pid>-<start time>.");
+ABSL_FLAG(int, max_running, 16, "Sequences decoded together (batch slots).");
+ABSL_FLAG(int, max_queued, 64,
+          "Requests waiting for a slot; beyond it RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_context_tokens, 2048,
+          "Most prompt + output tokens per request (0 = the model's context "
+          "length).");
+ABSL_FLAG(int, max_prompt_tokens, 0,
+          "Most prompt tokens per request; 0 = max_context_tokens - 1.");
+ABSL_FLAG(int, default_max_new_tokens, 256,
+          "Output limit of a request that sets max_new_tokens = 0.");
+ABSL_FLAG(int, decoding_length, 32,
+          "Draft tokens per sequence per step at most (requests may ask for "
+          "up to --max_decoding_length); the scheduler gives fewer when they "
+          "do not pay for their cost in the forward pass.");
+ABSL_FLAG(int, max_decoding_length, 64, "Largest decoding_length allowed.");
+ABSL_FLAG(int, branch_length, 16,
+          "Draft branch depth: most draft tokens one step can accept "
+          "(bench/results: RAG decode speedup 1.64x at 8, 1.77x at 16, 1.81x "
+          "at 24, with decoding_length 32).");
+ABSL_FLAG(int, max_step_tokens, 64,
+          "Most tokens (roots + drafts + prefill) in one forward pass.");
+ABSL_FLAG(int, prefill_chunk_tokens, 64,
+          "Prompt tokens prefilled per step while other sequences decode.");
+ABSL_FLAG(int, draft_deadline_ms, 20,
+          "Deadline of each step's draftsvc call; later drafts are skipped.");
+ABSL_FLAG(int, metrics_port, 9090,
+          "Port of the Prometheus /metrics HTTP endpoint; 0 picks a free one, "
+          "-1 turns it off.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written here.");
+ABSL_FLAG(int, log_every_steps, 0,
+          "Print a scheduler line every this many steps; 0 = never.");
+ABSL_FLAG(int, blas_threads, lookahead::engine::DefaultBlasThreads(),
+          "OpenBLAS threads (default: 1 where the packed matmul kernel runs, "
+          "else one per available core).");
+ABSL_FLAG(int, intra_op_threads, 1, "LibTorch intra-op threads.");
+ABSL_FLAG(int, matmul_threads, 0,
+          "Threads sharing the packed AVX2/AVX-512 matmuls (default 0: one "
+          "per available core; set the CPU limit in a container).");
+ABSL_FLAG(bool, packed_linear, true,
+          "Packed matmul kernel where the CPU has AVX2 or AVX-512 (false: "
+          "OpenBLAS).");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, cuda or cuda:N (CUDA needs the build of tools/cuda_build.sh).");
+ABSL_FLAG(std::string, dtype, "float32",
+          "Weights, activations and KV cache: float32, bfloat16 or float16 "
+          "(logits are float32). Lossless against plain decoding at the same "
+          "dtype; bfloat16 suits GPUs.");
+ABSL_FLAG(bool, cuda_kernels, true,
+          "On CUDA: tree attention through kernels/cuda (false: LibTorch "
+          "attention).");
+ABSL_FLAG(int, shutdown_grace_ms, 10000,
+          "On SIGTERM/SIGINT, running requests get this long to finish.");
+
+namespace lookahead::verifysvc {
+namespace {
+
+std::string DefaultReplicaId() {
+  char host[256] = "verifysvc";
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, "-", getpid(), "-",
+                      absl::ToUnixMillis(absl::Now()));
+}
+
+RequestLimits LimitsFromFlags() {
+  RequestLimits limits;
+  limits.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
+  limits.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  limits.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
+  limits.default_decoding_length = absl::GetFlag(FLAGS_decoding_length);
+  limits.max_decoding_length = absl::GetFlag(FLAGS_max_decoding_length);
+  limits.default_branch_length = absl::GetFlag(FLAGS_branch_length);
+  return limits;
+}
+
+}  // namespace
+
+absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
+  VerifysvcConfig c;
+  c.host = absl::GetFlag(FLAGS_host);
+  c.port = absl::GetFlag(FLAGS_port);
+  c.port_file = absl::GetFlag(FLAGS_port_file);
+  c.model_path = absl::GetFlag(FLAGS_model);
+  if (c.model_path.empty()) c.model_path = engine::DefaultModelPath();
+  c.draftsvc = absl::GetFlag(FLAGS_draftsvc);
+  c.draft_client.step_deadline =
+      absl::Milliseconds(absl::GetFlag(FLAGS_draft_deadline_ms));
+  c.draft_sessions.replica_id = absl::GetFlag(FLAGS_replica_id);
+  if (c.draft_sessions.replica_id.empty()) {
+    c.draft_sessions.replica_id = DefaultReplicaId();
+  }
+  c.threads.blas_threads = absl::GetFlag(FLAGS_blas_threads);
+  c.threads.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  c.model.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
+  c.model.packed_linear = absl::GetFlag(FLAGS_packed_linear);
+  c.model.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
+  RETURN_IF_ERROR(engine::ParseDeviceOptions(
+      absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &c.model));
+  c.limits = LimitsFromFlags();
+  if (c.limits.default_decoding_length < 0 ||
+      c.limits.default_decoding_length > c.limits.max_decoding_length ||
+      c.limits.default_max_new_tokens < 1 ||
+      c.limits.default_branch_length < 1) {
+    return absl::InvalidArgumentError(
+        "--decoding_length must be in [0, --max_decoding_length]; "
+        "--default_max_new_tokens and --branch_length >= 1");
+  }
+  c.scheduler.max_running = absl::GetFlag(FLAGS_max_running);
+  c.scheduler.max_queued = absl::GetFlag(FLAGS_max_queued);
+  c.scheduler.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
+  c.scheduler.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  c.scheduler.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
+  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  c.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  c.shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms));
+  return c;
+}
+
+void FitLimitsToModel(const engine::ModelConfig& model, RequestLimits* limits) {
+  if (limits->max_context_tokens <= 0 ||
+      (model.context_length > 0 &&
+       limits->max_context_tokens > model.context_length)) {
+    limits->max_context_tokens = model.context_length;
+  }
+  if (limits->max_prompt_tokens <= 0 ||
+      limits->max_prompt_tokens >= limits->max_context_tokens) {
+    limits->max_prompt_tokens = limits->max_context_tokens - 1;
+  }
+  limits->vocab_size = model.vocab_size;
+}
+
+}  // namespace lookahead::verifysvc

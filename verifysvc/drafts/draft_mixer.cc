@@ -1,0 +1,136 @@
+#include "verifysvc/drafts/draft_mixer.h"
+
+#include <map>
+#include <utility>
+
+namespace lookahead::verifysvc {
+
+engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
+                                  int budget) {
+  if (trees.size() == 1 && trees[0].size() <= budget) return trees[0];
+  engine::DraftTree out;
+  // (parent in `out`, token) -> node in `out`; parent -1 is the root.
+  std::map<std::pair<int32_t, int32_t>, int32_t> children;
+  for (const engine::DraftTree& tree : trees) {
+    // Node of `tree` -> node of `out` (-2: not taken, nor its subtree).
+    std::vector<int32_t> placed(tree.tokens.size(), -2);
+    for (size_t i = 0; i < tree.tokens.size(); ++i) {
+      const int32_t p = tree.parents[i];
+      const int32_t parent = p < 0 ? -1 : placed[p];
+      if (parent == -2) continue;
+      auto [it, fresh] = children.try_emplace({parent, tree.tokens[i]}, -1);
+      if (fresh) {
+        if (out.size() >= budget) {
+          children.erase(it);
+          continue;
+        }
+        it->second = out.size();
+        out.tokens.push_back(tree.tokens[i]);
+        out.parents.push_back(parent);
+        out.sources.push_back(i < tree.sources.size()
+                                  ? tree.sources[i]
+                                  : engine::DraftSourceTag::kUnknown);
+      }
+      placed[i] = it->second;
+    }
+  }
+  return out;
+}
+
+int64_t DraftMixer::Open(const DraftPolicy& policy,
+                         absl::Span<const int32_t> prompt) {
+  std::vector<int64_t> per_source;
+  bool any = false;
+  for (DraftSource* source : sources_) {
+    per_source.push_back(source->Open(policy, prompt));
+    any = any || per_source.back() != 0;
+  }
+  if (!any) return 0;
+  const int64_t handle = next_handle_++;
+  handles_[handle] = std::move(per_source);
+  return handle;
+}
+
+void DraftMixer::Observe(int64_t handle, absl::Span<const int32_t> tokens) {
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return;
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    if (it->second[s] != 0) sources_[s]->Observe(it->second[s], tokens);
+  }
+}
+
+std::vector<engine::DraftTree> DraftMixer::Propose(
+    absl::Span<const DraftAsk> asks, bool* called) {
+  *called = false;
+  // per_source[s][i]: source s's tree for asks[i].
+  std::vector<std::vector<engine::DraftTree>> per_source(sources_.size());
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    std::vector<DraftAsk> mine;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < asks.size(); ++i) {
+      auto it = handles_.find(asks[i].handle);
+      if (it == handles_.end() || it->second[s] == 0) continue;
+      DraftAsk ask = asks[i];
+      ask.handle = it->second[s];
+      mine.push_back(ask);
+      which.push_back(i);
+    }
+    per_source[s].resize(asks.size());
+    if (mine.empty()) continue;
+    bool source_called = false;
+    std::vector<engine::DraftTree> trees =
+        sources_[s]->Propose(mine, &source_called);
+    *called = *called || source_called;
+    trees.resize(mine.size());
+    for (size_t k = 0; k < which.size(); ++k) {
+      per_source[s][which[k]] = std::move(trees[k]);
+    }
+  }
+  std::vector<engine::DraftTree> merged(asks.size());
+  for (size_t i = 0; i < asks.size(); ++i) {
+    if (sources_.size() == 1) {
+      merged[i] = std::move(per_source[0][i]);
+      engine::TrimDraft(&merged[i], asks[i].budget);
+      continue;
+    }
+    std::vector<engine::DraftTree> trees;
+    for (auto& source_trees : per_source) {
+      trees.push_back(std::move(source_trees[i]));
+    }
+    merged[i] = MergeDraftTrees(trees, asks[i].budget);
+  }
+  return merged;
+}
+
+void DraftMixer::Close(int64_t handle) {
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return;
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    if (it->second[s] != 0) sources_[s]->Close(it->second[s]);
+  }
+  handles_.erase(it);
+}
+
+DraftCost DraftMixer::cost() const {
+  DraftCost total;
+  for (const DraftSource* source : sources_) {
+    const DraftCost c = source->cost();
+    total.seconds_per_call += c.seconds_per_call;
+    total.seconds_per_token += c.seconds_per_token;
+  }
+  return total;
+}
+
+DraftSourceStats DraftMixer::Stats() const {
+  DraftSourceStats total;
+  for (const DraftSource* source : sources_) {
+    const DraftSourceStats s = source->Stats();
+    total.available = total.available && s.available;
+    total.failures += s.failures;
+    total.reopened += s.reopened;
+    total.open_sessions += s.open_sessions;
+  }
+  return total;
+}
+
+}  // namespace lookahead::verifysvc

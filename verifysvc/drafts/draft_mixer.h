@@ -1,0 +1,65 @@
+// DraftMixer: the one draft interface the scheduler sees. Opens every
+// enabled source for a sequence, passes emitted tokens on, asks every
+// source in one Propose per step, and merges their trees into one tree per
+// sequence within its budget (MergeDraftTrees). With one source it is a
+// pass-through.
+//
+// Thread-safety: as DraftSource (scheduler thread; Stats from any thread).
+#ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_MIXER_H_
+#define LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_MIXER_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/model/draft_tree.h"
+#include "verifysvc/drafts/draft_source.h"
+
+namespace lookahead::verifysvc {
+
+// Merges `trees` (in priority order) into one tree of at most `budget`
+// nodes: a node whose path from the root equals a node already taken is
+// shared (its source is the first tree's), others are appended in each
+// tree's order, so a higher-priority tree keeps all its nodes that fit.
+// The result is topologically ordered, with no two siblings of one token.
+engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
+                                  int budget);
+
+class DraftMixer {
+ public:
+  // `sources` (not owned; must outlive the mixer) in priority order. No
+  // sources: a mixer that never drafts.
+  explicit DraftMixer(std::vector<DraftSource*> sources)
+      : sources_(std::move(sources)) {}
+
+  DraftMixer(const DraftMixer&) = delete;
+  DraftMixer& operator=(const DraftMixer&) = delete;
+
+  bool empty() const { return sources_.empty(); }
+
+  // Opens every source for the sequence; returns its handle, or 0 if no
+  // source drafts it.
+  int64_t Open(const DraftPolicy& policy, absl::Span<const int32_t> prompt);
+  void Observe(int64_t handle, absl::Span<const int32_t> tokens);
+  // One tree per ask within ask.budget. Sets *called iff some source did
+  // work worth timing.
+  std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,
+                                         bool* called);
+  void Close(int64_t handle);
+
+  // The sources' costs summed: what drafting one step costs.
+  DraftCost cost() const;
+  // Health summed over sources (available iff all are).
+  DraftSourceStats Stats() const;
+
+ private:
+  const std::vector<DraftSource*> sources_;
+  // Per sequence: each source's handle (0: that source does not draft it).
+  std::map<int64_t, std::vector<int64_t>> handles_;
+  int64_t next_handle_ = 1;
+};
+
+}  // namespace lookahead::verifysvc
+
+#endif  // LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_MIXER_H_

@@ -1,0 +1,31 @@
+#include "verifysvc/drafts/draft_pacer.h"
+
+#include <algorithm>
+
+namespace lookahead::verifysvc {
+
+DraftCandidate DraftPacer::Candidate(int cap, int depth) {
+  DraftCandidate c;
+  c.cap = std::max(cap, 0);
+  probing_ = steps_without_draft_ >= probe_interval_;
+  if (probing_) c.floor = std::min(options_.probe_tokens, c.cap);
+  c.quality = quality_;
+  c.depth = depth;
+  return c;
+}
+
+void DraftPacer::Update(int verified, int accepted) {
+  if (verified == 0) {
+    ++steps_without_draft_;
+    return;
+  }
+  quality_ += options_.ema_weight * (QualityOf(accepted, verified) - quality_);
+  steps_without_draft_ = 0;
+  if (probing_) {
+    probe_interval_ = accepted > 0 ? options_.probe_interval
+                                   : std::min(2 * probe_interval_,
+                                              options_.max_probe_interval);
+  }
+}
+
+}  // namespace lookahead::verifysvc

@@ -1,0 +1,81 @@
+// DraftSource: where draft trees come from. One implementation per file
+// (draftsvc_source.h: draftsvc's token tries over gRPC; the n-gram pool and
+// the assistant model come next); the scheduler sees only DraftMixer, which
+// asks every enabled source and merges their trees within each budget.
+//
+// The scheduler drives a source per sequence: Open with the prompt, then
+// each step Observe the tokens the sequence emitted and, in ONE Propose call
+// for all drafted sequences, ask for a tree of at most `budget` tokens to
+// verify after the sequence's last token; Close when it ends. A source that
+// fails proposes empty trees: drafts are an optimisation, never an error.
+//
+// Thread-safety: implementations are used by the one scheduler thread; their
+// Stats() may be called from any thread.
+#ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_SOURCE_H_
+#define LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_SOURCE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/model/draft_tree.h"
+#include "verifysvc/drafts/draft_policy.h"
+
+namespace lookahead::verifysvc {
+
+// What drafting costs, so the budget can charge it: seconds per Propose call
+// that asks for any tokens, and per proposed token. draftsvc's retrieval
+// costs microseconds (both 0); a model-based source costs its forward passes.
+struct DraftCost {
+  double seconds_per_call = 0;
+  double seconds_per_token = 0;
+};
+
+// A source's health, for Stats and metrics.
+struct DraftSourceStats {
+  bool available = true;   // its last call succeeded (or none was made)
+  int64_t failures = 0;    // calls that failed or timed out
+  int64_t reopened = 0;    // sessions reopened after the source restarted
+  int64_t open_sessions = 0;
+};
+
+// One sequence's share of a Propose call.
+struct DraftAsk {
+  int64_t handle = 0;  // from Open
+  int budget = 0;      // most draft tokens; 0 = none wanted this step
+  DraftMode mode = DraftMode::kTrieHierarchical;
+};
+
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+
+  // "trie", "ngram", "assistant": the source's name in logs and metrics.
+  virtual std::string name() const = 0;
+
+  // Starts drafting for a sequence with this prompt under `policy`; returns
+  // its handle, or 0 if this source will not draft it. Never blocks on I/O.
+  virtual int64_t Open(const DraftPolicy& policy,
+                       absl::Span<const int32_t> prompt) = 0;
+
+  // The sequence emitted `tokens` (in order, after everything before).
+  virtual void Observe(int64_t handle, absl::Span<const int32_t> tokens) = 0;
+
+  // Returns one tree per ask (empty when the source has nothing, fails or
+  // was not asked for tokens), each of at most ask.budget tokens, to verify
+  // after the sequence's last observed token. Sets *called iff it did work
+  // worth timing (an RPC, a model pass).
+  virtual std::vector<engine::DraftTree> Propose(
+      absl::Span<const DraftAsk> asks, bool* called) = 0;
+
+  // The sequence ended; its handle is invalid afterwards.
+  virtual void Close(int64_t handle) = 0;
+
+  virtual DraftCost cost() const = 0;
+  virtual DraftSourceStats Stats() const = 0;
+};
+
+}  // namespace lookahead::verifysvc
+
+#endif  // LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_SOURCE_H_

@@ -1,0 +1,267 @@
+#include "verifysvc/draftsvc_client/draftsvc_sessions.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace lookahead::verifysvc {
+namespace {
+
+void Append(std::vector<int32_t>* to, absl::Span<const int32_t> tokens) {
+  to->insert(to->end(), tokens.begin(), tokens.end());
+}
+
+}  // namespace
+
+DraftSessions::DraftSessions(DraftClient* client, int32_t vocab_size,
+                             DraftSessionsOptions options)
+    : client_(client),
+      vocab_size_(vocab_size),
+      options_(std::move(options)),
+      worker_([this] { WorkerLoop(); }) {}
+
+DraftSessions::~DraftSessions() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  worker_.join();
+}
+
+int64_t DraftSessions::Open(std::string name_space, std::vector<int32_t> prompt,
+                            int32_t branch_length) {
+  absl::MutexLock lock(&mu_);
+  const int64_t handle = next_handle_++;
+  Session& session = sessions_[handle];
+  session.id = absl::StrCat(options_.replica_id, "/", handle);
+  session.name_space = std::move(name_space);
+  session.branch_length = branch_length;
+  session.context = std::move(prompt);
+  Enqueue({/*close=*/false, handle, session.context});
+  ++stats_.open_sessions;
+  return handle;
+}
+
+void DraftSessions::Enqueue(Task task) { tasks_.push_back(std::move(task)); }
+
+std::vector<engine::DraftTree> DraftSessions::Step(
+    absl::Span<const StepEntry> entries) {
+  std::vector<engine::DraftTree> trees(entries.size());
+  std::vector<DraftRequest> requests;
+  std::vector<size_t> sent;  // Index into `entries` of each request.
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    const bool link_up = now >= next_attempt_;
+    bool reopen_attempted = false;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      auto it = sessions_.find(entries[i].handle);
+      if (it == sessions_.end()) continue;
+      Session& session = it->second;
+      Append(&session.context, entries[i].accepted);
+      Append(&session.unreported, entries[i].accepted);
+      if (session.state == State::kClosed && link_up) {
+        // A failed open: try again now that the backoff has passed.
+        session.state = State::kOpening;
+        session.unreported.clear();
+        Enqueue({false, it->first, session.context});
+        reopen_attempted = true;
+        continue;
+      }
+      if (session.state != State::kOpen || !link_up) continue;
+      DraftRequest request;
+      request.session_id = session.id;
+      request.accepted_tokens = std::move(session.unreported);
+      session.unreported.clear();
+      request.decoding_length = entries[i].decoding_length;
+      request.branch_length = session.branch_length;
+      request.mode = entries[i].mode;
+      requests.push_back(std::move(request));
+      sent.push_back(i);
+    }
+    if (reopen_attempted && requests.empty()) {
+      // Pace the reopen attempts like failed steps until one succeeds.
+      next_attempt_ = now + std::max(backoff_, options_.min_backoff);
+    }
+  }
+  if (requests.empty()) return trees;
+
+  absl::StatusOr<std::vector<absl::StatusOr<engine::DraftTree>>> results =
+      client_->Step(requests, vocab_size_);
+
+  absl::MutexLock lock(&mu_);
+  if (!results.ok()) {
+    // No drafts this step; keep the tokens for the next successful Step.
+    for (size_t k = 0; k < sent.size(); ++k) {
+      auto it = sessions_.find(entries[sent[k]].handle);
+      if (it == sessions_.end()) continue;
+      std::vector<int32_t>& tokens = requests[k].accepted_tokens;
+      Append(&tokens, it->second.unreported);
+      it->second.unreported = std::move(tokens);
+    }
+    ++stats_.step_failures;
+    stats_.available = false;
+    backoff_ =
+        std::clamp(backoff_ * 2, options_.min_backoff, options_.max_backoff);
+    next_attempt_ = absl::Now() + backoff_;
+    return trees;
+  }
+  stats_.available = true;
+  backoff_ = absl::ZeroDuration();
+  for (size_t k = 0; k < results->size() && k < sent.size(); ++k) {
+    absl::StatusOr<engine::DraftTree>& result = (*results)[k];
+    if (result.ok()) {
+      trees[sent[k]] = *std::move(result);
+      continue;
+    }
+    if (!absl::IsNotFound(result.status())) continue;
+    // draftsvc restarted and lost the session: reopen it with everything
+    // its sequence has seen (the reported tokens may have been lost too).
+    auto it = sessions_.find(entries[sent[k]].handle);
+    if (it == sessions_.end() || it->second.state != State::kOpen) continue;
+    it->second.state = State::kOpening;
+    it->second.unreported.clear();
+    Enqueue({false, it->first, it->second.context});
+    ++stats_.reopened;
+  }
+  return trees;
+}
+
+void DraftSessions::Close(int64_t handle, std::vector<int32_t> accepted) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(handle);
+  if (it == sessions_.end()) return;
+  Session& session = it->second;
+  Append(&session.unreported, accepted);
+  switch (session.state) {
+    case State::kOpen:
+      session.state = State::kClosing;
+      Enqueue({/*close=*/true, handle, session.unreported});
+      break;
+    case State::kOpening:
+      session.state = State::kClosing;  // RunOpen finishes the close.
+      break;
+    case State::kClosed:
+    case State::kFailed:
+      Erase(it);  // Nothing on draftsvc to close.
+      break;
+    case State::kClosing:
+      break;
+  }
+}
+
+void DraftSessions::Erase(std::map<int64_t, Session>::iterator it) {
+  sessions_.erase(it);
+  --stats_.open_sessions;
+}
+
+DraftSessionsStats DraftSessions::Stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void DraftSessions::WorkerLoop() {
+  while (true) {
+    Task task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](DraftSessions* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return self->stopping_ || !self->tasks_.empty();
+          },
+          this));
+      if (tasks_.empty()) return;  // Stopping with nothing left to do.
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    if (task.close) {
+      RunClose(task);
+    } else {
+      RunOpen(task);
+    }
+  }
+}
+
+void DraftSessions::RunOpen(const Task& task) {
+  std::string id, name_space;
+  int32_t branch_length = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(task.handle);
+    if (it == sessions_.end()) return;
+    if (it->second.state == State::kClosing) {
+      Erase(it);  // Finished before its open ran.
+      return;
+    }
+    if (it->second.state != State::kOpening) return;
+    id = it->second.id;
+    name_space = it->second.name_space;
+    branch_length = it->second.branch_length;
+  }
+  absl::Span<const int32_t> prompt = task.tokens;
+  if (static_cast<int>(prompt.size()) > options_.max_reopen_tokens) {
+    prompt.remove_prefix(prompt.size() - options_.max_reopen_tokens);
+  }
+  absl::Status opened =
+      client_->OpenSession(id, name_space, vocab_size_, prompt, branch_length);
+  // ALREADY_EXISTS: an earlier open went through after its deadline.
+  const bool ok = opened.ok() || absl::IsAlreadyExists(opened);
+
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(task.handle);
+  if (it == sessions_.end()) return;
+  Session& session = it->second;
+  if (session.state == State::kClosing) {
+    // Finished while opening: report its tokens and close it.
+    if (ok) {
+      Enqueue({/*close=*/true, task.handle, session.unreported});
+    } else {
+      Erase(it);
+    }
+    return;
+  }
+  if (ok) {
+    session.state = State::kOpen;
+    stats_.available = true;
+    backoff_ = absl::ZeroDuration();
+    next_attempt_ = absl::InfinitePast();
+    return;
+  }
+  if (!absl::IsUnavailable(opened) && !absl::IsDeadlineExceeded(opened)) {
+    std::fprintf(stderr, "verifysvc: draft session %s gets no drafts: %s\n",
+                 id.c_str(), opened.ToString().c_str());
+    session.state = State::kFailed;
+    return;
+  }
+  session.state = State::kClosed;  // Step() retries after the backoff.
+  stats_.available = false;
+  backoff_ =
+      std::clamp(backoff_ * 2, options_.min_backoff, options_.max_backoff);
+  next_attempt_ = absl::Now() + backoff_;
+}
+
+void DraftSessions::RunClose(const Task& task) {
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(task.handle);
+    if (it == sessions_.end()) return;
+    id = it->second.id;
+  }
+  if (!task.tokens.empty()) {
+    DraftRequest report;
+    report.session_id = id;
+    report.accepted_tokens = task.tokens;
+    report.decoding_length = 0;
+    client_->Step({report}, vocab_size_).IgnoreError();
+  }
+  client_->CloseSession(id).IgnoreError();  // Best effort.
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(task.handle);
+  if (it != sessions_.end()) Erase(it);
+}
+
+}  // namespace lookahead::verifysvc

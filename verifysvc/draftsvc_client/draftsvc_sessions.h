@@ -1,0 +1,130 @@
+// DraftSessions: the draftsvc sessions of verifysvc's running sequences, kept
+// alive across draftsvc outages and restarts.
+//
+// draftsvc is optional at run time. A session is opened (and closed) on a
+// worker thread, never on the decoding path; until it is open its sequence
+// simply gets no drafts. Step() sends ONE batched RPC per decoding step with
+// a short deadline; if it fails the step runs without drafts, the accepted
+// tokens stay buffered for the next successful Step, and further RPCs wait
+// out an exponential backoff. A session that draftsvc no longer knows
+// (NOT_FOUND after a restart) is reopened with everything its sequence has
+// seen so far. Close() reports the last accepted tokens, so every output
+// reaches the global trie.
+//
+// Thread-safety: all methods are safe to call concurrently; Step() is meant
+// for the one scheduler thread.
+#ifndef LOOKAHEAD_VERIFYSVC_DRAFTSVC_CLIENT_DRAFTSVC_SESSIONS_H_
+#define LOOKAHEAD_VERIFYSVC_DRAFTSVC_CLIENT_DRAFTSVC_SESSIONS_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/draft.pb.h"
+#include "verifysvc/draftsvc_client/draftsvc_client.h"
+#include "engine/model/draft_tree.h"
+
+namespace lookahead::verifysvc {
+
+struct DraftSessionsOptions {
+  // Prefix of every session id ("<replica_id>/<n>"): unique per process so
+  // that two verifiers (or a restarted one) never collide on a draftsvc.
+  std::string replica_id;
+  // Backoff after a failed Step: starts here, doubles per failure, capped.
+  absl::Duration min_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // A reopened session gets at most this many of its latest tokens.
+  int max_reopen_tokens = 8192;
+};
+
+struct DraftSessionsStats {
+  bool available = true;  // The last Step RPC succeeded (or none was sent).
+  int64_t step_failures = 0;
+  int64_t reopened = 0;
+  int64_t open_sessions = 0;
+};
+
+class DraftSessions {
+ public:
+  // `client` is not owned and must outlive this. `vocab_size` bounds ids.
+  DraftSessions(DraftClient* client, int32_t vocab_size,
+                DraftSessionsOptions options);
+  // Finishes queued closes (each bounded by the client's deadline).
+  ~DraftSessions();
+
+  DraftSessions(const DraftSessions&) = delete;
+  DraftSessions& operator=(const DraftSessions&) = delete;
+
+  // Starts opening a session for a sequence with this prompt; returns its
+  // handle at once (the session serves drafts once the open completes).
+  int64_t Open(std::string name_space, std::vector<int32_t> prompt,
+               int32_t branch_length);
+
+  struct StepEntry {
+    int64_t handle = 0;
+    std::vector<int32_t> accepted;  // Emitted since the previous Step.
+    int32_t decoding_length = 0;    // 0: report tokens only.
+    lookahead::v1::DraftMode mode = lookahead::v1::DRAFT_MODE_TRIE_HIERARCHICAL;
+  };
+  // Reports every entry's tokens and returns its draft tree (empty if the
+  // session is not open, draftsvc failed, or it had nothing to propose).
+  std::vector<engine::DraftTree> Step(absl::Span<const StepEntry> entries);
+
+  // Reports `accepted` (the last tokens) and closes the session, on the
+  // worker thread. The handle is invalid afterwards.
+  void Close(int64_t handle, std::vector<int32_t> accepted);
+
+  DraftSessionsStats Stats() const;
+
+ private:
+  // kClosed: the open failed for a transient reason (retried after the
+  // backoff); kFailed: draftsvc refused it (e.g. the namespace holds another
+  // vocabulary): no drafts for this sequence.
+  enum class State { kOpening, kOpen, kClosed, kFailed, kClosing };
+  struct Session {
+    std::string id;
+    std::string name_space;
+    int32_t branch_length = 0;
+    State state = State::kOpening;
+    std::vector<int32_t> context;     // Prompt + every accepted token.
+    std::vector<int32_t> unreported;  // Accepted, not yet given to draftsvc.
+  };
+  struct Task {
+    bool close = false;
+    int64_t handle = 0;
+    std::vector<int32_t> tokens;  // Open: the (re)open prompt.
+  };
+
+  void Enqueue(Task task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Erase(std::map<int64_t, Session>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WorkerLoop();
+  void RunOpen(const Task& task);
+  void RunClose(const Task& task);
+
+  DraftClient* const client_;
+  const int32_t vocab_size_;
+  const DraftSessionsOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Time next_attempt_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Duration backoff_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  DraftSessionsStats stats_ ABSL_GUARDED_BY(mu_);
+
+  std::thread worker_;  // Last: starts after everything above exists.
+};
+
+}  // namespace lookahead::verifysvc
+
+#endif  // LOOKAHEAD_VERIFYSVC_DRAFTSVC_CLIENT_DRAFTSVC_SESSIONS_H_

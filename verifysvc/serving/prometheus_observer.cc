@@ -1,0 +1,243 @@
+#include "verifysvc/serving/prometheus_observer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace lookahead::verifysvc {
+
+namespace {
+
+// Registers series labelled {model} in one registry.
+struct Series {
+  absl::StatusOr<metrics::Counter*> Counter(const std::string& name,
+                                            const std::string& help) const {
+    ASSIGN_OR_RETURN(metrics::CounterFamily * family,
+                     registry->AddCounter(name, help, {"model"}));
+    return family->WithLabels({model});
+  }
+  absl::StatusOr<metrics::Gauge*> Gauge(const std::string& name,
+                                        const std::string& help) const {
+    ASSIGN_OR_RETURN(metrics::GaugeFamily * family,
+                     registry->AddGauge(name, help, {"model"}));
+    return family->WithLabels({model});
+  }
+  absl::StatusOr<metrics::Histogram*> Histogram(const std::string& name,
+                                                const std::string& help,
+                                                std::vector<double> bounds) const {
+    ASSIGN_OR_RETURN(
+        metrics::HistogramFamily * family,
+        registry->AddHistogram(name, help, {"model"}, std::move(bounds)));
+    return family->WithLabels({model});
+  }
+
+  metrics::Registry* registry;  // not owned
+  std::string model;
+};
+
+// Requests by outcome and finish reason.
+absl::Status AddRequestSeries(const Series& s, VerifierMetrics* m) {
+  ASSIGN_OR_RETURN(metrics::CounterFamily * requests,
+                   s.registry->AddCounter("lookahead_requests_total",
+                                        "Generate requests by outcome.",
+                                        {"model", "outcome"}));
+  m->finished = requests->WithLabels({s.model, "finished"});
+  m->cancelled = requests->WithLabels({s.model, "cancelled"});
+  m->rejected = requests->WithLabels({s.model, "rejected"});
+  m->failed = requests->WithLabels({s.model, "failed"});
+  ASSIGN_OR_RETURN(metrics::CounterFamily * success,
+                   s.registry->AddCounter("lookahead_request_success_total",
+                                        "Finished requests by finish reason.",
+                                        {"model", "finished_reason"}));
+  m->finished_length = success->WithLabels({s.model, "length"});
+  m->finished_eos = success->WithLabels({s.model, "eos"});
+  m->finished_stop = success->WithLabels({s.model, "stop"});
+
+  return absl::OkStatus();
+}
+
+// Tokens, steps, drafts and acceptance by depth.
+absl::Status AddTokenSeries(const Series& s, int max_position, VerifierMetrics* m) {
+  ASSIGN_OR_RETURN(m->prompt_tokens, s.Counter("lookahead_prompt_tokens_total",
+                                             "Prompt tokens prefilled."));
+  ASSIGN_OR_RETURN(m->generation_tokens,
+                   s.Counter("lookahead_generation_tokens_total",
+                           "Tokens generated (streamed to clients)."));
+  ASSIGN_OR_RETURN(m->decoding_steps,
+                   s.Counter("lookahead_decoding_steps_total",
+                           "Per-sequence forward passes that emitted tokens; "
+                           "EDL = generation tokens / decoding steps."));
+  ASSIGN_OR_RETURN(m->accepted_per_step,
+                   s.Histogram("lookahead_accepted_tokens_per_step",
+                             "Tokens emitted per decoding step (EDL).",
+                             {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 33}));
+  ASSIGN_OR_RETURN(m->drafts,
+                   s.Counter("lookahead_spec_decode_num_drafts_total",
+                           "Decoding steps that verified a non-empty draft."));
+  ASSIGN_OR_RETURN(m->draft_tokens,
+                   s.Counter("lookahead_spec_decode_num_draft_tokens_total",
+                           "Draft tokens verified."));
+  ASSIGN_OR_RETURN(m->accepted_tokens,
+                   s.Counter("lookahead_spec_decode_num_accepted_tokens_total",
+                           "Draft tokens accepted (emitted)."));
+  ASSIGN_OR_RETURN(
+      metrics::CounterFamily * per_position,
+      s.registry->AddCounter(
+          "lookahead_spec_decode_num_accepted_tokens_per_pos_total",
+          "Draft tokens accepted at each depth of the draft tree.",
+          {"model", "position"}));
+  for (int d = 1; d <= max_position; ++d) {
+    m->accepted_per_position.push_back(
+        per_position->WithLabels({s.model, absl::StrCat(d)}));
+  }
+
+  return absl::OkStatus();
+}
+
+// Latency, batch size and the speedup estimate's counters.
+absl::Status AddStepSeries(const Series& s, VerifierMetrics* m) {
+  const std::vector<double> latency =
+      metrics::ExponentialBuckets(0.001, 2, 14);  // 1 ms .. 8 s
+  ASSIGN_OR_RETURN(
+      m->step_seconds,
+      s.Histogram("lookahead_step_duration_seconds",
+                "One scheduler step: drafts, forward, accept.", latency));
+  ASSIGN_OR_RETURN(m->forward_seconds,
+                   s.Histogram("lookahead_forward_duration_seconds",
+                             "One batched forward pass.", latency));
+  ASSIGN_OR_RETURN(m->draft_rpc_seconds,
+                   s.Histogram("lookahead_draft_rpc_duration_seconds",
+                             "One batched draftsvc Step call.",
+                             metrics::ExponentialBuckets(0.0001, 2, 12)));
+  ASSIGN_OR_RETURN(m->draft_rpc_failures,
+                   s.Counter("lookahead_draft_rpc_failures_total",
+                           "draftsvc Step calls that failed or timed out "
+                           "(those steps ran without drafts)."));
+  ASSIGN_OR_RETURN(
+      m->batch_sequences,
+      s.Histogram("lookahead_batch_sequences", "Sequences in one forward pass.",
+                {1, 2, 4, 8, 16, 32, 64}));
+  ASSIGN_OR_RETURN(
+      m->time_to_first_token_seconds,
+      s.Histogram("lookahead_time_to_first_token_seconds",
+                "From a request's arrival to its first token.", latency));
+  ASSIGN_OR_RETURN(m->request_tokens_per_second,
+                   s.Histogram("lookahead_request_tokens_per_second",
+                             "Output tokens per second of each finished "
+                             "request (arrival to last token).",
+                             metrics::ExponentialBuckets(1, 2, 12)));
+  ASSIGN_OR_RETURN(m->plain_equivalent_seconds,
+                   s.Counter("lookahead_plain_equivalent_seconds_total",
+                           "Estimated time plain decoding would have needed "
+                           "for the emitted tokens (speedup numerator)."));
+  ASSIGN_OR_RETURN(m->decode_seconds,
+                   s.Counter("lookahead_decode_seconds_total",
+                           "Forward time of decoding steps (speedup "
+                           "denominator)."));
+  return absl::OkStatus();
+}
+
+absl::Status AddGaugeSeries(const Series& s, VerifierMetrics* m) {
+  ASSIGN_OR_RETURN(m->running, s.Gauge("lookahead_num_requests_running",
+                                     "Sequences in the batch."));
+  ASSIGN_OR_RETURN(m->waiting, s.Gauge("lookahead_num_requests_waiting",
+                                     "Requests queued for a batch slot."));
+  ASSIGN_OR_RETURN(m->kv_cache_tokens,
+                   s.Gauge("lookahead_kv_cache_tokens",
+                         "KV cache slots allocated to running sequences."));
+  ASSIGN_OR_RETURN(m->kv_cache_capacity_tokens,
+                   s.Gauge("lookahead_kv_cache_capacity_tokens",
+                         "KV cache slots the batch may use at most "
+                         "(max_running x max_context_tokens)."));
+  ASSIGN_OR_RETURN(m->draftsvc_up,
+                   s.Gauge("lookahead_draftsvc_up",
+                         "1 if the last draftsvc call succeeded, else 0."));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<VerifierMetrics>> VerifierMetrics::Create(
+    metrics::Registry* registry, const std::string& model, int max_position) {
+  auto m = std::make_unique<VerifierMetrics>();
+  Series s{registry, model};
+  RETURN_IF_ERROR(AddRequestSeries(s, m.get()));
+  RETURN_IF_ERROR(AddTokenSeries(s, max_position, m.get()));
+  RETURN_IF_ERROR(AddStepSeries(s, m.get()));
+  RETURN_IF_ERROR(AddGaugeSeries(s, m.get()));
+  return m;
+}
+
+void PrometheusObserver::OnRequestEnded(RequestOutcome outcome) {
+  switch (outcome) {
+    case RequestOutcome::kFinished:
+      m_->finished->Increment();
+      break;
+    case RequestOutcome::kCancelled:
+      m_->cancelled->Increment();
+      break;
+    case RequestOutcome::kRejected:
+      m_->rejected->Increment();
+      break;
+    case RequestOutcome::kFailed:
+      m_->failed->Increment();
+      break;
+  }
+}
+
+void PrometheusObserver::OnRequestFinished(const Usage& usage) {
+  m_->request_tokens_per_second->Observe(usage.tokens_per_second);
+  (usage.finish_reason == FinishReason::kLength ? m_->finished_length
+   : usage.finish_reason == FinishReason::kEos  ? m_->finished_eos
+                                                : m_->finished_stop)
+      ->Increment();
+}
+
+void PrometheusObserver::OnFirstToken(int prompt_tokens, double seconds) {
+  m_->prompt_tokens->Increment(static_cast<double>(prompt_tokens));
+  m_->time_to_first_token_seconds->Observe(seconds);
+}
+
+void PrometheusObserver::OnSequenceStep(int tokens) {
+  m_->generation_tokens->Increment(tokens);
+  m_->decoding_steps->Increment();
+  m_->accepted_per_step->Observe(tokens);
+}
+
+void PrometheusObserver::OnDraftVerified(int verified, int accepted) {
+  m_->drafts->Increment();
+  m_->draft_tokens->Increment(verified);
+  m_->accepted_tokens->Increment(accepted);
+  const size_t positions = m_->accepted_per_position.size();
+  for (int d = 1; d <= accepted; ++d) {
+    m_->accepted_per_position[std::min<size_t>(d, positions) - 1]->Increment();
+  }
+}
+
+void PrometheusObserver::OnDraftCall(double seconds, int64_t new_failures,
+                                     bool available) {
+  m_->draft_rpc_seconds->Observe(seconds);
+  m_->draft_rpc_failures->Increment(static_cast<double>(new_failures));
+  m_->draftsvc_up->Set(available ? 1 : 0);
+}
+
+void PrometheusObserver::OnStep(const StepReport& step) {
+  m_->forward_seconds->Observe(step.forward_seconds);
+  m_->batch_sequences->Observe(static_cast<double>(step.batch_sequences));
+  if (step.decoding_sequences > 0) {
+    m_->plain_equivalent_seconds->Increment(step.plain_equivalent_seconds);
+    m_->decode_seconds->Increment(step.forward_seconds);
+  }
+  m_->step_seconds->Observe(step.step_seconds);
+}
+
+void PrometheusObserver::OnOccupancy(int running, int queued,
+                                     int64_t kv_tokens) {
+  m_->running->Set(static_cast<double>(running));
+  m_->waiting->Set(static_cast<double>(queued));
+  m_->kv_cache_tokens->Set(static_cast<double>(kv_tokens));
+}
+
+}  // namespace lookahead::verifysvc

@@ -1,0 +1,487 @@
+#include "verifysvc/serving/request_builder.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "engine/testing/utf8_test_util.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace lookahead::verifysvc {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// GPT-2's printable stand-in for byte `b` (its vocabulary text).
+std::string ByteChar(unsigned char b) {
+  uint32_t next = 256;
+  for (int x = 0; x < 256; ++x) {
+    const bool printable =
+        (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174);
+    const uint32_t cp = printable ? x : next++;
+    if (x == b) return engine::Utf8(cp);
+  }
+  return "";
+}
+
+// Ids of the tiny vocabulary's special tokens; ids 0..255 are the bytes.
+constexpr int32_t kImStart = 256;
+constexpr int32_t kImEnd = 257;  // EOS
+constexpr int32_t kBos = 258;
+constexpr int32_t kVocab = 259;
+
+// A byte-level tokenizer with no merges (so "hi" is {'h', 'i'}), ChatML
+// control tokens and an empty chat template (plain ChatML). Built in
+// memory: no model file.
+std::unique_ptr<engine::Tokenizer> TinyTokenizer(bool add_bos) {
+  engine::TokenizerSpec spec;
+  spec.model = "gpt2";
+  spec.pre = "gpt2";
+  for (int b = 0; b < 256; ++b) spec.tokens.push_back(ByteChar(b));
+  spec.token_types.assign(256, static_cast<int32_t>(engine::TokenType::kNormal));
+  for (const char* special : {"<|im_start|>", "<|im_end|>", "<|bos|>"}) {
+    spec.tokens.push_back(special);
+    spec.token_types.push_back(
+        static_cast<int32_t>(engine::TokenType::kControl));
+  }
+  spec.eos_id = kImEnd;
+  spec.bos_id = kBos;
+  spec.add_bos = add_bos;
+  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
+      engine::Tokenizer::Create(std::move(spec));
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
+}
+
+// Small limits, so every bound is easy to reach.
+RequestLimits SmallLimits() {
+  RequestLimits limits;
+  limits.max_context_tokens = 32;
+  limits.max_prompt_tokens = 20;
+  limits.default_max_new_tokens = 16;
+  limits.default_decoding_length = 8;
+  limits.max_decoding_length = 12;
+  limits.default_branch_length = 4;
+  limits.max_branch_length = 6;
+  limits.max_stop_strings = 2;
+  limits.vocab_size = kVocab;
+  return limits;
+}
+
+// A request with a prompt of `n` token ids (1, 2, ..., n).
+RawRequest TokensRequest(int n) {
+  RawRequest raw;
+  raw.prompt.kind = RawPrompt::Kind::kTokens;
+  for (int i = 1; i <= n; ++i) raw.prompt.token_ids.push_back(i);
+  return raw;
+}
+
+class RequestBuilderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tokenizer_ = TinyTokenizer(/*add_bos=*/false);
+    ASSERT_NE(tokenizer_, nullptr);
+  }
+
+  absl::StatusOr<GenerationRequest> Build(const RawRequest& raw) {
+    return BuildRequest(raw, *tokenizer_, limits_);
+  }
+
+  // Asserts that `raw` is rejected with INVALID_ARGUMENT and a message
+  // holding every one of `parts`.
+  void ExpectInvalid(const RawRequest& raw,
+                     const std::vector<std::string>& parts) {
+    absl::StatusOr<GenerationRequest> built = Build(raw);
+    ASSERT_FALSE(built.ok()) << "accepted; wanted an error with " << parts[0];
+    EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument)
+        << built.status();
+    for (const std::string& part : parts) {
+      EXPECT_THAT(built.status().message(), HasSubstr(part));
+    }
+  }
+
+  std::unique_ptr<engine::Tokenizer> tokenizer_;
+  RequestLimits limits_ = SmallLimits();
+};
+
+// ---------------------------------------------------------------------------
+// Defaults.
+
+TEST_F(RequestBuilderTest, TokenPromptWithDefaults) {
+  absl::StatusOr<GenerationRequest> built = Build(TokensRequest(3));
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_THAT(built->prompt, ElementsAre(1, 2, 3));
+  EXPECT_EQ(built->max_new_tokens, 16);  // min(16, 32 - 3)
+  EXPECT_TRUE(built->sampling.greedy());
+  EXPECT_FLOAT_EQ(built->sampling.top_p, 1.0f);  // 0 = off = 1
+  EXPECT_EQ(built->sampling.top_k, 0);
+  EXPECT_THAT(built->stop, IsEmpty());
+  EXPECT_EQ(built->draft.mode, DraftMode::kTrieHierarchical);
+  EXPECT_EQ(built->draft.decoding_length, 8);
+  EXPECT_EQ(built->draft.branch_length, 4);
+  EXPECT_EQ(built->draft.name_space, "default");
+  EXPECT_TRUE(built->draft.enabled());
+}
+
+TEST_F(RequestBuilderTest, DefaultMaxNewTokensIsCutToTheContextLeft) {
+  for (int prompt : {1, 16, 17, 20}) {
+    SCOPED_TRACE(prompt);
+    absl::StatusOr<GenerationRequest> built = Build(TokensRequest(prompt));
+    ASSERT_TRUE(built.ok()) << built.status();
+    EXPECT_EQ(built->max_new_tokens, std::min(16, 32 - prompt));
+  }
+}
+
+TEST_F(RequestBuilderTest, ExplicitValuesAreKept) {
+  RawRequest raw = TokensRequest(3);
+  raw.max_new_tokens = 29;  // Exactly fills the context.
+  raw.temperature = 0.7f;
+  raw.top_p = 0.9f;
+  raw.top_k = 40;
+  raw.seed = 1234;
+  raw.stop = {"\n\n", "END"};
+  raw.draft.mode = RawDraftParams::Mode::kTrieParallel;
+  raw.draft.decoding_length = 12;
+  raw.draft.branch_length = 6;
+  raw.draft.name_space = "docs.v2_x-1";
+  absl::StatusOr<GenerationRequest> built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->max_new_tokens, 29);
+  EXPECT_FLOAT_EQ(built->sampling.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(built->sampling.top_p, 0.9f);
+  EXPECT_EQ(built->sampling.top_k, 40);
+  EXPECT_EQ(built->sampling.seed, 1234u);
+  EXPECT_THAT(built->stop, ElementsAre("\n\n", "END"));
+  EXPECT_EQ(built->draft.mode, DraftMode::kTrieParallel);
+  EXPECT_EQ(built->draft.decoding_length, 12);
+  EXPECT_EQ(built->draft.branch_length, 6);
+  EXPECT_EQ(built->draft.name_space, "docs.v2_x-1");
+}
+
+TEST_F(RequestBuilderTest, DraftModeOffMeansNoDraftTokens) {
+  RawRequest raw = TokensRequest(3);
+  raw.draft.mode = RawDraftParams::Mode::kOff;
+  for (int decoding_length : {0, 5}) {
+    raw.draft.decoding_length = decoding_length;
+    absl::StatusOr<GenerationRequest> built = Build(raw);
+    ASSERT_TRUE(built.ok()) << built.status();
+    EXPECT_EQ(built->draft.mode, DraftMode::kOff);
+    EXPECT_EQ(built->draft.decoding_length, 0);
+    EXPECT_FALSE(built->draft.enabled());
+  }
+}
+
+TEST_F(RequestBuilderTest, ExplicitHierarchicalModeIsTheDefaultMode) {
+  RawRequest raw = TokensRequest(3);
+  raw.draft.mode = RawDraftParams::Mode::kTrieHierarchical;
+  raw.draft.decoding_length = 3;
+  absl::StatusOr<GenerationRequest> built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.mode, DraftMode::kTrieHierarchical);
+  EXPECT_EQ(built->draft.decoding_length, 3);
+}
+
+// ---------------------------------------------------------------------------
+// Prompt errors.
+
+TEST_F(RequestBuilderTest, NoPromptIsRejected) {
+  RawRequest raw;
+  ExpectInvalid(raw, {"no prompt: set one of text, chat or tokens"});
+}
+
+TEST_F(RequestBuilderTest, EmptyPromptIsRejected) {
+  ExpectInvalid(TokensRequest(0), {"prompt is empty (0 tokens)"});
+  RawRequest text;
+  text.prompt.kind = RawPrompt::Kind::kText;
+  text.prompt.text = "";  // No BOS from this tokenizer: 0 tokens.
+  ExpectInvalid(text, {"prompt is empty (0 tokens)"});
+}
+
+TEST_F(RequestBuilderTest, PromptOverTheLimitIsRejected) {
+  ASSERT_TRUE(Build(TokensRequest(20)).ok());
+  ExpectInvalid(TokensRequest(21),
+                {"prompt has 21 tokens; this server accepts at most 20",
+                 "--max_prompt_tokens"});
+}
+
+TEST_F(RequestBuilderTest, TokenIdsOutsideTheVocabularyAreRejected) {
+  for (int32_t bad : {kVocab, kVocab + 1000, -1,
+                      std::numeric_limits<int32_t>::min()}) {
+    SCOPED_TRACE(bad);
+    RawRequest raw = TokensRequest(3);
+    raw.prompt.token_ids[1] = bad;
+    ExpectInvalid(raw, {absl::StrCat("tokens.ids[1] = ", bad,
+                                     " is outside the vocabulary [0, 259)")});
+  }
+  RawRequest last = TokensRequest(1);
+  last.prompt.token_ids[0] = kVocab - 1;
+  EXPECT_TRUE(Build(last).ok());
+}
+
+// ---------------------------------------------------------------------------
+// max_new_tokens.
+
+TEST_F(RequestBuilderTest, NegativeMaxNewTokensIsRejected) {
+  RawRequest raw = TokensRequest(3);
+  raw.max_new_tokens = -1;
+  ExpectInvalid(raw, {"max_new_tokens is -1; use 0 (server default) or more"});
+}
+
+TEST_F(RequestBuilderTest, MaxNewTokensOverTheContextIsRejected) {
+  RawRequest raw = TokensRequest(3);
+  raw.max_new_tokens = 30;
+  ExpectInvalid(raw, {"prompt (3 tokens) + max_new_tokens (30) = 33 exceeds "
+                      "the context limit of 32 tokens (--max_context_tokens)",
+                      "ask for at most 29 new tokens"});
+}
+
+TEST_F(RequestBuilderTest, HugeMaxNewTokensDoesNotWrap) {
+  RawRequest raw = TokensRequest(3);
+  raw.max_new_tokens = 2147483647;  // 3 + this wraps in 32 bits.
+  ExpectInvalid(raw, {"max_new_tokens (2147483647)", "exceeds the context"});
+  // RawRequest::max_new_tokens is 64-bit: a front end may pass any value.
+  raw.max_new_tokens = std::numeric_limits<int64_t>::max();
+  ExpectInvalid(raw, {"max_new_tokens (9223372036854775807)",
+                      "exceeds the context"});
+  raw.max_new_tokens = std::numeric_limits<int64_t>::max() - 2;
+  ExpectInvalid(raw, {"max_new_tokens", "exceeds the context"});
+}
+
+// ---------------------------------------------------------------------------
+// Sampling.
+
+TEST_F(RequestBuilderTest, BadTemperatureIsRejected) {
+  for (float bad : {-0.5f, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
+    SCOPED_TRACE(bad);
+    RawRequest raw = TokensRequest(3);
+    raw.temperature = bad;
+    ExpectInvalid(raw, {"sampling.temperature is ",
+                        "use 0 for greedy or a finite value > 0"});
+  }
+}
+
+TEST_F(RequestBuilderTest, BadTopPIsRejected) {
+  for (float bad : {-0.1f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    SCOPED_TRACE(bad);
+    RawRequest raw = TokensRequest(3);
+    raw.temperature = 1;
+    raw.top_p = bad;
+    ExpectInvalid(raw,
+                  {"sampling.top_p is ", "use a value in (0, 1] (0 = off)"});
+  }
+  RawRequest edge = TokensRequest(3);
+  edge.top_p = 1;
+  EXPECT_TRUE(Build(edge).ok());
+}
+
+TEST_F(RequestBuilderTest, NegativeTopKIsRejected) {
+  RawRequest raw = TokensRequest(3);
+  raw.top_k = -1;
+  ExpectInvalid(raw, {"sampling.top_k is -1; use >= 0 (0 = off)"});
+}
+
+// ---------------------------------------------------------------------------
+// Stop strings.
+
+TEST_F(RequestBuilderTest, BadStopStringsAreRejected) {
+  RawRequest raw = TokensRequest(3);
+  raw.stop = {"a", "b", "c"};
+  ExpectInvalid(raw, {"stop has 3 strings; at most 2"});
+  raw.stop = {"ok", ""};
+  ExpectInvalid(raw, {"stop[1] is empty; remove it"});
+  raw.stop = {"\xff"};
+  ExpectInvalid(raw, {"stop[0] is not valid UTF-8"});
+}
+
+// ---------------------------------------------------------------------------
+// Draft parameters.
+
+TEST_F(RequestBuilderTest, UnsupportedDraftModeIsRejected) {
+  RawRequest raw = TokensRequest(3);
+  raw.draft.mode = RawDraftParams::Mode::kUnsupported;
+  raw.draft.wire_mode = 7;
+  ExpectInvalid(raw, {"draft.mode 7 is not supported",
+                      "use OFF, TRIE_HIERARCHICAL or TRIE_PARALLEL"});
+}
+
+TEST_F(RequestBuilderTest, DecodingLengthOutOfRangeIsRejected) {
+  for (int bad : {-1, 13}) {
+    SCOPED_TRACE(bad);
+    RawRequest raw = TokensRequest(3);
+    raw.draft.decoding_length = bad;
+    ExpectInvalid(raw, {absl::StrCat("draft.decoding_length is ", bad,
+                                     "; use 0 (server default) to 12 "
+                                     "(--max_decoding_length)")});
+  }
+}
+
+TEST_F(RequestBuilderTest, BranchLengthOutOfRangeIsRejected) {
+  for (int bad : {-2, 7}) {
+    SCOPED_TRACE(bad);
+    RawRequest raw = TokensRequest(3);
+    raw.draft.branch_length = bad;
+    ExpectInvalid(raw, {absl::StrCat("draft.branch_length is ", bad,
+                                     "; use 0 (server default) to 6")});
+  }
+}
+
+TEST_F(RequestBuilderTest, BadNamespaceIsRejected) {
+  for (const std::string& bad :
+       {std::string("has space"), std::string("slash/"),
+        std::string(129, 'a'), std::string("nul\0x", 5)}) {
+    SCOPED_TRACE(bad.size());
+    RawRequest raw = TokensRequest(3);
+    raw.draft.name_space = bad;
+    ExpectInvalid(raw, {"draft.namespace:"});
+  }
+  RawRequest longest = TokensRequest(3);
+  longest.draft.name_space = std::string(128, 'a');
+  EXPECT_TRUE(Build(longest).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Text and chat prompts.
+
+TEST_F(RequestBuilderTest, TextPromptIsEncodedWithoutParsingSpecials) {
+  RawRequest raw;
+  raw.prompt.kind = RawPrompt::Kind::kText;
+  raw.prompt.text = "hi";
+  absl::StatusOr<GenerationRequest> built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_THAT(built->prompt, ElementsAre('h', 'i'));
+
+  // A user's text spelling a control token stays text: no injected EOS.
+  raw.prompt.text = "<|im_end|>";
+  built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->prompt.size(), 10u);
+  EXPECT_EQ(built->prompt[0], '<');
+  for (int32_t id : built->prompt) EXPECT_LT(id, 256);
+}
+
+TEST(EncodePromptTest, TextGetsBosIffTheModelWantsOne) {
+  RawPrompt prompt;
+  prompt.kind = RawPrompt::Kind::kText;
+  prompt.text = "hi";
+  std::unique_ptr<engine::Tokenizer> with_bos = TinyTokenizer(true);
+  std::unique_ptr<engine::Tokenizer> without = TinyTokenizer(false);
+  ASSERT_NE(with_bos, nullptr);
+  ASSERT_NE(without, nullptr);
+  absl::StatusOr<std::vector<int32_t>> ids =
+      EncodePrompt(prompt, *with_bos, kVocab);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre(kBos, 'h', 'i'));
+  ids = EncodePrompt(prompt, *without, kVocab);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre('h', 'i'));
+
+  // An empty text with BOS is one token: BuildRequest accepts it.
+  RawRequest raw;
+  raw.prompt.kind = RawPrompt::Kind::kText;
+  absl::StatusOr<GenerationRequest> built =
+      BuildRequest(raw, *with_bos, SmallLimits());
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_THAT(built->prompt, ElementsAre(kBos));
+}
+
+TEST(EncodePromptTest, ChatGoesThroughTheTemplateWithTheGenerationPrompt) {
+  std::unique_ptr<engine::Tokenizer> tokenizer = TinyTokenizer(false);
+  ASSERT_NE(tokenizer, nullptr);
+  RawPrompt prompt;
+  prompt.kind = RawPrompt::Kind::kChat;
+  prompt.chat = {{"system", "s"}, {"user", "hi"}};
+  absl::StatusOr<std::vector<int32_t>> ids =
+      EncodePrompt(prompt, *tokenizer, kVocab);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  absl::StatusOr<std::string> text = tokenizer->Decode(*ids);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // The template's markers are the control tokens, not their spelling.
+  EXPECT_EQ(ids->front(), kImStart);
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), kImStart), 3);
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), kImEnd), 2);
+}
+
+TEST(EncodePromptTest, BadChatIsRejectedNamingTheMessage) {
+  std::unique_ptr<engine::Tokenizer> tokenizer = TinyTokenizer(false);
+  ASSERT_NE(tokenizer, nullptr);
+  RawPrompt prompt;
+  prompt.kind = RawPrompt::Kind::kChat;
+  absl::StatusOr<std::vector<int32_t>> ids =
+      EncodePrompt(prompt, *tokenizer, kVocab);
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ids.status().message(),
+              HasSubstr("chat.messages is empty: give at least one message"));
+
+  prompt.chat = {{"user", "hi"}, {"tool", "x"}};
+  ids = EncodePrompt(prompt, *tokenizer, kVocab);
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ids.status().message(),
+              HasSubstr("chat.messages[1].role is \"tool\"; use system, "
+                        "user or assistant"));
+}
+
+TEST(EncodePromptTest, TokenIdsAreCheckedAgainstTheGivenVocabulary) {
+  std::unique_ptr<engine::Tokenizer> tokenizer = TinyTokenizer(false);
+  ASSERT_NE(tokenizer, nullptr);
+  RawPrompt prompt;
+  prompt.kind = RawPrompt::Kind::kTokens;
+  prompt.token_ids = {0, 9, 99};
+  absl::StatusOr<std::vector<int32_t>> ids =
+      EncodePrompt(prompt, *tokenizer, /*vocab_size=*/100);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre(0, 9, 99));
+  ids = EncodePrompt(prompt, *tokenizer, /*vocab_size=*/99);
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ids.status().message(),
+              HasSubstr("tokens.ids[2] = 99 is outside the vocabulary"));
+}
+
+TEST(ValidateChatTest, AcceptsTheThreeRoles) {
+  const std::vector<engine::ChatMessage> ok = {
+      {"system", "a"}, {"user", "b"}, {"assistant", "c"}, {"user", ""}};
+  EXPECT_TRUE(ValidateChat(ok).ok());
+  for (const char* role : {"", "User", "tool", "function"}) {
+    SCOPED_TRACE(role);
+    const std::vector<engine::ChatMessage> bad = {{"user", "a"}, {role, "b"}};
+    absl::Status status = ValidateChat(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(),
+                HasSubstr(absl::StrCat("chat.messages[1].role is \"", role,
+                                       "\"")));
+  }
+  absl::Status empty = ValidateChat({});
+  EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(empty.message(), HasSubstr("chat.messages is empty"));
+}
+
+TEST(CheckTokenIdsTest, NamesTheFieldAndTheFirstBadIndex) {
+  const std::vector<int32_t> ids = {0, 4, 5, -3};
+  EXPECT_TRUE(CheckTokenIds(ids, 6, "x").ok());
+  EXPECT_TRUE(CheckTokenIds({}, 0, "x").ok());
+  absl::Status status = CheckTokenIds(ids, 5, "draft.ids");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "draft.ids[2] = 5 is outside the vocabulary [0, 5)");
+  status = CheckTokenIds(ids, 6, "draft.ids");
+  EXPECT_THAT(status.message(), HasSubstr("draft.ids[3] = -3"));
+}
+
+}  // namespace
+}  // namespace lookahead::verifysvc

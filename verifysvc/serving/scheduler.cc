@@ -1,0 +1,580 @@
+#include "verifysvc/serving/scheduler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "engine/model/acceptance.h"
+#include "engine/model/batch.h"
+#include "engine/model/kv_cache.h"
+#include "verifysvc/serving/output_processor.h"
+
+namespace lookahead::verifysvc {
+namespace {
+
+int32_t SelectToken(const torch::Tensor& logits_row,
+                    const engine::SamplingParams& params, int64_t position) {
+  torch::Tensor row = logits_row.to(torch::kCPU).contiguous();
+  absl::Span<const float> values(row.data_ptr<float>(),
+                                 static_cast<size_t>(row.numel()));
+  return params.greedy() ? engine::ArgMax(values)
+                         : engine::SampleToken(values, params, position);
+}
+
+}  // namespace
+
+struct Scheduler::Sequence {
+  Sequence(GenerationRequest r, GenerationSink* k,
+           const engine::Tokenizer* tokenizer, const DraftPacerOptions& pacing)
+      : request(std::move(r)),
+        sink(k),
+        output(tokenizer, request.stop, request.max_new_tokens),
+        pacer(pacing) {}
+
+  GenerationRequest request;
+  GenerationSink* sink;
+  std::unique_ptr<engine::KvCache> cache;
+  int prefilled = 0;  // Prompt tokens in the cache.
+  OutputProcessor output;
+  int64_t draft_handle = 0;  // 0: not drafted.
+  DraftPacer pacer;
+  bool done = false;
+
+  // Usage.
+  int steps = 0;
+  int64_t draft_tokens = 0;
+  int64_t accepted_draft_tokens = 0;
+  absl::Time admitted;
+  absl::Time first_token;
+
+  bool decoding() const { return !output.tokens().empty(); }
+  int32_t last_token() const { return output.tokens().back(); }
+};
+
+// One step's work, planned before the forward pass.
+struct Scheduler::StepPlan {
+  absl::Time start;
+  std::vector<Sequence*> decoding, prefilling;
+  std::vector<int> chunk;  // per prefilling sequence: tokens this step
+  int prefill_tokens = 0;
+  std::vector<engine::DraftTree> trees;  // per decoding sequence
+  int requested_drafts = 0;
+  std::vector<engine::TreeInput> batch;  // decoding first, then chunks
+  std::vector<int64_t> root_position;    // per decoding sequence
+  int64_t batch_tokens = 0;
+  int64_t draft_total = 0;
+  double forward_seconds = 0;
+  double plain_step_seconds = 0;  // plain decoding's estimate of this step
+};
+
+// What one step emitted.
+struct Scheduler::StepTally {
+  int64_t emitted = 0, accepted = 0, steps = 0;
+  int64_t decode_emitted = 0;  // By decoding sequences (not first tokens).
+};
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    const engine::LlamaModel* model, const engine::Tokenizer* tokenizer,
+    DraftMixer* drafts, StepCostModel cost, SchedulerOptions options) {
+  const DraftPacerOptions& p = options.pacing;
+  if (options.max_running < 1 || options.max_queued < 0 ||
+      options.max_step_tokens < 1 || options.prefill_chunk_tokens < 1 ||
+      p.probe_interval < 1 || p.max_probe_interval < p.probe_interval ||
+      p.probe_tokens < 0) {
+    return absl::InvalidArgumentError(
+        "scheduler options: max_running, max_step_tokens, "
+        "prefill_chunk_tokens and probe_interval must be >= 1, max_queued "
+        "and probe_tokens >= 0, max_probe_interval >= probe_interval");
+  }
+  return std::unique_ptr<Scheduler>(
+      new Scheduler(model, tokenizer, drafts, std::move(cost), options));
+}
+
+Scheduler::Scheduler(const engine::LlamaModel* model,
+                     const engine::Tokenizer* tokenizer, DraftMixer* drafts,
+                     StepCostModel cost, SchedulerOptions options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      drafts_(drafts != nullptr && !drafts->empty() ? drafts : nullptr),
+      options_(options),
+      observer_(options.observer != nullptr ? options.observer
+                                            : new SchedulerObserver()),
+      own_observer_(options.observer != nullptr ? nullptr : observer_),
+      cost_(std::move(cost)),
+      thread_([this] { Loop(); }) {}
+
+Scheduler::~Scheduler() { Shutdown(absl::ZeroDuration()); }
+
+absl::Status Scheduler::Submit(GenerationRequest request,
+                               GenerationSink* sink) {
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) {
+    CountOutcome(RequestOutcome::kRejected);
+    return absl::UnavailableError(
+        "verifysvc is shutting down; retry on another replica");
+  }
+  if (admitted_ >= options_.max_running + options_.max_queued) {
+    CountOutcome(RequestOutcome::kRejected);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "server full: ", options_.max_running, " sequences running and ",
+        options_.max_queued, " queued (--max_running=", options_.max_running,
+        ", --max_queued=", options_.max_queued, "); retry later"));
+  }
+  ++admitted_;
+  ++stats_.requests_admitted;
+  queue_.push_back({std::move(request), sink});
+  return absl::OkStatus();
+}
+
+void Scheduler::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    accepting_ = false;
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return admitted_ == 0;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&idle), grace);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::CountRejected() {
+  absl::MutexLock lock(&mu_);
+  CountOutcome(RequestOutcome::kRejected);
+}
+
+void Scheduler::CountOutcome(RequestOutcome outcome) {
+  switch (outcome) {
+    case RequestOutcome::kFinished:
+      ++stats_.requests_finished;
+      break;
+    case RequestOutcome::kCancelled:
+      ++stats_.requests_cancelled;
+      break;
+    case RequestOutcome::kRejected:
+      ++stats_.requests_rejected;
+      break;
+    case RequestOutcome::kFailed:
+      ++stats_.requests_failed;
+      break;
+  }
+  observer_->OnRequestEnded(outcome);
+}
+
+SchedulerStats Scheduler::Stats() const {
+  SchedulerStats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    stats = stats_;
+    stats.queued_sequences = static_cast<int>(queue_.size());
+  }
+  if (drafts_ != nullptr) {
+    const DraftSourceStats d = drafts_->Stats();
+    stats.drafts_available = d.available;
+    stats.draft_failures = d.failures;
+    stats.draft_sessions_reopened = d.reopened;
+  }
+  return stats;
+}
+
+std::string Scheduler::Describe(const SchedulerStats& stats) {
+  return absl::StrCat(stats.requests_admitted, " requests (",
+                      stats.requests_finished, " finished, ",
+                      stats.requests_cancelled, " cancelled), ",
+                      stats.forward_passes, " forward passes, ",
+                      stats.output_tokens, " output tokens in ",
+                      stats.decoding_steps, " steps");
+}
+
+void Scheduler::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !queue_.empty() || !running_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) break;
+    }
+    Admit();
+    if (!running_.empty()) Step();
+  }
+  // Shutdown's grace ran out: end everything still here.
+  for (auto& seq : running_) {
+    End(seq.get(), absl::UnavailableError("verifysvc shut down"));
+  }
+  running_.clear();
+  std::deque<Pending> queued;
+  {
+    absl::MutexLock lock(&mu_);
+    queued.swap(queue_);
+  }
+  for (Pending& p : queued) {
+    p.sink->Finish(absl::UnavailableError("verifysvc shut down"));
+    absl::MutexLock lock(&mu_);
+    --admitted_;
+  }
+}
+
+void Scheduler::Admit() {
+  // Cancelled sequences leave first, freeing their slots.
+  for (auto& seq : running_) {
+    // A sequence that ended last step has finished its sink, which may be
+    // gone already (a gRPC reactor deletes itself): never touch it again.
+    if (!seq->done && seq->sink->Cancelled()) {
+      End(seq.get(), absl::CancelledError("cancelled by the client"));
+    }
+  }
+  std::vector<Pending> admitted, gone;
+  {
+    absl::MutexLock lock(&mu_);
+    // Queued requests whose client left free their queue places too.
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (!it->sink->Cancelled()) {
+        ++it;
+        continue;
+      }
+      gone.push_back(std::move(*it));
+      it = queue_.erase(it);
+      --admitted_;
+      CountOutcome(RequestOutcome::kCancelled);
+    }
+    running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                  [](const auto& s) { return s->done; }),
+                   running_.end());
+    while (!queue_.empty() &&
+           static_cast<int>(running_.size() + admitted.size()) <
+               options_.max_running) {
+      admitted.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+  }
+  for (Pending& p : gone) {
+    p.sink->Finish(absl::CancelledError("cancelled by the client"));
+  }
+  for (Pending& p : admitted) {
+    std::unique_ptr<Sequence> seq = Start(std::move(p));
+    if (seq != nullptr) running_.push_back(std::move(seq));
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->done; }),
+                 running_.end());
+  int64_t kv = 0;
+  for (const auto& seq : running_) kv += seq->cache->Capacity();
+  absl::MutexLock lock(&mu_);
+  observer_->OnOccupancy(static_cast<int>(running_.size()),
+                         static_cast<int>(queue_.size()), kv);
+  stats_.running_sequences = static_cast<int>(running_.size());
+  stats_.kv_cache_tokens = kv;
+}
+
+std::unique_ptr<Scheduler::Sequence> Scheduler::Start(Pending pending) {
+  auto seq = std::make_unique<Sequence>(std::move(pending.request),
+                                        pending.sink, tokenizer_,
+                                        options_.pacing);
+  seq->admitted = absl::Now();
+  if (seq->sink->Cancelled()) {
+    End(seq.get(), absl::CancelledError("cancelled by the client"));
+    return nullptr;
+  }
+  const GenerationRequest& request = seq->request;
+  // Room for the prompt, the output and one step's tree.
+  const int capacity = static_cast<int>(request.prompt.size()) +
+                       request.max_new_tokens + request.draft.decoding_length +
+                       1;
+  absl::StatusOr<std::unique_ptr<engine::KvCache>> cache =
+      model_->NewCache(capacity);
+  if (!cache.ok()) {
+    End(seq.get(), cache.status());
+    return nullptr;
+  }
+  seq->cache = *std::move(cache);
+  if (drafts_ != nullptr && request.draft.enabled()) {
+    seq->draft_handle = drafts_->Open(request.draft, request.prompt);
+  }
+  return seq;
+}
+
+void Scheduler::Step() {
+  StepPlan plan = Plan();
+  Draft(&plan);
+  absl::StatusOr<std::vector<torch::Tensor>> logits = RunForward(&plan);
+  if (!logits.ok()) {
+    // A bug, not bad input (requests are validated): fail this batch only.
+    std::fprintf(stderr, "verifysvc: forward failed: %s\n",
+                 logits.status().ToString().c_str());
+    for (auto& seq : running_) {
+      End(seq.get(), absl::InternalError(absl::StrCat(
+                         "forward pass failed: ", logits.status().message())));
+    }
+    return;
+  }
+  StepTally tally;
+  AcceptDrafts(plan, *logits, &tally);
+  CommitPrefill(plan, *logits, &tally);
+  Record(plan, tally);
+}
+
+Scheduler::StepPlan Scheduler::Plan() {
+  StepPlan plan;
+  plan.start = absl::Now();
+  for (auto& seq : running_) {
+    (seq->decoding() ? plan.decoding : plan.prefilling).push_back(seq.get());
+  }
+  // Prefill chunks: small while others decode, large when alone.
+  plan.chunk.assign(plan.prefilling.size(), 0);
+  int budget = plan.decoding.empty() ? model_->options().prefill_chunk_tokens
+                                     : options_.prefill_chunk_tokens;
+  for (size_t i = 0; i < plan.prefilling.size() && budget > 0; ++i) {
+    const Sequence* seq = plan.prefilling[i];
+    plan.chunk[i] = std::min<int>(
+        budget, static_cast<int>(seq->request.prompt.size()) - seq->prefilled);
+    budget -= plan.chunk[i];
+    plan.prefill_tokens += plan.chunk[i];
+  }
+  plan.trees.resize(plan.decoding.size());
+  return plan;
+}
+
+void Scheduler::Draft(StepPlan* plan) {
+  if (drafts_ == nullptr) return;
+  // Draft budgets: what pays for itself in this pass.
+  std::vector<DraftCandidate> candidates(plan->decoding.size());
+  for (size_t i = 0; i < plan->decoding.size(); ++i) {
+    Sequence* seq = plan->decoding[i];
+    if (seq->draft_handle == 0) continue;
+    const int room = seq->cache->Capacity() - seq->cache->Length() - 1;
+    candidates[i] = seq->pacer.Candidate(
+        std::clamp(seq->request.draft.decoding_length, 0, room),
+        seq->request.draft.branch_length);
+  }
+  const int base = static_cast<int>(plan->decoding.size()) +
+                   plan->prefill_tokens;
+  const std::vector<int> budget =
+      AllocateDraftTokens(cost_, base, candidates,
+                          std::max(0, options_.max_step_tokens - base),
+                          drafts_->cost());
+  // ONE call to the draft sources for every drafted sequence.
+  std::vector<DraftAsk> asks;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < plan->decoding.size(); ++i) {
+    const Sequence* seq = plan->decoding[i];
+    if (seq->draft_handle == 0) continue;
+    asks.push_back({seq->draft_handle, budget[i], seq->request.draft.mode});
+    which.push_back(i);
+  }
+  if (asks.empty()) return;
+  const int64_t failures = drafts_->Stats().failures;
+  const absl::Time start = absl::Now();
+  bool called = false;
+  std::vector<engine::DraftTree> got = drafts_->Propose(asks, &called);
+  if (called) {
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    const DraftSourceStats after = drafts_->Stats();
+    observer_->OnDraftCall(seconds, after.failures - failures,
+                           after.available);
+    for (const DraftAsk& ask : asks) plan->requested_drafts += ask.budget;
+  }
+  got.resize(asks.size());
+  for (size_t k = 0; k < which.size(); ++k) {
+    plan->trees[which[k]] = std::move(got[k]);
+  }
+}
+
+absl::StatusOr<std::vector<torch::Tensor>> Scheduler::RunForward(
+    StepPlan* plan) {
+  // ONE forward pass: every decoding sequence's [root, tree], then chunks.
+  for (size_t i = 0; i < plan->decoding.size(); ++i) {
+    Sequence* seq = plan->decoding[i];
+    plan->root_position.push_back(seq->cache->Length());
+    plan->batch.push_back(engine::MakeVerifyInput(
+        seq->cache.get(), seq->last_token(), plan->trees[i]));
+    plan->draft_total += plan->trees[i].size();
+  }
+  for (size_t i = 0; i < plan->prefilling.size(); ++i) {
+    if (plan->chunk[i] == 0) continue;
+    const Sequence* seq = plan->prefilling[i];
+    plan->batch.push_back(engine::ChainInput(
+        seq->cache.get(), absl::MakeConstSpan(seq->request.prompt)
+                              .subspan(seq->prefilled, plan->chunk[i])));
+  }
+  for (const engine::TreeInput& in : plan->batch) {
+    plan->batch_tokens += in.tokens.size();
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<torch::Tensor>> logits =
+      model_->Forward(plan->batch);
+  plan->forward_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  // Plain decoding's estimated time for this step (one token per decoding
+  // sequence, same prefill), before the model learns from this pass.
+  plan->plain_step_seconds = cost_.Seconds(
+      static_cast<int>(plan->decoding.size()) + plan->prefill_tokens);
+  cost_.Observe(static_cast<int>(plan->batch_tokens), plan->forward_seconds);
+  return logits;
+}
+
+void Scheduler::AcceptDrafts(const StepPlan& plan,
+                             const std::vector<torch::Tensor>& logits,
+                             StepTally* tally) {
+  for (size_t i = 0; i < plan.decoding.size(); ++i) {
+    Sequence* seq = plan.decoding[i];
+    const engine::TreeInput& in = plan.batch[i];
+    absl::StatusOr<engine::AcceptResult> accepted =
+        engine::AcceptLongestPath(in.tokens, in.parents, logits[i],
+                                  seq->request.sampling,
+                                  plan.root_position[i]);
+    absl::Status committed = accepted.ok()
+                                 ? seq->cache->CommitPath(accepted->path)
+                                 : accepted.status();
+    if (!committed.ok()) {
+      End(seq, absl::InternalError(
+                   absl::StrCat("accepting the draft: ", committed.message())));
+      continue;
+    }
+    const int verified = plan.trees[i].size();
+    const int hits = static_cast<int>(accepted->tokens.size()) - 1;
+    seq->pacer.Update(verified, hits);
+    const int kept = Emit(seq, accepted->tokens);
+    // Draft tokens count as accepted only if they reached the output.
+    const int kept_hits = std::min(hits, kept);
+    seq->draft_tokens += verified;
+    seq->accepted_draft_tokens += kept_hits;
+    tally->accepted += kept_hits;
+    ++tally->steps;
+    tally->emitted += kept;
+    tally->decode_emitted += kept;
+    if (verified > 0) observer_->OnDraftVerified(verified, kept_hits);
+  }
+}
+
+void Scheduler::CommitPrefill(const StepPlan& plan,
+                              const std::vector<torch::Tensor>& logits,
+                              StepTally* tally) {
+  // Commit prefill chunks; a finished prompt yields the first token.
+  size_t next = plan.decoding.size();
+  for (size_t i = 0; i < plan.prefilling.size(); ++i) {
+    if (plan.chunk[i] == 0) continue;
+    Sequence* seq = plan.prefilling[i];
+    const engine::TreeInput& in = plan.batch[next];
+    const torch::Tensor& last = logits[next];
+    ++next;
+    std::vector<int32_t> path(in.tokens.size());
+    for (size_t j = 0; j < path.size(); ++j) path[j] = static_cast<int32_t>(j);
+    absl::Status committed = seq->cache->CommitPath(path);
+    if (!committed.ok()) {
+      End(seq, absl::InternalError(
+                   absl::StrCat("prefill commit: ", committed.message())));
+      continue;
+    }
+    seq->prefilled += plan.chunk[i];
+    const int prompt = static_cast<int>(seq->request.prompt.size());
+    if (seq->prefilled < prompt) continue;
+    const int32_t first = SelectToken(last[0], seq->request.sampling, prompt);
+    seq->first_token = absl::Now();
+    observer_->OnFirstToken(prompt, absl::ToDoubleSeconds(
+                                        seq->first_token - seq->request.arrival));
+    ++tally->steps;
+    ++tally->emitted;
+    Emit(seq, {first});
+  }
+}
+
+void Scheduler::Record(const StepPlan& plan, const StepTally& tally) {
+  StepReport report;
+  report.batch_sequences = static_cast<int>(plan.batch.size());
+  report.decoding_sequences = static_cast<int>(plan.decoding.size());
+  report.batch_tokens = plan.batch_tokens;
+  report.forward_seconds = plan.forward_seconds;
+  if (!plan.decoding.empty()) {
+    report.plain_equivalent_seconds = plan.plain_step_seconds *
+                                      double(tally.decode_emitted) /
+                                      plan.decoding.size();
+  }
+  report.step_seconds = absl::ToDoubleSeconds(absl::Now() - plan.start);
+  observer_->OnStep(report);
+  ++steps_run_;
+  if (options_.log_every_steps > 0 &&
+      steps_run_ % options_.log_every_steps == 0) {
+    std::printf(
+        "verifysvc: step %lld: %zu decoding + %zu prefilling, %lld tokens "
+        "(%d prefill), drafts %d requested %lld verified %lld accepted, "
+        "forward %.1f ms\n",
+        static_cast<long long>(steps_run_), plan.decoding.size(),
+        plan.prefilling.size(), static_cast<long long>(plan.batch_tokens),
+        plan.prefill_tokens, plan.requested_drafts,
+        static_cast<long long>(plan.draft_total),
+        static_cast<long long>(tally.accepted), plan.forward_seconds * 1e3);
+    std::fflush(stdout);
+  }
+  absl::MutexLock lock(&mu_);
+  ++stats_.forward_passes;
+  stats_.forward_sequences += static_cast<int64_t>(plan.batch.size());
+  stats_.max_forward_sequences = std::max(stats_.max_forward_sequences,
+                                          static_cast<int>(plan.batch.size()));
+  stats_.forward_tokens += plan.batch_tokens;
+  stats_.decoding_steps += tally.steps;
+  stats_.output_tokens += tally.emitted;
+  stats_.draft_tokens += plan.draft_total;
+  stats_.accepted_draft_tokens += tally.accepted;
+}
+
+int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens) {
+  GenerationOutput out = seq->output.Append(tokens);
+  ++seq->steps;
+  const int kept = static_cast<int>(out.token_ids.size());
+  if (seq->draft_handle != 0) drafts_->Observe(seq->draft_handle, out.token_ids);
+  observer_->OnSequenceStep(kept);
+  if (out.finish_reason == FinishReason::kNone) {
+    seq->sink->Send(std::move(out));
+    return kept;
+  }
+  out.usage = UsageOf(*seq, out.finish_reason);
+  observer_->OnRequestFinished(*out.usage);
+  seq->sink->Send(std::move(out));
+  End(seq, absl::OkStatus());
+  return kept;
+}
+
+Usage Scheduler::UsageOf(const Sequence& seq, FinishReason finish) const {
+  Usage usage;
+  const int out = static_cast<int>(seq.output.tokens().size());
+  const absl::Time arrival = seq.request.arrival;
+  usage.prompt_tokens = static_cast<int>(seq.request.prompt.size());
+  usage.output_tokens = out;
+  usage.decoding_steps = seq.steps;
+  usage.edl = seq.steps == 0 ? 0 : double(out) / seq.steps;
+  usage.time_to_first_token_seconds =
+      absl::ToDoubleSeconds(seq.first_token - arrival);
+  usage.total_seconds = absl::ToDoubleSeconds(absl::Now() - arrival);
+  usage.tokens_per_second =
+      usage.total_seconds > 0 ? out / usage.total_seconds : 0;
+  usage.finish_reason = finish;
+  usage.draft_tokens = seq.draft_tokens;
+  usage.accepted_draft_tokens = seq.accepted_draft_tokens;
+  usage.queue_seconds = absl::ToDoubleSeconds(seq.admitted - arrival);
+  return usage;
+}
+
+void Scheduler::End(Sequence* seq, absl::Status status) {
+  if (seq->done) return;
+  seq->done = true;
+  if (seq->draft_handle != 0) {
+    drafts_->Close(seq->draft_handle);
+    seq->draft_handle = 0;
+  }
+  seq->cache.reset();
+  {
+    // Before Finish: a client that has seen its stream end sees it counted.
+    absl::MutexLock lock(&mu_);
+    --admitted_;
+    CountOutcome(status.ok()                ? RequestOutcome::kFinished
+                 : absl::IsCancelled(status) ? RequestOutcome::kCancelled
+                                             : RequestOutcome::kFailed);
+  }
+  seq->sink->Finish(std::move(status));
+}
+
+}  // namespace lookahead::verifysvc

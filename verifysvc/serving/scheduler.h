@@ -1,0 +1,152 @@
+// Scheduler: continuous batching of generation requests over one model.
+//
+// One thread owns the model. Each step it (1) plans: which sequences decode
+// and which prompt chunks prefill; (2) drafts: gives each decoding sequence
+// a draft budget (AllocateDraftTokens over DraftPacer candidates) and asks
+// the DraftMixer for every tree in ONE call; (3) runs ONE forward pass over
+// every sequence's [root, draft tree] plus the prefill chunks; (4) accepts
+// the longest verified path per sequence; (5) emits the tokens through each
+// sequence's OutputProcessor to its sink. Requests join between steps; a
+// long prompt is prefilled in chunks so it does not stall the running
+// sequences. Output is token for token that of plain decoding.
+//
+// The scheduler talks only to the engine and the mixer; it emits neutral
+// GenerationOutputs and reports through a SchedulerObserver.
+//
+// Thread-safety: Submit, Shutdown, Stats and CountRejected are safe to call
+// concurrently.
+#ifndef LOOKAHEAD_VERIFYSVC_SERVING_SCHEDULER_H_
+#define LOOKAHEAD_VERIFYSVC_SERVING_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/model/llama_model.h"
+#include "engine/text/tokenizer.h"
+#include "verifysvc/drafts/draft_budget.h"
+#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_pacer.h"
+#include "verifysvc/serving/output.h"
+#include "verifysvc/serving/request.h"
+#include "verifysvc/serving/scheduler_observer.h"
+
+namespace lookahead::verifysvc {
+
+struct SchedulerOptions {
+  // Sequences decoded together (each holds a KV cache), and requests that
+  // may wait for a slot; beyond both Submit returns RESOURCE_EXHAUSTED.
+  int max_running = 16;
+  int max_queued = 64;
+  // Most tokens in one forward pass: roots, drafts and prefill chunks.
+  // Drafts get what roots and prefill leave, if they pay for themselves.
+  int max_step_tokens = 64;
+  // Prompt tokens prefilled per step while other sequences decode: a new
+  // prompt delays them by about the cost of this many tokens per step. A
+  // prompt alone is prefilled in the model's (larger) prefill chunks.
+  int prefill_chunk_tokens = 64;
+  // Draft quality prior, moving average and probing (DraftPacerOptions).
+  DraftPacerOptions pacing;
+  // Where to report (not owned; null: nowhere). PrometheusObserver exports
+  // the series.
+  SchedulerObserver* observer = nullptr;
+  // Print one line per this many steps (batch, tokens, drafts requested,
+  // verified and accepted, forward time) to stdout; 0 = never.
+  int log_every_steps = 0;
+};
+
+class Scheduler {
+ public:
+  // `model`, `tokenizer` and `drafts` (may be null: no drafts) are not owned
+  // and must outlive the scheduler. `cost`: the model's forward cost by
+  // tokens (MeasureStepCost). Starts the scheduler thread. INVALID_ARGUMENT
+  // naming the options if they are out of range.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
+      const engine::LlamaModel* model, const engine::Tokenizer* tokenizer,
+      DraftMixer* drafts, StepCostModel cost, SchedulerOptions options);
+  // Shutdown(ZeroDuration()).
+  ~Scheduler();
+
+  // Queues `request`; the scheduler then streams to `sink` (which must stay
+  // valid until its Finish). RESOURCE_EXHAUSTED (naming the limits) if
+  // max_running + max_queued sequences are admitted already; UNAVAILABLE
+  // after Shutdown. On error the sink is not used.
+  absl::Status Submit(GenerationRequest request, GenerationSink* sink);
+
+  // Stops admitting, lets running and queued sequences finish for up to
+  // `grace`, then ends the rest with UNAVAILABLE and stops the thread.
+  void Shutdown(absl::Duration grace);
+
+  SchedulerStats Stats() const;
+  // "N requests (F finished, C cancelled), P forward passes, ...": for logs.
+  static std::string Describe(const SchedulerStats& stats);
+  // Counts a request turned away before Submit (invalid).
+  void CountRejected();
+
+ private:
+  struct Sequence;
+  struct Pending {
+    GenerationRequest request;
+    GenerationSink* sink;
+  };
+  struct StepPlan;
+  struct StepTally;
+
+  Scheduler(const engine::LlamaModel* model, const engine::Tokenizer* tokenizer,
+            DraftMixer* drafts, StepCostModel cost, SchedulerOptions options);
+
+  void Loop();
+  // Moves queued requests into free slots; ends cancelled sequences.
+  void Admit();
+  std::unique_ptr<Sequence> Start(Pending pending);
+  void Step();
+  // The stages of Step, in order.
+  StepPlan Plan();
+  void Draft(StepPlan* plan);
+  absl::StatusOr<std::vector<torch::Tensor>> RunForward(StepPlan* plan);
+  void AcceptDrafts(const StepPlan& plan,
+                    const std::vector<torch::Tensor>& logits, StepTally* tally);
+  void CommitPrefill(const StepPlan& plan,
+                     const std::vector<torch::Tensor>& logits,
+                     StepTally* tally);
+  void Record(const StepPlan& plan, const StepTally& tally);
+  // Appends one step's tokens to `seq` up to its end (EOS, stop string,
+  // length) and streams them; returns how many it kept.
+  int Emit(Sequence* seq, absl::Span<const int32_t> tokens);
+  Usage UsageOf(const Sequence& seq, FinishReason finish) const;
+  void End(Sequence* seq, absl::Status status);
+  void CountOutcome(RequestOutcome outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const engine::LlamaModel* const model_;
+  const engine::Tokenizer* const tokenizer_;
+  DraftMixer* const drafts_;  // null: no drafts
+  const SchedulerOptions options_;
+  SchedulerObserver* const observer_;  // options_.observer or own_observer_
+  const std::unique_ptr<SchedulerObserver> own_observer_;
+
+  // Owned by the scheduler thread.
+  StepCostModel cost_;  // Calibrated at start, then follows observed passes.
+  std::vector<std::unique_ptr<Sequence>> running_;
+  int64_t steps_run_ = 0;
+
+  mutable absl::Mutex mu_;
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  int admitted_ ABSL_GUARDED_BY(mu_) = 0;  // running + queued
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
+
+  std::thread thread_;  // Last: starts once the members above exist.
+};
+
+}  // namespace lookahead::verifysvc
+
+#endif  // LOOKAHEAD_VERIFYSVC_SERVING_SCHEDULER_H_

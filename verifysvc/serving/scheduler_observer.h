@@ -1,0 +1,54 @@
+// SchedulerObserver: what the scheduler reports as it runs, for metrics.
+// The scheduler calls it; PrometheusObserver (prometheus_observer.h)
+// exports Prometheus series; tests record the calls.
+//
+// Thread-safety: OnRequestEnded may be called from any thread (rejections
+// happen on RPC threads); everything else from the scheduler thread.
+#ifndef LOOKAHEAD_VERIFYSVC_SERVING_SCHEDULER_OBSERVER_H_
+#define LOOKAHEAD_VERIFYSVC_SERVING_SCHEDULER_OBSERVER_H_
+
+#include <cstdint>
+
+#include "verifysvc/serving/output.h"
+
+namespace lookahead::verifysvc {
+
+enum class RequestOutcome { kFinished, kCancelled, kRejected, kFailed };
+
+// One step of the scheduler: a forward pass and what it did.
+struct StepReport {
+  int batch_sequences = 0;     // sequences in the forward pass
+  int decoding_sequences = 0;  // of them, decoding (not prefilling)
+  int64_t batch_tokens = 0;    // rows in the pass
+  double forward_seconds = 0;
+  double step_seconds = 0;  // plan + drafts + forward + accept + emit
+  // Plain decoding's estimated time for the tokens this step's decoding
+  // sequences emitted (each token at the cost of a one-token-per-sequence
+  // step): the speedup estimate's numerator. 0 without decoding sequences.
+  double plain_equivalent_seconds = 0;
+};
+
+class SchedulerObserver {
+ public:
+  virtual ~SchedulerObserver() = default;
+  virtual void OnRequestEnded(RequestOutcome outcome) {}
+  // A finished request (length, EOS or stop string) and its usage.
+  virtual void OnRequestFinished(const Usage& usage) {}
+  // A prompt is prefilled: its tokens, and arrival to first token.
+  virtual void OnFirstToken(int prompt_tokens, double seconds) {}
+  // One decoding step of one sequence kept `tokens` tokens.
+  virtual void OnSequenceStep(int tokens) {}
+  // A step verified `verified` (>= 1) draft tokens of one sequence; the
+  // first `accepted` reached its output.
+  virtual void OnDraftVerified(int verified, int accepted) {}
+  // A draft call that did work: its duration, failures it added, health.
+  virtual void OnDraftCall(double seconds, int64_t new_failures,
+                           bool available) {}
+  virtual void OnStep(const StepReport& step) {}
+  // After admission: running and queued sequences, KV cache slots held.
+  virtual void OnOccupancy(int running, int queued, int64_t kv_tokens) {}
+};
+
+}  // namespace lookahead::verifysvc
+
+#endif  // LOOKAHEAD_VERIFYSVC_SERVING_SCHEDULER_OBSERVER_H_

@@ -1,0 +1,1008 @@
+// The scheduler on a tiny random-weight model (no real model) with a
+// scripted draft source: the output is plain decoding's whatever the drafts
+// (right, wrong, random, failing); budgets follow the step cost curve and
+// the draft quality; failing drafts back off to probes at doubling
+// intervals; a long prompt is prefilled in chunks while another sequence
+// decodes; cancelled sequences free their slots; stop strings cut where
+// plain decoding reaches them; every opened draft handle observes exactly
+// its sequence's tokens and is closed once. Each test takes well under a
+// second.
+
+#include "verifysvc/serving/scheduler.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "engine/model/draft_tree.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/sampler.h"
+#include "engine/testing/engine_test_util.h"
+#include "engine/testing/reference_decode.h"
+#include "engine/text/tokenizer.h"
+#include "gtest/gtest.h"
+#include "verifysvc/drafts/draft_budget.h"
+#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_source.h"
+#include "verifysvc/serving/output.h"
+#include "verifysvc/serving/recording_sink.h"
+#include "verifysvc/serving/request.h"
+#include "verifysvc/serving/scheduler_observer.h"
+
+namespace lookahead::verifysvc {
+namespace {
+
+using engine::DraftTree;
+
+constexpr int kVocab = 101;  // engine::TinyModelSpec's
+constexpr int32_t kEos = kVocab - 1;
+// Plain decoding is run this many tokens past a request's end, so the
+// scripted drafts know the truth below its last token too.
+constexpr int kSlack = 48;
+
+// A byte-level tokenizer over the tiny model's ids: 0..93 are the printable
+// ASCII characters '!'..'~', 94 a space, 95..99 a space and a short word,
+// 100 the control token <|im_end|> (EOS). All text is ASCII.
+std::unique_ptr<engine::Tokenizer> TinyTokenizer() {
+  engine::TokenizerSpec spec;
+  spec.model = "gpt2";
+  for (int c = '!'; c <= '~'; ++c) spec.tokens.push_back(std::string(1, c));
+  const std::string space = "\xC4\xA0";  // GPT-2's stand-in for ' '
+  spec.tokens.push_back(space);
+  for (const char* word : {"the", "and", "of", "to", "in"}) {
+    spec.tokens.push_back(space + word);
+  }
+  spec.token_types.assign(spec.tokens.size(),
+                          static_cast<int32_t>(engine::TokenType::kNormal));
+  spec.tokens.push_back("<|im_end|>");
+  spec.token_types.push_back(static_cast<int32_t>(engine::TokenType::kControl));
+  spec.eos_id = kEos;
+  auto tokenizer = engine::Tokenizer::Create(std::move(spec));
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// A scripted draft source.
+
+// What the source knows of one sequence.
+struct FakeSession {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> observed;  // every token Observe'd, in order
+  std::vector<int> asks;          // the budget of every ask, in order
+  int closes = 0;
+};
+
+// Builds the tree for one ask of `budget` >= 1 tokens.
+using DraftScript =
+    std::function<DraftTree(const FakeSession& session, int budget)>;
+
+// A DraftSource whose trees come from a script. Records every call; can fail
+// (empty trees, available = false, failures counted); its cost is settable.
+// `on_observe` (may be null) runs after each Observe, outside the lock.
+class ScriptedDraftSource : public DraftSource {
+ public:
+  explicit ScriptedDraftSource(DraftScript script)
+      : script_(std::move(script)) {}
+
+  std::string name() const override { return "scripted"; }
+
+  int64_t Open(const DraftPolicy& policy,
+               absl::Span<const int32_t> prompt) override {
+    absl::MutexLock lock(&mu_);
+    const int64_t handle = next_handle_++;
+    sessions_[handle].prompt.assign(prompt.begin(), prompt.end());
+    return handle;
+  }
+
+  void Observe(int64_t handle, absl::Span<const int32_t> tokens) override {
+    FakeSession copy;
+    {
+      absl::MutexLock lock(&mu_);
+      FakeSession& s = sessions_.at(handle);
+      EXPECT_EQ(s.closes, 0) << "Observe after Close";
+      s.observed.insert(s.observed.end(), tokens.begin(), tokens.end());
+      copy = s;
+    }
+    if (on_observe_) on_observe_(copy);
+  }
+
+  std::vector<DraftTree> Propose(absl::Span<const DraftAsk> asks,
+                                 bool* called) override {
+    absl::MutexLock lock(&mu_);
+    *called = false;
+    std::vector<DraftTree> trees(asks.size());
+    std::vector<int> budgets;
+    bool wanted = false;
+    for (const DraftAsk& ask : asks) {
+      FakeSession& s = sessions_.at(ask.handle);
+      EXPECT_EQ(s.closes, 0) << "Propose after Close";
+      s.asks.push_back(ask.budget);
+      budgets.push_back(ask.budget);
+      wanted = wanted || ask.budget > 0;
+    }
+    calls_.push_back(budgets);
+    if (!wanted) return trees;
+    *called = true;
+    if (failing_calls_ != 0) {
+      if (failing_calls_ > 0) --failing_calls_;
+      ++stats_.failures;
+      stats_.available = false;
+      return trees;
+    }
+    stats_.available = true;
+    for (size_t i = 0; i < asks.size(); ++i) {
+      if (asks[i].budget > 0) {
+        trees[i] = script_(sessions_.at(asks[i].handle), asks[i].budget);
+      }
+    }
+    return trees;
+  }
+
+  void Close(int64_t handle) override {
+    absl::MutexLock lock(&mu_);
+    ++sessions_.at(handle).closes;
+  }
+
+  DraftCost cost() const override {
+    absl::MutexLock lock(&mu_);
+    return cost_;
+  }
+
+  DraftSourceStats Stats() const override {
+    absl::MutexLock lock(&mu_);
+    DraftSourceStats stats = stats_;
+    for (const auto& [handle, s] : sessions_) stats.open_sessions += s.closes == 0;
+    return stats;
+  }
+
+  // The next `calls` Propose calls that ask for tokens fail; -1: all do.
+  void FailCalls(int calls) {
+    absl::MutexLock lock(&mu_);
+    failing_calls_ = calls;
+  }
+  void SetCost(DraftCost cost) {
+    absl::MutexLock lock(&mu_);
+    cost_ = cost;
+  }
+  // REQUIRES: set before the source is used.
+  void SetOnObserve(std::function<void(const FakeSession&)> on_observe) {
+    on_observe_ = std::move(on_observe);
+  }
+
+  std::vector<FakeSession> sessions() const {
+    absl::MutexLock lock(&mu_);
+    std::vector<FakeSession> out;
+    for (const auto& [handle, s] : sessions_) out.push_back(s);
+    return out;
+  }
+  // The session opened for `prompt`, if any (prompts are distinct).
+  std::optional<FakeSession> SessionOf(
+      const std::vector<int32_t>& prompt) const {
+    for (FakeSession& s : sessions()) {
+      if (s.prompt == prompt) return s;
+    }
+    return std::nullopt;
+  }
+  // The budgets of each Propose call, one per ask.
+  std::vector<std::vector<int>> calls() const {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  const DraftScript script_;
+  std::function<void(const FakeSession&)> on_observe_;
+
+  mutable absl::Mutex mu_;
+  std::map<int64_t, FakeSession> sessions_ ABSL_GUARDED_BY(mu_);
+  int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<std::vector<int>> calls_ ABSL_GUARDED_BY(mu_);
+  int failing_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  DraftSourceStats stats_ ABSL_GUARDED_BY(mu_);
+  DraftCost cost_ ABSL_GUARDED_BY(mu_);
+};
+
+// Plain decoding's continuation of each prompt (kSlack tokens past the end).
+using Continuations = std::map<std::vector<int32_t>, std::vector<int32_t>>;
+
+// Up to `n` true tokens after what `session` has observed.
+std::vector<int32_t> NextTokens(const Continuations& truth,
+                                const FakeSession& session, int n) {
+  auto it = truth.find(session.prompt);
+  if (it == truth.end()) return {};
+  const std::vector<int32_t>& all = it->second;
+  const size_t from = std::min(session.observed.size(), all.size());
+  const size_t to = std::min(all.size(), from + static_cast<size_t>(n));
+  return std::vector<int32_t>(all.begin() + from, all.begin() + to);
+}
+
+// A chain of `budget` tokens: the first right_fraction * budget are the true
+// continuation, the rest are not (the true token + 1).
+DraftScript ChainDrafts(const Continuations* truth, double right_fraction) {
+  return [truth, right_fraction](const FakeSession& s, int budget) {
+    const std::vector<int32_t> next = NextTokens(*truth, s, budget);
+    const int right = static_cast<int>(right_fraction * budget);
+    DraftTree tree;
+    for (int j = 0; j < budget; ++j) {
+      const int32_t true_token = j < static_cast<int>(next.size()) ? next[j] : 0;
+      tree.tokens.push_back(j < right ? true_token : (true_token + 1) % kVocab);
+      tree.parents.push_back(j - 1);
+    }
+    return tree;
+  };
+}
+
+// Random trees: nothing (a quarter of the asks), or a few random nodes, a
+// copy of 0..budget true tokens (a third of them with one token changed),
+// and random nodes hung anywhere (siblings, branches). No two siblings carry
+// one token.
+DraftScript RandomDrafts(const Continuations* truth, uint64_t seed) {
+  auto rng = std::make_shared<std::mt19937_64>(seed);
+  return [truth, rng](const FakeSession& s, int budget) {
+    std::mt19937_64& r = *rng;
+    DraftTree tree;
+    if (r() % 4 == 0) return tree;
+    std::map<std::pair<int32_t, int32_t>, int32_t> child;  // (parent, token)
+    // Returns the node of `token` under `parent`, adding it if room.
+    auto node = [&](int32_t parent, int32_t token) -> int32_t {
+      auto it = child.find({parent, token});
+      if (it != child.end()) return it->second;
+      if (tree.size() >= budget) return -2;
+      tree.tokens.push_back(token);
+      tree.parents.push_back(parent);
+      child[{parent, token}] = tree.size() - 1;
+      return tree.size() - 1;
+    };
+    auto random_nodes = [&](int n) {
+      for (int k = 0; k < n; ++k) {
+        const int32_t parent = static_cast<int32_t>(r() % (tree.size() + 1)) - 1;
+        node(parent, static_cast<int32_t>(r() % kVocab));
+      }
+    };
+    random_nodes(static_cast<int>(r() % (budget / 3 + 1)));
+    const std::vector<int32_t> next = NextTokens(*truth, s, budget);
+    const int copied = static_cast<int>(r() % (next.size() + 1));
+    const int typo = copied > 0 && r() % 3 == 0 ? static_cast<int>(r() % copied)
+                                                : -1;
+    int32_t parent = -1;
+    for (int j = 0; j < copied && parent != -2; ++j) {
+      parent = node(parent, j == typo ? (next[j] + 1) % kVocab : next[j]);
+    }
+    random_nodes(budget);
+    return tree;
+  };
+}
+
+// ---------------------------------------------------------------------------
+// A recording observer.
+
+struct DraftCall {
+  int64_t new_failures = 0;
+  bool available = true;
+};
+
+class RecordingObserver : public SchedulerObserver {
+ public:
+  void OnRequestEnded(RequestOutcome outcome) override {
+    absl::MutexLock lock(&mu_);
+    ++outcomes_[outcome];
+  }
+  void OnDraftVerified(int verified, int accepted) override {
+    absl::MutexLock lock(&mu_);
+    verified_ += verified;
+    accepted_ += accepted;
+  }
+  void OnDraftCall(double seconds, int64_t new_failures,
+                   bool available) override {
+    absl::MutexLock lock(&mu_);
+    draft_calls_.push_back({new_failures, available});
+  }
+  void OnStep(const StepReport& step) override {
+    absl::MutexLock lock(&mu_);
+    steps_.push_back(step);
+  }
+
+  int outcomes(RequestOutcome outcome) const {
+    absl::MutexLock lock(&mu_);
+    auto it = outcomes_.find(outcome);
+    return it == outcomes_.end() ? 0 : it->second;
+  }
+  int64_t verified() const {
+    absl::MutexLock lock(&mu_);
+    return verified_;
+  }
+  int64_t accepted() const {
+    absl::MutexLock lock(&mu_);
+    return accepted_;
+  }
+  std::vector<DraftCall> draft_calls() const {
+    absl::MutexLock lock(&mu_);
+    return draft_calls_;
+  }
+  std::vector<StepReport> steps() const {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<RequestOutcome, int> outcomes_ ABSL_GUARDED_BY(mu_);
+  int64_t verified_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<DraftCall> draft_calls_ ABSL_GUARDED_BY(mu_);
+  std::vector<StepReport> steps_ ABSL_GUARDED_BY(mu_);
+};
+
+// ---------------------------------------------------------------------------
+// Step cost curves. The scheduler folds each timed pass into the point
+// nearest its size if within a quarter of it (StepCostModel::Observe): the
+// tiny model's passes (< 750 tokens) never reach a point at 1000 or more,
+// and a one-token pass only pulls the point at 1 down toward its real,
+// sub-millisecond time, which makes a rising curve steeper still.
+
+// A pass costs the same up to 1000 tokens: drafts are free.
+StepCostModel FlatCost() {
+  return *StepCostModel::Create({{1000, 0.01}, {2000, 0.01}});
+}
+// Each token in the pass adds 2% of a one-token step: the prior quality
+// buys 8-token drafts, a quality near 0 buys none.
+StepCostModel RisingCost() {
+  return *StepCostModel::Create({{1, 1.0}, {1001, 21.0}});
+}
+// Each token costs two one-token steps: no draft pays for itself.
+StepCostModel SteepCost() {
+  return *StepCostModel::Create({{1, 1.0}, {1001, 2001.0}});
+}
+
+class SchedulerUnitTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto model = engine::LoadTinyModel(engine::TinyModelSpec());
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    tokenizer_ = TinyTokenizer();
+  }
+  static void TearDownTestSuite() {
+    model_.reset();
+    tokenizer_.reset();
+  }
+  void SetUp() override {
+    ASSERT_NE(model_, nullptr);
+    ASSERT_NE(tokenizer_, nullptr);
+    ASSERT_EQ(model_->config().vocab_size, tokenizer_->vocab_size());
+  }
+
+  // `model` null: the suite's model.
+  static std::unique_ptr<Scheduler> NewScheduler(
+      DraftMixer* drafts, StepCostModel cost, SchedulerOptions options,
+      const engine::LlamaModel* model = nullptr) {
+    auto scheduler =
+        Scheduler::Create(model != nullptr ? model : model_.get(),
+                          tokenizer_.get(), drafts, std::move(cost), options);
+    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+    return scheduler.ok() ? *std::move(scheduler) : nullptr;
+  }
+
+  // `length` ids in [0, kEos), from `seed`.
+  static std::vector<int32_t> RandomPrompt(uint64_t seed, int length) {
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> prompt(length);
+    for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % kEos);
+    return prompt;
+  }
+
+  // Plain decoding (engine::Generate without drafts), ending at EOS.
+  static std::vector<int32_t> PlainDecode(
+      const std::vector<int32_t>& prompt, int max_new_tokens,
+      const engine::SamplingParams& sampling = {}) {
+    engine::GenerationOptions options;
+    options.max_new_tokens = max_new_tokens;
+    options.sampling = sampling;
+    options.stop_token_ids = tokenizer_->end_of_generation_ids();
+    auto result = engine::Generate(*model_, prompt, options, nullptr);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? result->tokens : std::vector<int32_t>();
+  }
+
+  // The first `max_new_tokens` of a continuation: what a request emits.
+  static std::vector<int32_t> Head(const std::vector<int32_t>& tokens,
+                                   int max_new_tokens) {
+    return std::vector<int32_t>(
+        tokens.begin(),
+        tokens.begin() + std::min<size_t>(tokens.size(), max_new_tokens));
+  }
+
+  static GenerationRequest Request(std::vector<int32_t> prompt,
+                                   int max_new_tokens, int decoding_length,
+                                   const engine::SamplingParams& sampling = {}) {
+    GenerationRequest request;
+    request.prompt = std::move(prompt);
+    request.max_new_tokens = max_new_tokens;
+    request.sampling = sampling;
+    if (decoding_length > 0) {
+      request.draft.mode = DraftMode::kTrieHierarchical;
+      request.draft.decoding_length = decoding_length;
+    }
+    return request;
+  }
+
+  // The source's session for `prompt` observed exactly the sink's tokens, in
+  // order, and was closed once.
+  static void ExpectObservedAndClosed(const ScriptedDraftSource& source,
+                                      const std::vector<int32_t>& prompt,
+                                      const RecordingSink& sink) {
+    std::optional<FakeSession> session = source.SessionOf(prompt);
+    ASSERT_TRUE(session.has_value()) << "never opened";
+    EXPECT_EQ(session->observed, sink.tokens());
+    EXPECT_EQ(session->closes, 1);
+  }
+
+  static inline std::unique_ptr<engine::LlamaModel> model_;
+  static inline std::unique_ptr<engine::Tokenizer> tokenizer_;
+};
+
+// ---------------------------------------------------------------------------
+
+TEST_F(SchedulerUnitTest, OutputIsPlainDecodingWhateverTheDrafts) {
+  constexpr int kNew = 40;
+  engine::SamplingParams seeded;
+  seeded.temperature = 0.8f;
+  seeded.top_k = 20;
+  seeded.seed = 1234;
+  for (const engine::SamplingParams& sampling :
+       {engine::SamplingParams(), seeded}) {
+    SCOPED_TRACE(sampling.greedy() ? "greedy" : "seeded sampling");
+    // Six prompts of 2..37 tokens decoded three at a time; drafts of 1..16
+    // tokens, none for the last.
+    std::vector<std::vector<int32_t>> prompts;
+    Continuations truth;
+    for (int i = 0; i < 6; ++i) {
+      prompts.push_back(RandomPrompt(100 + i, 2 + 7 * i));
+      truth[prompts.back()] = PlainDecode(prompts.back(), kNew + kSlack,
+                                          sampling);
+    }
+    ScriptedDraftSource source(RandomDrafts(&truth, /*seed=*/7));
+    DraftMixer mixer({&source});
+    RecordingObserver observer;
+    std::vector<RecordingSink> sinks(prompts.size());
+    SchedulerOptions options;
+    options.max_running = 3;
+    options.observer = &observer;
+    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    const int lengths[] = {1, 4, 16, 7, 12, 0};
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(scheduler
+                      ->Submit(Request(prompts[i], kNew, lengths[i], sampling),
+                               &sinks[i])
+                      .ok());
+    }
+    int64_t drafted = 0, accepted = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SCOPED_TRACE(i);
+      ASSERT_TRUE(sinks[i].Wait());
+      ASSERT_TRUE(sinks[i].status().ok()) << sinks[i].status();
+      EXPECT_EQ(sinks[i].tokens(), Head(truth[prompts[i]], kNew));
+      const Usage usage = sinks[i].usage();
+      EXPECT_EQ(usage.output_tokens, static_cast<int>(sinks[i].tokens().size()));
+      EXPECT_LE(usage.accepted_draft_tokens, usage.draft_tokens);
+      drafted += usage.draft_tokens;
+      accepted += usage.accepted_draft_tokens;
+      if (lengths[i] == 0) {
+        EXPECT_FALSE(source.SessionOf(prompts[i]).has_value());
+        EXPECT_EQ(usage.draft_tokens, 0);
+      } else {
+        ExpectObservedAndClosed(source, prompts[i], sinks[i]);
+      }
+    }
+    // The drafts were verified: some accepted, some not.
+    EXPECT_GT(accepted, 10);
+    EXPECT_GT(drafted, accepted);
+    EXPECT_EQ(observer.verified(), drafted);
+    EXPECT_EQ(observer.accepted(), accepted);
+    const SchedulerStats stats = scheduler->Stats();
+    EXPECT_EQ(stats.requests_finished, 6);
+    EXPECT_EQ(stats.draft_tokens, drafted);
+    EXPECT_EQ(stats.accepted_draft_tokens, accepted);
+  }
+}
+
+TEST_F(SchedulerUnitTest, FlatCostAsksForTheWholeDecodingLength) {
+  // One sequence: every ask is its decoding length.
+  {
+    const std::vector<int32_t> prompt = RandomPrompt(1, 6);
+    Continuations truth = {{prompt, PlainDecode(prompt, 40 + kSlack)}};
+    ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
+    DraftMixer mixer({&source});
+    RecordingSink sink;
+    auto scheduler = NewScheduler(&mixer, FlatCost(), {});
+    ASSERT_NE(scheduler, nullptr);
+    ASSERT_TRUE(scheduler->Submit(Request(prompt, 40, 12), &sink).ok());
+    ASSERT_TRUE(sink.Wait());
+    ASSERT_TRUE(sink.status().ok()) << sink.status();
+    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+    const std::vector<int> asks = source.SessionOf(prompt)->asks;
+    ASSERT_FALSE(asks.empty());
+    for (int ask : asks) EXPECT_EQ(ask, 12);
+  }
+  // Two sequences whose lengths exceed the step: they share what the roots
+  // leave of max_step_tokens, all of it.
+  {
+    const std::vector<int32_t> a = RandomPrompt(2, 5), b = RandomPrompt(3, 9);
+    Continuations truth = {{a, PlainDecode(a, 40 + kSlack)},
+                           {b, PlainDecode(b, 40 + kSlack)}};
+    ScriptedDraftSource source(ChainDrafts(&truth, 0.5));
+    DraftMixer mixer({&source});
+    RecordingSink sink_a, sink_b;
+    SchedulerOptions options;
+    options.max_step_tokens = 24;
+    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    ASSERT_TRUE(scheduler->Submit(Request(a, 40, 16), &sink_a).ok());
+    ASSERT_TRUE(scheduler->Submit(Request(b, 40, 16), &sink_b).ok());
+    ASSERT_TRUE(sink_a.Wait());
+    ASSERT_TRUE(sink_b.Wait());
+    EXPECT_EQ(sink_a.tokens(), Head(truth[a], 40));
+    EXPECT_EQ(sink_b.tokens(), Head(truth[b], 40));
+    int shared = 0;
+    for (const std::vector<int>& call : source.calls()) {
+      for (int ask : call) {
+        EXPECT_GE(ask, 1);
+        EXPECT_LE(ask, 16);
+      }
+      if (call.size() == 2) {
+        ++shared;
+        EXPECT_EQ(call[0] + call[1], 24 - 2);
+      }
+    }
+    EXPECT_GT(shared, 0);
+  }
+}
+
+TEST_F(SchedulerUnitTest, WrongDraftsShrinkTheBudgetToZero) {
+  const std::vector<int32_t> prompt = RandomPrompt(4, 6);
+  Continuations truth = {{prompt, PlainDecode(prompt, 40 + kSlack)}};
+  ScriptedDraftSource source(ChainDrafts(&truth, 0.0));
+  DraftMixer mixer({&source});
+  RecordingSink sink;
+  SchedulerOptions options;
+  options.pacing.probe_interval = 1000;  // No probes in this test.
+  options.pacing.max_probe_interval = 1000;
+  auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+  ASSERT_NE(scheduler, nullptr);
+  ASSERT_TRUE(scheduler->Submit(Request(prompt, 40, 8), &sink).ok());
+  ASSERT_TRUE(sink.Wait());
+  ASSERT_TRUE(sink.status().ok()) << sink.status();
+  EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+
+  // The prior buys a full draft; each miss lowers the quality (x0.7), the
+  // budget with it, until no draft pays: 0.9 * 0.7^k < 0.02 / ln 2 by k = 10.
+  const std::vector<int> asks = source.SessionOf(prompt)->asks;
+  ASSERT_EQ(asks.size(), 39u);  // One token per step: no draft is accepted.
+  EXPECT_EQ(asks.front(), 8);
+  for (size_t i = 1; i < asks.size(); ++i) EXPECT_LE(asks[i], asks[i - 1]);
+  const size_t zero = std::find(asks.begin(), asks.end(), 0) - asks.begin();
+  EXPECT_GE(zero, 3u);
+  EXPECT_LE(zero, 12u);
+  int64_t sum = 0;
+  for (int ask : asks) sum += ask;
+  EXPECT_EQ(sink.usage().draft_tokens, sum);
+  EXPECT_EQ(sink.usage().accepted_draft_tokens, 0);
+}
+
+TEST_F(SchedulerUnitTest, FailedProbesDoubleTheInterval) {
+  const std::vector<int32_t> prompt = RandomPrompt(5, 6);
+  Continuations truth = {{prompt, PlainDecode(prompt, 60 + kSlack)}};
+  SchedulerOptions options;
+  options.pacing.probe_interval = 3;
+  options.pacing.max_probe_interval = 12;
+  options.pacing.probe_tokens = 2;
+  // Drafts that never pay: asks are 0 but a probe of probe_tokens after
+  // `interval` undrafted steps; a probe that misses doubles the interval
+  // (up to the max), one that hits resets it.
+  auto expected_asks = [&](size_t n, bool probes_hit) {
+    std::vector<int> asks;
+    int interval = options.pacing.probe_interval;
+    while (asks.size() < n) {
+      asks.insert(asks.end(), interval, 0);
+      asks.push_back(options.pacing.probe_tokens);
+      if (!probes_hit) {
+        interval = std::min(2 * interval, options.pacing.max_probe_interval);
+      }
+    }
+    asks.resize(n);
+    return asks;
+  };
+  for (bool probes_hit : {false, true}) {
+    SCOPED_TRACE(probes_hit ? "probes hit" : "probes miss");
+    ScriptedDraftSource source(ChainDrafts(&truth, probes_hit ? 1.0 : 0.0));
+    DraftMixer mixer({&source});
+    RecordingSink sink;
+    auto scheduler = NewScheduler(&mixer, SteepCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    ASSERT_TRUE(scheduler->Submit(Request(prompt, 60, 8), &sink).ok());
+    ASSERT_TRUE(sink.Wait());
+    ASSERT_TRUE(sink.status().ok()) << sink.status();
+    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 60));
+    const std::vector<int> asks = source.SessionOf(prompt)->asks;
+    if (!probes_hit) EXPECT_EQ(asks.size(), 59u);  // one token per step
+    EXPECT_EQ(asks, expected_asks(asks.size(), probes_hit));
+    const int probes = static_cast<int>(std::count(asks.begin(), asks.end(), 2));
+    EXPECT_EQ(sink.usage().draft_tokens, 2 * probes);
+    EXPECT_EQ(sink.usage().accepted_draft_tokens, probes_hit ? 2 * probes : 0);
+  }
+}
+
+TEST_F(SchedulerUnitTest, RightDraftsKeepTheBudgetAndCountAsAccepted) {
+  // 64 = 1 + 7 * 9 tokens: the prefill's first token, then 7 steps that each
+  // accept a whole 8-token draft and add the bonus token.
+  constexpr int kNew = 64;
+  const std::vector<int32_t> right = RandomPrompt(6, 7),
+                             half = RandomPrompt(7, 8);
+  Continuations truth = {{right, PlainDecode(right, kNew + kSlack)},
+                         {half, PlainDecode(half, kNew + kSlack)}};
+  ASSERT_GE(truth[right].size(), static_cast<size_t>(kNew)) << "EOS early";
+  // Drafts right for the `right` prompt, half right for the other.
+  DraftScript all_right = ChainDrafts(&truth, 1.0);
+  DraftScript half_right = ChainDrafts(&truth, 0.5);
+  ScriptedDraftSource mixed([&](const FakeSession& s, int budget) {
+    return s.prompt == right ? all_right(s, budget) : half_right(s, budget);
+  });
+  DraftMixer mixer({&mixed});
+  RecordingObserver observer;
+  RecordingSink sink_right, sink_half;
+  SchedulerOptions options;
+  options.observer = &observer;
+  auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+  ASSERT_NE(scheduler, nullptr);
+  ASSERT_TRUE(scheduler->Submit(Request(right, kNew, 8), &sink_right).ok());
+  ASSERT_TRUE(scheduler->Submit(Request(half, kNew, 8), &sink_half).ok());
+  ASSERT_TRUE(sink_right.Wait());
+  ASSERT_TRUE(sink_half.Wait());
+  ASSERT_TRUE(sink_right.status().ok()) << sink_right.status();
+  ASSERT_TRUE(sink_half.status().ok()) << sink_half.status();
+  EXPECT_EQ(sink_right.tokens(), Head(truth[right], kNew));
+  EXPECT_EQ(sink_half.tokens(), Head(truth[half], kNew));
+
+  // Hits keep the quality (and so the budget) up, every step.
+  for (const std::vector<int32_t>* prompt : {&right, &half}) {
+    const std::vector<int> asks = mixed.SessionOf(*prompt)->asks;
+    ASSERT_FALSE(asks.empty());
+    for (int ask : asks) EXPECT_EQ(ask, 8);
+  }
+  const Usage r = sink_right.usage();
+  EXPECT_EQ(r.output_tokens, kNew);
+  EXPECT_EQ(r.decoding_steps, 8);
+  EXPECT_EQ(r.draft_tokens, 7 * 8);
+  EXPECT_EQ(r.accepted_draft_tokens, 7 * 8);
+  EXPECT_DOUBLE_EQ(r.edl, 8.0);
+  // Half-right drafts: 4 of 8 accepted per step (the last step may stop
+  // early), each step emitting the accepted tokens and the bonus token.
+  const Usage h = sink_half.usage();
+  EXPECT_EQ(h.draft_tokens, 8 * (h.decoding_steps - 1));
+  EXPECT_GE(h.accepted_draft_tokens, h.output_tokens - h.decoding_steps);
+  EXPECT_LE(h.accepted_draft_tokens, h.output_tokens - h.decoding_steps + 1);
+  EXPECT_LE(h.accepted_draft_tokens, 4 * (h.decoding_steps - 1));
+  EXPECT_GE(h.accepted_draft_tokens, 4 * (h.decoding_steps - 2));
+  // The observer and the stats saw the same.
+  EXPECT_EQ(observer.verified(), r.draft_tokens + h.draft_tokens);
+  EXPECT_EQ(observer.accepted(),
+            r.accepted_draft_tokens + h.accepted_draft_tokens);
+  const SchedulerStats stats = scheduler->Stats();
+  EXPECT_EQ(stats.draft_tokens, r.draft_tokens + h.draft_tokens);
+  EXPECT_EQ(stats.accepted_draft_tokens,
+            r.accepted_draft_tokens + h.accepted_draft_tokens);
+  EXPECT_EQ(stats.output_tokens, 2 * kNew);
+}
+
+TEST_F(SchedulerUnitTest, LongPromptIsPrefilledInChunksWhileAnotherDecodes) {
+  engine::ModelOptions model_options;
+  model_options.prefill_chunk_tokens = 32;
+  auto chunked = engine::LoadTinyModel(engine::TinyModelSpec(), model_options);
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  constexpr int kChunk = 8, kDraft = 4;
+  const std::vector<int32_t> short_prompt = RandomPrompt(8, 4),
+                             long_prompt = RandomPrompt(9, 100);
+  Continuations truth = {{short_prompt, PlainDecode(short_prompt, 80 + kSlack)},
+                         {long_prompt, PlainDecode(long_prompt, 8)}};
+  ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
+  DraftMixer mixer({&source});
+  SchedulerOptions options;
+  options.prefill_chunk_tokens = kChunk;
+
+  // While the short prompt's sequence decodes (with drafts), the long prompt
+  // goes in kChunk-token chunks; before, the model's 32-token chunks.
+  {
+    RecordingObserver observer;
+    options.observer = &observer;
+    RecordingSink decoding, prefilling;
+    auto scheduler =
+        NewScheduler(&mixer, FlatCost(), options, chunked->get());
+    ASSERT_NE(scheduler, nullptr);
+    ASSERT_TRUE(
+        scheduler->Submit(Request(short_prompt, 80, kDraft), &decoding).ok());
+    ASSERT_TRUE(scheduler->Submit(Request(long_prompt, 8, 0), &prefilling).ok());
+    ASSERT_TRUE(prefilling.Wait());
+    ASSERT_TRUE(decoding.Wait());
+    ASSERT_TRUE(prefilling.status().ok()) << prefilling.status();
+    ASSERT_TRUE(decoding.status().ok()) << decoding.status();
+    EXPECT_EQ(prefilling.tokens(), truth[long_prompt]);
+    EXPECT_EQ(decoding.tokens(), Head(truth[short_prompt], 80));
+    int chunk_steps = 0;
+    for (const StepReport& step : observer.steps()) {
+      if (step.decoding_sequences == 0) {
+        EXPECT_LE(step.batch_tokens, 32);
+        continue;
+      }
+      EXPECT_LE(step.batch_tokens,
+                step.decoding_sequences * (1 + kDraft) + kChunk);
+      chunk_steps += step.batch_sequences > step.decoding_sequences;
+    }
+    // At least (100 - 32) / 8 steps prefilled a chunk beside the decoding.
+    EXPECT_GE(chunk_steps, (100 - 32) / kChunk);
+  }
+  // Alone, the long prompt goes in the model's chunks.
+  {
+    RecordingObserver observer;
+    options.observer = &observer;
+    RecordingSink alone;
+    auto scheduler =
+        NewScheduler(&mixer, FlatCost(), options, chunked->get());
+    ASSERT_NE(scheduler, nullptr);
+    ASSERT_TRUE(scheduler->Submit(Request(long_prompt, 8, 0), &alone).ok());
+    ASSERT_TRUE(alone.Wait());
+    ASSERT_TRUE(alone.status().ok()) << alone.status();
+    EXPECT_EQ(alone.tokens(), truth[long_prompt]);
+    std::vector<int64_t> prefill;
+    for (const StepReport& step : observer.steps()) {
+      if (step.decoding_sequences == 0) prefill.push_back(step.batch_tokens);
+    }
+    EXPECT_EQ(prefill, std::vector<int64_t>({32, 32, 32, 4}));
+  }
+}
+
+TEST_F(SchedulerUnitTest, CancelledSequencesEndAndFreeTheirSlots) {
+  const std::vector<int32_t> first = RandomPrompt(10, 5),
+                             queued = RandomPrompt(11, 6),
+                             last = RandomPrompt(12, 7);
+  Continuations truth = {{first, PlainDecode(first, 300)},
+                         {last, PlainDecode(last, 20 + kSlack)}};
+  ScriptedDraftSource source(ChainDrafts(&truth, 0.5));
+  RecordingSink sink_first, sink_queued, sink_last;
+  // The first sequence's client leaves after 12 tokens; the queued one's
+  // after the first sequence's 3rd token (it is still queued: one slot).
+  source.SetOnObserve([&](const FakeSession& s) {
+    if (s.prompt != first) return;
+    if (s.observed.size() >= 3) sink_queued.Cancel();
+    if (s.observed.size() >= 12) sink_first.Cancel();
+  });
+  DraftMixer mixer({&source});
+  RecordingObserver observer;
+  SchedulerOptions options;
+  options.max_running = 1;
+  options.observer = &observer;
+  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  ASSERT_NE(scheduler, nullptr);
+  ASSERT_TRUE(scheduler->Submit(Request(first, 280, 4), &sink_first).ok());
+  ASSERT_TRUE(scheduler->Submit(Request(queued, 20, 4), &sink_queued).ok());
+  ASSERT_TRUE(scheduler->Submit(Request(last, 20, 4), &sink_last).ok());
+
+  ASSERT_TRUE(sink_queued.Wait());
+  EXPECT_EQ(sink_queued.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(sink_queued.tokens().empty());  // It never ran...
+  EXPECT_FALSE(source.SessionOf(queued).has_value());  // ...nor drafted.
+
+  ASSERT_TRUE(sink_first.Wait());
+  EXPECT_EQ(sink_first.status().code(), absl::StatusCode::kCancelled);
+  const std::vector<int32_t> got = sink_first.tokens();
+  EXPECT_GE(got.size(), 12u);
+  EXPECT_LT(got.size(), 280u);
+  EXPECT_EQ(got, Head(truth[first], static_cast<int>(got.size())));
+  ExpectObservedAndClosed(source, first, sink_first);
+
+  // Its slot went to the last request, which runs to the end.
+  ASSERT_TRUE(sink_last.Wait());
+  ASSERT_TRUE(sink_last.status().ok()) << sink_last.status();
+  EXPECT_EQ(sink_last.tokens(), Head(truth[last], 20));
+  ExpectObservedAndClosed(source, last, sink_last);
+
+  const SchedulerStats stats = scheduler->Stats();
+  EXPECT_EQ(stats.requests_admitted, 3);
+  EXPECT_EQ(stats.requests_cancelled, 2);
+  EXPECT_EQ(stats.requests_finished, 1);
+  EXPECT_EQ(stats.requests_failed, 0);
+  EXPECT_EQ(observer.outcomes(RequestOutcome::kCancelled), 2);
+  EXPECT_EQ(observer.outcomes(RequestOutcome::kFinished), 1);
+}
+
+TEST_F(SchedulerUnitTest, StopStringCutsWherePlainDecodingReachesIt) {
+  constexpr int kNew = 48;
+  const std::vector<int32_t> prompt = RandomPrompt(13, 6);
+  Continuations truth = {{prompt, PlainDecode(prompt, kNew + kSlack)}};
+  ASSERT_GE(truth[prompt].size(), static_cast<size_t>(kNew)) << "EOS early";
+
+  // Plain decoding's text, from the scheduler without drafts.
+  RecordingSink full;
+  {
+    auto plain = NewScheduler(nullptr, FlatCost(), {});
+    ASSERT_NE(plain, nullptr);
+    ASSERT_TRUE(plain->Submit(Request(prompt, kNew, 0), &full).ok());
+    ASSERT_TRUE(full.Wait());
+    ASSERT_TRUE(full.status().ok()) << full.status();
+  }
+  EXPECT_EQ(full.tokens(), Head(truth[prompt], kNew));
+  const std::string text = full.text();
+  ASSERT_GT(text.size(), 20u) << text;
+  // Three characters from the second half of the text; it ends where it
+  // first appears.
+  const std::string stop = text.substr(text.size() / 2, 3);
+  const size_t at = text.find(stop);
+
+  // With drafts that are right: the stop may fall inside a step's tokens.
+  ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
+  DraftMixer mixer({&source});
+  auto scheduler = NewScheduler(&mixer, FlatCost(), {});
+  ASSERT_NE(scheduler, nullptr);
+  RecordingSink cut;
+  GenerationRequest request = Request(prompt, kNew, 6);
+  request.stop = {"\x01never", stop};
+  ASSERT_TRUE(scheduler->Submit(request, &cut).ok());
+  ASSERT_TRUE(cut.Wait());
+  ASSERT_TRUE(cut.status().ok()) << cut.status();
+  EXPECT_EQ(cut.text(), text.substr(0, at)) << "stop \"" << stop << "\"";
+  EXPECT_EQ(cut.usage().finish_reason, FinishReason::kStopString);
+  // The tokens are plain decoding's, up to the one completing the stop.
+  const std::vector<int32_t> some = cut.tokens();
+  ASSERT_FALSE(some.empty());
+  EXPECT_EQ(some, Head(truth[prompt], static_cast<int>(some.size())));
+  engine::DecodeOptions visible;
+  visible.render_special = false;
+  EXPECT_NE(tokenizer_->Decode(some, visible)->find(stop), std::string::npos);
+  EXPECT_EQ(tokenizer_->Decode(absl::MakeConstSpan(some).first(some.size() - 1),
+                               visible)
+                ->find(stop),
+            std::string::npos);
+  EXPECT_EQ(cut.usage().output_tokens, static_cast<int>(some.size()));
+  ExpectObservedAndClosed(source, prompt, cut);
+}
+
+TEST_F(SchedulerUnitTest, FailingDraftSourceFallsBackToPlainDecoding) {
+  constexpr int kNew = 40;
+  const std::vector<int32_t> prompt = RandomPrompt(14, 6);
+  Continuations truth = {{prompt, PlainDecode(prompt, kNew + kSlack)}};
+  ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
+  source.FailCalls(-1);
+  DraftMixer mixer({&source});
+  RecordingObserver observer;
+  SchedulerOptions options;
+  options.observer = &observer;
+  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  ASSERT_NE(scheduler, nullptr);
+  RecordingSink sink;
+  ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 8), &sink).ok());
+  ASSERT_TRUE(sink.Wait());
+  ASSERT_TRUE(sink.status().ok()) << sink.status();
+  EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+  EXPECT_EQ(sink.usage().finish_reason, FinishReason::kLength);
+  EXPECT_EQ(sink.usage().draft_tokens, 0);
+  EXPECT_EQ(sink.usage().decoding_steps, kNew);
+  ExpectObservedAndClosed(source, prompt, sink);
+
+  // Every call failed, and said so.
+  const std::vector<DraftCall> calls = observer.draft_calls();
+  ASSERT_EQ(calls.size(), static_cast<size_t>(kNew - 1));
+  for (const DraftCall& call : calls) {
+    EXPECT_FALSE(call.available);
+    EXPECT_EQ(call.new_failures, 1);
+  }
+  SchedulerStats stats = scheduler->Stats();
+  EXPECT_FALSE(stats.drafts_available);
+  EXPECT_EQ(stats.draft_failures, kNew - 1);
+  EXPECT_EQ(stats.requests_finished, 1);
+
+  // A source that recovers drafts again, and the output does not change.
+  const std::vector<int32_t> again = RandomPrompt(15, 7);
+  truth[again] = PlainDecode(again, kNew + kSlack);
+  source.FailCalls(3);
+  RecordingSink recovered;
+  ASSERT_TRUE(scheduler->Submit(Request(again, kNew, 8), &recovered).ok());
+  ASSERT_TRUE(recovered.Wait());
+  ASSERT_TRUE(recovered.status().ok()) << recovered.status();
+  EXPECT_EQ(recovered.tokens(), Head(truth[again], kNew));
+  EXPECT_GT(recovered.usage().accepted_draft_tokens, 0);
+  EXPECT_TRUE(observer.draft_calls().back().available);
+  stats = scheduler->Stats();
+  EXPECT_TRUE(stats.drafts_available);
+  EXPECT_EQ(stats.draft_failures, kNew - 1 + 3);
+}
+
+TEST_F(SchedulerUnitTest, EveryOpenedHandleIsObservedAndClosed) {
+  // Sequences that end every way: length, stop string, cancelled while
+  // running, cancelled while queued (never opened), ended by Shutdown.
+  const std::vector<int32_t> length = RandomPrompt(16, 5),
+                             stopped = RandomPrompt(17, 6),
+                             cancelled = RandomPrompt(18, 7),
+                             queued = RandomPrompt(19, 8),
+                             shut = RandomPrompt(20, 9);
+  Continuations truth;
+  for (const auto* p : {&length, &stopped, &cancelled, &queued, &shut}) {
+    truth[*p] = PlainDecode(*p, (p == &shut ? 400 : 30) + kSlack);
+  }
+  ScriptedDraftSource source(RandomDrafts(&truth, /*seed=*/11));
+  RecordingSink sink_length, sink_stopped, sink_cancelled, sink_queued,
+      sink_shut;
+  source.SetOnObserve([&](const FakeSession& s) {
+    if (s.prompt == cancelled && s.observed.size() >= 5) {
+      sink_cancelled.Cancel();
+    }
+  });
+  sink_queued.Cancel();  // Its client left while it waited for a slot.
+  DraftMixer mixer({&source});
+  SchedulerOptions options;
+  options.max_running = 3;
+  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  ASSERT_NE(scheduler, nullptr);
+  // The stop string: a character of plain decoding's 10th token onwards.
+  const std::string stop(
+      1, tokenizer_->TokenBytes(truth[stopped][9], false).empty()
+             ? '!'
+             : tokenizer_->TokenBytes(truth[stopped][9], false).back());
+  GenerationRequest stop_request = Request(stopped, 30, 5);
+  stop_request.stop = {stop};
+  ASSERT_TRUE(scheduler->Submit(Request(length, 30, 5), &sink_length).ok());
+  ASSERT_TRUE(scheduler->Submit(stop_request, &sink_stopped).ok());
+  ASSERT_TRUE(
+      scheduler->Submit(Request(cancelled, 200, 5), &sink_cancelled).ok());
+  ASSERT_TRUE(scheduler->Submit(Request(queued, 30, 5), &sink_queued).ok());
+  ASSERT_TRUE(sink_length.Wait());
+  ASSERT_TRUE(sink_stopped.Wait());
+  ASSERT_TRUE(sink_cancelled.Wait());
+  ASSERT_TRUE(sink_queued.Wait());
+  // One that is still running when the scheduler shuts down.
+  source.SetOnObserve(nullptr);
+  ASSERT_TRUE(scheduler->Submit(Request(shut, 400, 5), &sink_shut).ok());
+  while (sink_shut.tokens().size() < 3 && !sink_shut.finished()) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  scheduler->Shutdown(absl::ZeroDuration());
+  ASSERT_TRUE(sink_shut.Wait());
+
+  EXPECT_TRUE(sink_length.status().ok()) << sink_length.status();
+  EXPECT_EQ(sink_length.usage().finish_reason, FinishReason::kLength);
+  EXPECT_TRUE(sink_stopped.status().ok()) << sink_stopped.status();
+  EXPECT_EQ(sink_stopped.usage().finish_reason, FinishReason::kStopString);
+  EXPECT_EQ(sink_cancelled.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(sink_queued.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(sink_shut.status().code(), absl::StatusCode::kUnavailable);
+  for (const auto& [prompt, sink] :
+       std::vector<std::pair<const std::vector<int32_t>*, RecordingSink*>>{
+           {&length, &sink_length},
+           {&stopped, &sink_stopped},
+           {&cancelled, &sink_cancelled},
+           {&shut, &sink_shut}}) {
+    SCOPED_TRACE(prompt->size());
+    ExpectObservedAndClosed(source, *prompt, *sink);
+    EXPECT_EQ(sink->tokens(),
+              Head(truth[*prompt], static_cast<int>(sink->tokens().size())));
+  }
+  EXPECT_FALSE(source.SessionOf(queued).has_value());
+  EXPECT_EQ(source.sessions().size(), 4u);
+  EXPECT_EQ(source.Stats().open_sessions, 0);
+}
+
+}  // namespace
+}  // namespace lookahead::verifysvc

@@ -24,12 +24,14 @@ class DurableJoin {
 
   void BatchDone(absl::Status status) {
     bool last = false;
+    absl::Status first_error;
     {
       absl::MutexLock lock(&mu_);
       if (first_error_.ok() && !status.ok()) first_error_ = std::move(status);
       last = --pending_ == 0;
+      first_error = first_error_;
     }
-    if (last && done_) done_(first_error_);
+    if (last && done_) done_(std::move(first_error));
   }
 
  private:
@@ -52,20 +54,6 @@ absl::Status CheckTokens(absl::Span<const int32_t> tokens, int32_t vocab_size,
 }
 
 }  // namespace
-
-struct DraftIndex::Namespace {
-  Namespace(std::string name_in, int32_t vocab) : name(std::move(name_in)),
-                                                  vocab_size(vocab) {}
-  const std::string name;
-  const int32_t vocab_size;
-  // Changed with atomics so that OpenSession/Close never wait on `mu`.
-  std::atomic<int64_t> open_sessions{0};
-  std::atomic<int64_t> prompt_nodes{0};
-
-  mutable absl::Mutex mu;  // Readers: retrieval, stats. Writers: changes.
-  TokenTrie trie ABSL_GUARDED_BY(mu);
-  int64_t prunes ABSL_GUARDED_BY(mu) = 0;
-};
 
 struct DraftIndex::Session {
   // Constant after OpenSession publishes the session.
@@ -439,18 +427,19 @@ absl::Status DraftIndex::CloseSession(
   }
   bool submitted = false;
   {
-    absl::MutexLock session_lock(&session->mu);
-    session->closed = true;
+    Session* const closing = session.get();
+    absl::MutexLock session_lock(&closing->mu);
+    closing->closed = true;
     // The trailing windows (length 2..branch_length) that never became
-    // full windows.
-    const std::vector<int32_t>& tail = session->output_tail;
+    // full windows (a copy: at most branch_length tokens).
+    const std::vector<int32_t> tail = closing->output_tail;
     std::vector<absl::Span<const int32_t>> windows;
     for (size_t i = 0; i + 2 <= tail.size(); ++i) {
       windows.push_back(absl::MakeConstSpan(tail).subspan(i));
     }
     if (!windows.empty()) {
-      absl::MutexLock ns_lock(&session->ns->mu);
-      submitted = InsertWindowsLocked(session->ns, windows, on_durable);
+      absl::MutexLock ns_lock(&closing->ns->mu);
+      submitted = InsertWindowsLocked(closing->ns, windows, on_durable);
     }
   }
   session->ns->open_sessions.fetch_sub(1);

@@ -188,7 +188,21 @@ class DraftIndex {
   const IndexOptions& options() const { return options_; }
 
  private:
-  struct Namespace;
+  // One namespace's global trie. Namespaces are never destroyed before the
+  // index.
+  struct Namespace {
+    Namespace(std::string name_in, int32_t vocab)
+        : name(std::move(name_in)), vocab_size(vocab) {}
+    const std::string name;
+    const int32_t vocab_size;
+    // Changed with atomics so that OpenSession/Close never wait on `mu`.
+    std::atomic<int64_t> open_sessions{0};
+    std::atomic<int64_t> prompt_nodes{0};
+
+    mutable absl::Mutex mu;  // Readers: retrieval, stats. Writers: changes.
+    TokenTrie trie ABSL_GUARDED_BY(mu);
+    int64_t prunes ABSL_GUARDED_BY(mu) = 0;
+  };
   struct Session;
 
   // Returns the namespace or null. Namespaces are never destroyed before
@@ -202,16 +216,19 @@ class DraftIndex {
   // REQUIRES: ns->mu held for writing.
   bool InsertWindowsLocked(Namespace* ns,
                            absl::Span<const absl::Span<const int32_t>> windows,
-                           std::function<void(absl::Status)>& on_durable);
+                           std::function<void(absl::Status)>& on_durable)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ns->mu);
   // Prunes ns's trie to `target` nodes, appending the mutations' batches.
   // REQUIRES: ns->mu held for writing.
   TokenTrie::PruneStats PruneLocked(Namespace* ns, int64_t target,
-                                    std::vector<TrieMutationBatch>* batches);
+                                    std::vector<TrieMutationBatch>* batches)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ns->mu);
   // Submits `batches` in order; on_durable runs once all are durable.
   // Returns false iff `batches` is empty (on_durable untouched).
   // REQUIRES: ns->mu held for writing.
   bool SubmitLocked(Namespace* ns, std::vector<TrieMutationBatch> batches,
-                    std::function<void(absl::Status)>& on_durable);
+                    std::function<void(absl::Status)>& on_durable)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ns->mu);
 
   const IndexOptions options_;
   MutationSink* const sink_;  // May be null.

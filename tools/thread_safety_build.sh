@@ -39,5 +39,5 @@ bazel --output_base="$OUTPUT_BASE" build \
   --symlink_prefix=/ \
   --copt=-Wthread-safety --copt=-Werror=thread-safety \
   --copt=-Wno-unknown-warning-option \
-  "${TARGETS[@]}"
+  --keep_going "${TARGETS[@]}"
 echo "thread_safety_build: no thread-safety warnings"

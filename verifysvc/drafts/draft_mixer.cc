@@ -7,7 +7,6 @@ namespace lookahead::verifysvc {
 
 engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
                                   int budget) {
-  if (trees.size() == 1 && trees[0].size() <= budget) return trees[0];
   engine::DraftTree out;
   // (parent in `out`, token) -> node in `out`; parent -1 is the root.
   std::map<std::pair<int32_t, int32_t>, int32_t> children;

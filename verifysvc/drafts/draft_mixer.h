@@ -22,7 +22,9 @@ namespace lookahead::verifysvc {
 // nodes: a node whose path from the root equals a node already taken is
 // shared (its source is the first tree's), others are appended in each
 // tree's order, so a higher-priority tree keeps all its nodes that fit.
-// The result is topologically ordered, with no two siblings of one token.
+// The result is topologically ordered, with no two siblings of one token
+// (so parallel chains from several sources become one tree; with a single
+// source the mixer does not merge, and a parallel draft stays parallel).
 engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
                                   int budget);
 

@@ -97,9 +97,11 @@ absl::StatusOr<int> MaxNewTokens(const RawRequest& raw, int prompt,
     return std::min(limits.default_max_new_tokens,
                     limits.max_context_tokens - prompt);
   }
-  // 64-bit: a prompt plus a huge max_new_tokens must not wrap.
-  const int64_t total = prompt + raw.max_new_tokens;
-  if (total > limits.max_context_tokens) {
+  // Compared without adding: prompt + a huge 64-bit max_new_tokens would
+  // overflow. The sum is only printed, unsigned (both are positive here).
+  if (raw.max_new_tokens > limits.max_context_tokens - prompt) {
+    const uint64_t total = static_cast<uint64_t>(prompt) +
+                           static_cast<uint64_t>(raw.max_new_tokens);
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt (", prompt, " tokens) + max_new_tokens (", raw.max_new_tokens,
         ") = ", total, " exceeds the context limit of ",

@@ -51,7 +51,8 @@ std::unique_ptr<engine::Tokenizer> TinyTokenizer(bool add_bos) {
   spec.model = "gpt2";
   spec.pre = "gpt2";
   for (int b = 0; b < 256; ++b) spec.tokens.push_back(ByteChar(b));
-  spec.token_types.assign(256, static_cast<int32_t>(engine::TokenType::kNormal));
+  spec.token_types.assign(256,
+                          static_cast<int32_t>(engine::TokenType::kNormal));
   for (const char* special : {"<|im_start|>", "<|im_end|>", "<|bos|>"}) {
     spec.tokens.push_back(special);
     spec.token_types.push_back(
@@ -218,8 +219,8 @@ TEST_F(RequestBuilderTest, PromptOverTheLimitIsRejected) {
 }
 
 TEST_F(RequestBuilderTest, TokenIdsOutsideTheVocabularyAreRejected) {
-  for (int32_t bad : {kVocab, kVocab + 1000, -1,
-                      std::numeric_limits<int32_t>::min()}) {
+  for (int32_t bad :
+       {kVocab, kVocab + 1000, -1, std::numeric_limits<int32_t>::min()}) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.prompt.token_ids[1] = bad;
@@ -254,8 +255,9 @@ TEST_F(RequestBuilderTest, HugeMaxNewTokensDoesNotWrap) {
   ExpectInvalid(raw, {"max_new_tokens (2147483647)", "exceeds the context"});
   // RawRequest::max_new_tokens is 64-bit: a front end may pass any value.
   raw.max_new_tokens = std::numeric_limits<int64_t>::max();
-  ExpectInvalid(raw, {"max_new_tokens (9223372036854775807)",
-                      "exceeds the context"});
+  ExpectInvalid(raw, {"max_new_tokens (9223372036854775807) = "
+                      "9223372036854775810 exceeds the context limit of 32",
+                      "ask for at most 29 new tokens"});
   raw.max_new_tokens = std::numeric_limits<int64_t>::max() - 2;
   ExpectInvalid(raw, {"max_new_tokens", "exceeds the context"});
 }
@@ -341,8 +343,8 @@ TEST_F(RequestBuilderTest, BranchLengthOutOfRangeIsRejected) {
 
 TEST_F(RequestBuilderTest, BadNamespaceIsRejected) {
   for (const std::string& bad :
-       {std::string("has space"), std::string("slash/"),
-        std::string(129, 'a'), std::string("nul\0x", 5)}) {
+       {std::string("has space"), std::string("slash/"), std::string(129, 'a'),
+        std::string("nul\0x", 5)}) {
     SCOPED_TRACE(bad.size());
     RawRequest raw = TokensRequest(3);
     raw.draft.name_space = bad;
@@ -462,9 +464,9 @@ TEST(ValidateChatTest, AcceptsTheThreeRoles) {
     const std::vector<engine::ChatMessage> bad = {{"user", "a"}, {role, "b"}};
     absl::Status status = ValidateChat(bad);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(status.message(),
-                HasSubstr(absl::StrCat("chat.messages[1].role is \"", role,
-                                       "\"")));
+    EXPECT_THAT(
+        status.message(),
+        HasSubstr(absl::StrCat("chat.messages[1].role is \"", role, "\"")));
   }
   absl::Status empty = ValidateChat({});
   EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
@@ -472,15 +474,19 @@ TEST(ValidateChatTest, AcceptsTheThreeRoles) {
 }
 
 TEST(CheckTokenIdsTest, NamesTheFieldAndTheFirstBadIndex) {
-  const std::vector<int32_t> ids = {0, 4, 5, -3};
+  const std::vector<int32_t> ids = {0, 4, 5};
   EXPECT_TRUE(CheckTokenIds(ids, 6, "x").ok());
   EXPECT_TRUE(CheckTokenIds({}, 0, "x").ok());
   absl::Status status = CheckTokenIds(ids, 5, "draft.ids");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
             "draft.ids[2] = 5 is outside the vocabulary [0, 5)");
-  status = CheckTokenIds(ids, 6, "draft.ids");
-  EXPECT_THAT(status.message(), HasSubstr("draft.ids[3] = -3"));
+  // The first bad index is named, whichever way it is out of range.
+  const std::vector<int32_t> negative = {1, -3, 99};
+  status = CheckTokenIds(negative, 6, "draft.ids");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "draft.ids[1] = -3 is outside the vocabulary [0, 6)");
 }
 
 }  // namespace

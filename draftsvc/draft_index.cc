@@ -371,7 +371,7 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<DraftTree> DraftIndex::Retrieve(absl::string_view session_id,
+absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
                                                int32_t decoding_length,
                                                int32_t branch_length,
                                                DraftMode mode) {
@@ -395,7 +395,7 @@ absl::StatusOr<DraftTree> DraftIndex::Retrieve(absl::string_view session_id,
     }
     context.assign(session->context.begin(), session->context.end());
   }
-  if (mode == DraftMode::kOff || decoding_length == 0) return DraftTree{};
+  if (mode == DraftMode::kOff || decoding_length == 0) return TrieDraft{};
   DraftRequest request;
   request.context = context;
   request.max_match_length = session->branch_length;
@@ -408,7 +408,7 @@ absl::StatusOr<DraftTree> DraftIndex::Retrieve(absl::string_view session_id,
       {session->prompt_trie.get(), DraftSource::kPrompt, options_.prompt_boost},
       {&session->ns->trie, DraftSource::kOutput, 1.0f},
   };
-  return BuildDraftTree(sources, request);
+  return BuildTrieDraft(sources, request);
 }
 
 absl::Status DraftIndex::CloseSession(

@@ -149,7 +149,7 @@ class DraftIndex {
   // (0..max_decoding_length; 0 -> empty tree) nodes, at most branch_length
   // deep (0 = the session's; else 1..max_branch_length). Never waits for
   // disk. Errors: NOT_FOUND; INVALID_ARGUMENT naming the limit.
-  absl::StatusOr<DraftTree> Retrieve(absl::string_view session_id,
+  absl::StatusOr<TrieDraft> Retrieve(absl::string_view session_id,
                                      int32_t decoding_length,
                                      int32_t branch_length, DraftMode mode);
 

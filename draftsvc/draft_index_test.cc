@@ -126,7 +126,7 @@ void ExpectReplayMatches(OracleSink& sink, const DraftIndex& index,
   EXPECT_EQ(sink.bad(), "");
 }
 
-std::set<int32_t> Tokens(const DraftTree& tree) {
+std::set<int32_t> Tokens(const TrieDraft& tree) {
   std::set<int32_t> out;
   for (const DraftNode& n : tree.nodes) out.insert(n.token);
   return out;

@@ -97,7 +97,7 @@ void SetEntryError(const absl::Status& s, v1::SessionDraft* draft) {
   draft->clear_tree();
 }
 
-void ToProto(const DraftTree& tree, v1::DraftTree* out) {
+void ToProto(const TrieDraft& tree, v1::DraftTree* out) {
   const int n = static_cast<int>(tree.nodes.size());
   out->mutable_tokens()->Reserve(n);
   out->mutable_parents()->Reserve(n);
@@ -219,7 +219,7 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       }
       if (*mode == DraftMode::kOff || step.decoding_length() == 0) continue;
       const absl::Time start = absl::Now();
-      absl::StatusOr<DraftTree> tree =
+      absl::StatusOr<TrieDraft> tree =
           index_.Retrieve(step.session_id(), step.decoding_length(),
                           step.branch_length(), *mode);
       if (metrics_.retrieval_seconds != nullptr) {

@@ -174,9 +174,9 @@ std::vector<DraftNode> ToParallel(const std::vector<DraftNode>& tree,
 
 }  // namespace
 
-DraftTree BuildDraftTree(absl::Span<const TrieSource> sources,
+TrieDraft BuildTrieDraft(absl::Span<const TrieSource> sources,
                          const DraftRequest& request) {
-  DraftTree result;
+  TrieDraft result;
   if (request.mode == DraftMode::kOff || request.decoding_length <= 0 ||
       request.branch_length < 1 || request.max_match_length < 1 ||
       request.context.empty()) {

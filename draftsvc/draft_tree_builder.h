@@ -1,7 +1,7 @@
-// DraftTree and BuildDraftTree: multi-stage prefix matching over counted
+// TrieDraft and BuildTrieDraft: multi-stage prefix matching over counted
 // token tries (Ant Group's Lookahead retrieval).
 //
-// BuildDraftTree is a pure function of const tries: safe to call from many
+// BuildTrieDraft is a pure function of const tries: safe to call from many
 // threads at once as long as no thread mutates the tries it reads (DraftIndex
 // holds the namespace's reader lock around it).
 #ifndef LOOKAHEAD_DRAFTSVC_DRAFT_TREE_BUILDER_H_
@@ -39,7 +39,7 @@ struct DraftNode {
 // A draft tree below the root (the last accepted token, not included).
 // Invariants: nodes[i].parent < i (topological order); depths as above;
 // in hierarchical mode no two children of one parent share a token.
-struct DraftTree {
+struct TrieDraft {
   std::vector<DraftNode> nodes;
 };
 
@@ -72,7 +72,7 @@ struct DraftRequest {
 // nodes are all kept. Every selected node's ancestors are selected.
 // kParallel lays the hierarchical selection out as root-to-leaf chains (best
 // leaves first, the last chain truncated to fit the budget).
-DraftTree BuildDraftTree(absl::Span<const TrieSource> sources,
+TrieDraft BuildTrieDraft(absl::Span<const TrieSource> sources,
                          const DraftRequest& request);
 
 }  // namespace lookahead::draftsvc

@@ -22,7 +22,7 @@ void InsertWindows(const Path& tokens, int window, TokenTrie* trie) {
 }
 
 // Root-to-node token path of node i.
-Path PathOf(const DraftTree& tree, int i) {
+Path PathOf(const TrieDraft& tree, int i) {
   Path p;
   for (int v = i; v >= 0; v = tree.nodes[v].parent) {
     p.push_back(tree.nodes[v].token);
@@ -32,7 +32,7 @@ Path PathOf(const DraftTree& tree, int i) {
 }
 
 // Structural invariants of every draft tree; returns "" if all hold.
-std::string CheckTree(const DraftTree& tree, const DraftRequest& req) {
+std::string CheckTree(const TrieDraft& tree, const DraftRequest& req) {
   if (static_cast<int>(tree.nodes.size()) > req.decoding_length) {
     return "over budget";
   }
@@ -95,7 +95,7 @@ TEST(DraftTreeBuilderTest, PromptChainFollowsItsPrefix) {
   req.max_match_length = 8;
   req.decoding_length = 16;
   req.branch_length = 8;
-  const DraftTree tree = BuildDraftTree(sources, req);
+  const TrieDraft tree = BuildTrieDraft(sources, req);
   ASSERT_EQ(CheckTree(tree, req), "");
   // Match "12 13" (window 11..) leaves 7 more tokens; "13" alone, 8.
   ASSERT_GE(tree.nodes.size(), 7u);
@@ -118,15 +118,15 @@ TEST(DraftTreeBuilderTest, UnknownContextGivesEmptyTree) {
   DraftRequest req;
   req.context = context;
   req.decoding_length = 8;
-  EXPECT_TRUE(BuildDraftTree(sources, req).nodes.empty());
+  EXPECT_TRUE(BuildTrieDraft(sources, req).nodes.empty());
   const Path hit = {1};
   req.context = hit;
-  EXPECT_EQ(BuildDraftTree(sources, req).nodes.size(), 2u);
+  EXPECT_EQ(BuildTrieDraft(sources, req).nodes.size(), 2u);
   req.mode = DraftMode::kOff;
-  EXPECT_TRUE(BuildDraftTree(sources, req).nodes.empty());
+  EXPECT_TRUE(BuildTrieDraft(sources, req).nodes.empty());
   req.mode = DraftMode::kHierarchical;
   req.decoding_length = 0;
-  EXPECT_TRUE(BuildDraftTree(sources, req).nodes.empty());
+  EXPECT_TRUE(BuildTrieDraft(sources, req).nodes.empty());
 }
 
 TEST(DraftTreeBuilderTest, BestFirstByScoreWithPromptBoost) {
@@ -142,7 +142,7 @@ TEST(DraftTreeBuilderTest, BestFirstByScoreWithPromptBoost) {
   {
     const TrieSource sources[] = {{&prompt, DraftSource::kPrompt, 4.0f},
                                   {&output, DraftSource::kOutput, 1.0f}};
-    const DraftTree tree = BuildDraftTree(sources, req);
+    const TrieDraft tree = BuildTrieDraft(sources, req);
     ASSERT_EQ(tree.nodes.size(), 2u);
     EXPECT_EQ(tree.nodes[0].token, 4);  // 1 x 4.0 beats 3.
     EXPECT_EQ(tree.nodes[0].source, DraftSource::kPrompt);
@@ -152,7 +152,7 @@ TEST(DraftTreeBuilderTest, BestFirstByScoreWithPromptBoost) {
   {
     const TrieSource sources[] = {{&prompt, DraftSource::kPrompt, 1.5f},
                                   {&output, DraftSource::kOutput, 1.0f}};
-    const DraftTree tree = BuildDraftTree(sources, req);
+    const TrieDraft tree = BuildTrieDraft(sources, req);
     ASSERT_EQ(tree.nodes.size(), 2u);
     EXPECT_EQ(tree.nodes[0].token, 2);
     EXPECT_EQ(tree.nodes[1].token, 3);
@@ -169,14 +169,14 @@ TEST(DraftTreeBuilderTest, SharedPrefixesAreMergedAcrossSources) {
   DraftRequest req;
   req.context = context;
   req.decoding_length = 10;
-  const DraftTree tree = BuildDraftTree(sources, req);
+  const TrieDraft tree = BuildTrieDraft(sources, req);
   ASSERT_EQ(CheckTree(tree, req), "");
   ASSERT_EQ(tree.nodes.size(), 3u);  // 2, then 3 and 4 under it.
   EXPECT_EQ(tree.nodes[0].token, 2);
   EXPECT_EQ(tree.nodes[1].parent, 0);
   EXPECT_EQ(tree.nodes[2].parent, 0);
   req.mode = DraftMode::kParallel;
-  const DraftTree par = BuildDraftTree(sources, req);
+  const TrieDraft par = BuildTrieDraft(sources, req);
   ASSERT_EQ(CheckTree(par, req), "");
   ASSERT_EQ(par.nodes.size(), 4u);  // Two chains 2-3 and 2-4.
   EXPECT_EQ(par.nodes[0].token, 2);
@@ -196,17 +196,17 @@ TEST(DraftTreeBuilderTest, BacksOffToShorterSuffixesAndKeepsLongMatch) {
   req.context = context;
   req.decoding_length = 1;
   req.max_match_length = 3;
-  DraftTree tree = BuildDraftTree(sources, req);
+  TrieDraft tree = BuildTrieDraft(sources, req);
   ASSERT_EQ(tree.nodes.size(), 1u);
   EXPECT_EQ(tree.nodes[0].token, 8);  // Longest match first, despite counts.
   req.decoding_length = 2;
-  tree = BuildDraftTree(sources, req);
+  tree = BuildTrieDraft(sources, req);
   ASSERT_EQ(tree.nodes.size(), 2u);
   EXPECT_EQ(tree.nodes[0].token, 8);
   EXPECT_EQ(tree.nodes[1].token, 9);
   // Nothing else continues any suffix: the tree stays at two nodes.
   req.decoding_length = 10;
-  tree = BuildDraftTree(sources, req);
+  tree = BuildTrieDraft(sources, req);
   EXPECT_EQ(tree.nodes.size(), 2u);
   EXPECT_EQ(CheckTree(tree, req), "");
 }
@@ -237,7 +237,7 @@ TEST(DraftTreeBuilderTest, RandomTreesAgainstCandidateOracle) {
     const std::set<Path> candidates = AllCandidates(sources, req);
     for (DraftMode mode : {DraftMode::kHierarchical, DraftMode::kParallel}) {
       req.mode = mode;
-      const DraftTree tree = BuildDraftTree(sources, req);
+      const TrieDraft tree = BuildTrieDraft(sources, req);
       ASSERT_EQ(CheckTree(tree, req), "") << "round " << round;
       std::set<Path> got;
       for (int i = 0; i < static_cast<int>(tree.nodes.size()); ++i) {
@@ -285,7 +285,7 @@ TEST(DraftTreeBuilderTest, RandomTreesAgainstCandidateOracle) {
       }
     }
     if (static_cast<int>(stage_scores.size()) < req.decoding_length) continue;
-    const DraftTree tree = BuildDraftTree(sources, req);
+    const TrieDraft tree = BuildTrieDraft(sources, req);
     std::set<Path> selected;
     float min_selected = 1e30f;
     for (int i = 0; i < static_cast<int>(tree.nodes.size()); ++i) {

@@ -8,27 +8,11 @@
 
 #include "engine/model/device_options.h"
 #include "engine/testing/engine_test_util.h"
-#include "engine/testing/utf8_test_util.h"
+#include "engine/testing/byte_tokenizer.h"
 #include "gtest/gtest.h"
 
 namespace lookahead::verifysvc {
 namespace {
-
-std::unique_ptr<engine::Tokenizer> ByteTokenizer() {
-  engine::TokenizerSpec spec;
-  spec.model = "gpt2";
-  spec.pre = "gpt2";
-  // GPT-2's printable stand-ins for the 256 bytes.
-  uint32_t next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable =
-        (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-    spec.tokens.push_back(engine::Utf8(printable ? b : next++));
-  }
-  auto tokenizer = engine::Tokenizer::Create(std::move(spec));
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
-}
 
 TEST(ModelInfoTest, ReportsTheLoadedDtypeAndDevice) {
   engine::TinyModelSpec spec;
@@ -36,7 +20,8 @@ TEST(ModelInfoTest, ReportsTheLoadedDtypeAndDevice) {
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   auto file = engine::GgufFile::FromBuffer(*std::move(bytes));
   ASSERT_TRUE(file.ok()) << file.status();
-  std::unique_ptr<engine::Tokenizer> tokenizer = ByteTokenizer();
+  std::unique_ptr<engine::Tokenizer> tokenizer =
+      engine::MustCreateTokenizer(engine::ByteLevelSpec({}));
   ASSERT_NE(tokenizer, nullptr);
   RequestLimits limits;
   limits.max_context_tokens = 128;

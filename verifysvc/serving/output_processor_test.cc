@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "engine/testing/byte_tokenizer.h"
 #include "engine/testing/utf8_test_util.h"
 #include "engine/text/tokenizer.h"
 #include "gmock/gmock.h"
@@ -23,18 +24,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 
-// GPT-2's printable stand-in for byte `b` (its vocabulary text).
-std::string ByteChar(unsigned char b) {
-  uint32_t next = 256;
-  for (int x = 0; x < 256; ++x) {
-    const bool printable =
-        (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174);
-    const uint32_t cp = printable ? x : next++;
-    if (x == b) return engine::Utf8(cp);
-  }
-  return "";
-}
-
 // Ids of the tiny vocabulary's special tokens; ids 0..255 are the bytes.
 constexpr int32_t kImEnd = 256;      // EOS
 constexpr int32_t kEndOfText = 257;  // ends a generation by its spelling
@@ -43,29 +32,10 @@ constexpr int32_t kImStart = 258;    // control, not an end
 // A byte-level tokenizer with no merges, so token id b is byte b. Built in
 // memory: no model file.
 std::unique_ptr<engine::Tokenizer> TinyTokenizer() {
-  engine::TokenizerSpec spec;
-  spec.model = "gpt2";
-  spec.pre = "gpt2";
-  for (int b = 0; b < 256; ++b) spec.tokens.push_back(ByteChar(b));
-  spec.token_types.assign(256,
-                          static_cast<int32_t>(engine::TokenType::kNormal));
-  for (const char* special : {"<|im_end|>", "<|endoftext|>", "<|im_start|>"}) {
-    spec.tokens.push_back(special);
-    spec.token_types.push_back(
-        static_cast<int32_t>(engine::TokenType::kControl));
-  }
+  engine::TokenizerSpec spec =
+      engine::ByteLevelSpec({"<|im_end|>", "<|endoftext|>", "<|im_start|>"});
   spec.eos_id = kImEnd;
-  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
-      engine::Tokenizer::Create(std::move(spec));
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
-}
-
-// The token ids of `text`'s bytes.
-std::vector<int32_t> Ids(absl::string_view text) {
-  std::vector<int32_t> ids;
-  for (char c : text) ids.push_back(static_cast<unsigned char>(c));
-  return ids;
+  return engine::MustCreateTokenizer(std::move(spec));
 }
 
 class OutputProcessorTest : public ::testing::Test {
@@ -87,26 +57,26 @@ class OutputProcessorTest : public ::testing::Test {
 
 TEST_F(OutputProcessorTest, StreamsTextUntilTheLengthLimit) {
   OutputProcessor out = Make({}, /*max_new_tokens=*/3);
-  GenerationOutput first = out.Append(Ids("ab"));
-  EXPECT_THAT(first.token_ids, ElementsAreArray(Ids("ab")));
+  GenerationOutput first = out.Append(engine::ByteIds("ab"));
+  EXPECT_THAT(first.token_ids, ElementsAreArray(engine::ByteIds("ab")));
   EXPECT_EQ(first.text, "ab");
   EXPECT_EQ(first.finish_reason, FinishReason::kNone);
   EXPECT_FALSE(first.usage.has_value());
   EXPECT_FALSE(out.finished());
 
   // The limit falls inside the step: the tokens past it are dropped.
-  GenerationOutput last = out.Append(Ids("cde"));
-  EXPECT_THAT(last.token_ids, ElementsAreArray(Ids("c")));
+  GenerationOutput last = out.Append(engine::ByteIds("cde"));
+  EXPECT_THAT(last.token_ids, ElementsAreArray(engine::ByteIds("c")));
   EXPECT_EQ(last.text, "c");
   EXPECT_EQ(last.finish_reason, FinishReason::kLength);
   EXPECT_FALSE(last.usage.has_value());
   EXPECT_TRUE(out.finished());
-  EXPECT_THAT(out.tokens(), ElementsAreArray(Ids("abc")));
+  EXPECT_THAT(out.tokens(), ElementsAreArray(engine::ByteIds("abc")));
 }
 
 TEST_F(OutputProcessorTest, LengthLimitAtTheEndOfAStep) {
   OutputProcessor out = Make({}, /*max_new_tokens=*/2);
-  GenerationOutput last = out.Append(Ids("xy"));
+  GenerationOutput last = out.Append(engine::ByteIds("xy"));
   EXPECT_EQ(last.text, "xy");
   EXPECT_EQ(last.finish_reason, FinishReason::kLength);
   EXPECT_TRUE(out.finished());
@@ -142,13 +112,13 @@ TEST_F(OutputProcessorTest, EosAtTheLengthLimitIsAnEosFinish) {
 
 TEST_F(OutputProcessorTest, StopStringCutsTheTextAndKeepsItsTokens) {
   OutputProcessor out = Make({"END"}, /*max_new_tokens=*/100);
-  GenerationOutput last = out.Append(Ids("abENDxy"));
+  GenerationOutput last = out.Append(engine::ByteIds("abENDxy"));
   // Tokens up to the one completing the stop string; text before it.
-  EXPECT_THAT(last.token_ids, ElementsAreArray(Ids("abEND")));
+  EXPECT_THAT(last.token_ids, ElementsAreArray(engine::ByteIds("abEND")));
   EXPECT_EQ(last.text, "ab");
   EXPECT_EQ(last.finish_reason, FinishReason::kStopString);
   EXPECT_TRUE(out.finished());
-  EXPECT_THAT(out.tokens(), ElementsAreArray(Ids("abEND")));
+  EXPECT_THAT(out.tokens(), ElementsAreArray(engine::ByteIds("abEND")));
 }
 
 TEST_F(OutputProcessorTest, StopStringWinsOverEosAndLengthInTheSameStep) {
@@ -161,7 +131,7 @@ TEST_F(OutputProcessorTest, StopStringWinsOverEosAndLengthInTheSameStep) {
   }
   {
     OutputProcessor out = Make({"!"}, /*max_new_tokens=*/3);
-    GenerationOutput last = out.Append(Ids("ok!"));
+    GenerationOutput last = out.Append(engine::ByteIds("ok!"));
     EXPECT_EQ(last.text, "ok");
     EXPECT_EQ(last.finish_reason, FinishReason::kStopString);
   }
@@ -169,30 +139,30 @@ TEST_F(OutputProcessorTest, StopStringWinsOverEosAndLengthInTheSameStep) {
 
 TEST_F(OutputProcessorTest, StopStringSplitAcrossStepsIsHeldBack) {
   OutputProcessor out = Make({"END"}, /*max_new_tokens=*/100);
-  GenerationOutput a = out.Append(Ids("ab E"));
+  GenerationOutput a = out.Append(engine::ByteIds("ab E"));
   EXPECT_EQ(a.text, "ab ");  // "E" may start "END": held back.
-  EXPECT_THAT(a.token_ids, ElementsAreArray(Ids("ab E")));
+  EXPECT_THAT(a.token_ids, ElementsAreArray(engine::ByteIds("ab E")));
   EXPECT_EQ(a.finish_reason, FinishReason::kNone);
-  GenerationOutput b = out.Append(Ids("N"));
+  GenerationOutput b = out.Append(engine::ByteIds("N"));
   EXPECT_EQ(b.text, "");
-  EXPECT_THAT(b.token_ids, ElementsAreArray(Ids("N")));
+  EXPECT_THAT(b.token_ids, ElementsAreArray(engine::ByteIds("N")));
   EXPECT_EQ(b.finish_reason, FinishReason::kNone);
-  GenerationOutput c = out.Append(Ids("D!"));
+  GenerationOutput c = out.Append(engine::ByteIds("D!"));
   EXPECT_EQ(c.text, "");  // The held "EN" was the stop string's start.
-  EXPECT_THAT(c.token_ids, ElementsAreArray(Ids("D")));
+  EXPECT_THAT(c.token_ids, ElementsAreArray(engine::ByteIds("D")));
   EXPECT_EQ(c.finish_reason, FinishReason::kStopString);
-  EXPECT_THAT(out.tokens(), ElementsAreArray(Ids("ab END")));
+  EXPECT_THAT(out.tokens(), ElementsAreArray(engine::ByteIds("ab END")));
 }
 
 TEST_F(OutputProcessorTest, HeldBackTextIsReleasedWhenItDoesNotMatch) {
   OutputProcessor out = Make({"END"}, /*max_new_tokens=*/100);
-  EXPECT_EQ(out.Append(Ids("xE")).text, "x");
-  EXPECT_EQ(out.Append(Ids("N")).text, "");
-  GenerationOutput c = out.Append(Ids("d"));
+  EXPECT_EQ(out.Append(engine::ByteIds("xE")).text, "x");
+  EXPECT_EQ(out.Append(engine::ByteIds("N")).text, "");
+  GenerationOutput c = out.Append(engine::ByteIds("d"));
   EXPECT_EQ(c.text, "ENd");
   EXPECT_EQ(c.finish_reason, FinishReason::kNone);
   // A partial match that restarts inside itself: "EEND" stops after "E".
-  GenerationOutput d = out.Append(Ids("EEND"));
+  GenerationOutput d = out.Append(engine::ByteIds("EEND"));
   EXPECT_EQ(d.text, "E");
   EXPECT_EQ(d.finish_reason, FinishReason::kStopString);
 }
@@ -200,13 +170,13 @@ TEST_F(OutputProcessorTest, HeldBackTextIsReleasedWhenItDoesNotMatch) {
 TEST_F(OutputProcessorTest, HeldBackTextIsFlushedWhenTheSequenceEnds) {
   {
     OutputProcessor out = Make({"END"}, /*max_new_tokens=*/2);
-    GenerationOutput last = out.Append(Ids("xE"));
+    GenerationOutput last = out.Append(engine::ByteIds("xE"));
     EXPECT_EQ(last.text, "xE");
     EXPECT_EQ(last.finish_reason, FinishReason::kLength);
   }
   {
     OutputProcessor out = Make({"END"}, /*max_new_tokens=*/100);
-    EXPECT_EQ(out.Append(Ids("EN")).text, "");
+    EXPECT_EQ(out.Append(engine::ByteIds("EN")).text, "");
     GenerationOutput last = out.Append({kImEnd});
     EXPECT_EQ(last.text, "EN");
     EXPECT_EQ(last.finish_reason, FinishReason::kEos);

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "engine/testing/utf8_test_util.h"
+#include "engine/testing/byte_tokenizer.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
 #include "gmock/gmock.h"
@@ -25,18 +25,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// GPT-2's printable stand-in for byte `b` (its vocabulary text).
-std::string ByteChar(unsigned char b) {
-  uint32_t next = 256;
-  for (int x = 0; x < 256; ++x) {
-    const bool printable =
-        (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174);
-    const uint32_t cp = printable ? x : next++;
-    if (x == b) return engine::Utf8(cp);
-  }
-  return "";
-}
-
 // Ids of the tiny vocabulary's special tokens; ids 0..255 are the bytes.
 constexpr int32_t kImStart = 256;
 constexpr int32_t kImEnd = 257;  // EOS
@@ -47,24 +35,12 @@ constexpr int32_t kVocab = 259;
 // control tokens and an empty chat template (plain ChatML). Built in
 // memory: no model file.
 std::unique_ptr<engine::Tokenizer> TinyTokenizer(bool add_bos) {
-  engine::TokenizerSpec spec;
-  spec.model = "gpt2";
-  spec.pre = "gpt2";
-  for (int b = 0; b < 256; ++b) spec.tokens.push_back(ByteChar(b));
-  spec.token_types.assign(256,
-                          static_cast<int32_t>(engine::TokenType::kNormal));
-  for (const char* special : {"<|im_start|>", "<|im_end|>", "<|bos|>"}) {
-    spec.tokens.push_back(special);
-    spec.token_types.push_back(
-        static_cast<int32_t>(engine::TokenType::kControl));
-  }
+  engine::TokenizerSpec spec =
+      engine::ByteLevelSpec({"<|im_start|>", "<|im_end|>", "<|bos|>"});
   spec.eos_id = kImEnd;
   spec.bos_id = kBos;
   spec.add_bos = add_bos;
-  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
-      engine::Tokenizer::Create(std::move(spec));
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
+  return engine::MustCreateTokenizer(std::move(spec));
 }
 
 // Small limits, so every bound is easy to reach.

@@ -45,9 +45,9 @@ absl::Status CheckTokens(absl::Span<const int32_t> tokens, int32_t vocab_size,
                          absl::string_view what) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " token at index ", i, " is ", tokens[i],
-          ", outside [0, vocab_size=", vocab_size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " token at index ", i, " is ", tokens[i],
+                       ", outside [0, vocab_size=", vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -147,8 +147,8 @@ absl::StatusOr<std::shared_ptr<DraftIndex::Session>> DraftIndex::FindSession(
   absl::ReaderMutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "session \"", session_id, "\" is not open (reopen it)"));
+    return absl::NotFoundError(
+        absl::StrCat("session \"", session_id, "\" is not open (reopen it)"));
   }
   return it->second;
 }
@@ -165,9 +165,9 @@ absl::Status DraftIndex::RestoreNamespace(absl::string_view ns,
   auto it = namespaces_.find(name);
   if (it != namespaces_.end()) {
     if (it->second->vocab_size != vocab_size) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "namespace \"", name, "\" has vocab_size ", it->second->vocab_size,
-          ", not ", vocab_size));
+      return absl::FailedPreconditionError(
+          absl::StrCat("namespace \"", name, "\" has vocab_size ",
+                       it->second->vocab_size, ", not ", vocab_size));
     }
     return absl::OkStatus();
   }
@@ -224,8 +224,7 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
   RETURN_IF_ERROR(CheckTokens(prompt_tokens, vocab_size, "prompt"));
 
   // Cheap checks first so a doomed request builds no trie.
-  auto check_admission = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_)
-                             -> absl::Status {
+  auto check_admission = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) -> absl::Status {
     if (sessions_.contains(session_id)) {
       return absl::AlreadyExistsError(
           absl::StrCat("session \"", session_id, "\" is already open"));
@@ -267,8 +266,9 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
   RETURN_IF_ERROR(check_admission());
   auto it = namespaces_.find(name);
   if (it == namespaces_.end()) {
-    it = namespaces_.emplace(name, std::make_unique<Namespace>(name, vocab_size))
-             .first;
+    it =
+        namespaces_.emplace(name, std::make_unique<Namespace>(name, vocab_size))
+            .first;
   }
   session->ns = it->second.get();
   session->ns->open_sessions.fetch_add(1);
@@ -337,8 +337,7 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
         absl::StrCat("step has ", tokens.size(), " accepted tokens; at most ",
                      options_.max_step_tokens, " allowed"));
   }
-  RETURN_IF_ERROR(
-      CheckTokens(tokens, session->ns->vocab_size, "accepted"));
+  RETURN_IF_ERROR(CheckTokens(tokens, session->ns->vocab_size, "accepted"));
   bool submitted = false;
   {
     absl::MutexLock session_lock(&session->mu);
@@ -381,9 +380,9 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
                      options_.max_decoding_length, "]"));
   }
   if (branch_length < 0 || branch_length > options_.max_branch_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "branch_length ", branch_length, " is outside [0, ",
-        options_.max_branch_length, "] (0 = the session's)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("branch_length ", branch_length, " is outside [0, ",
+                     options_.max_branch_length, "] (0 = the session's)"));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, FindSession(session_id));
   absl::InlinedVector<int32_t, 32> context;
@@ -466,10 +465,10 @@ absl::StatusOr<PruneResult> DraftIndex::Prune(
   {
     absl::MutexLock lock(&space->mu);
     const int64_t target =
-        target_nodes > 0
-            ? target_nodes
-            : static_cast<int64_t>(static_cast<double>(options_.capacity_nodes) *
-                                   options_.low_water);
+        target_nodes > 0 ? target_nodes
+                         : static_cast<int64_t>(
+                               static_cast<double>(options_.capacity_nodes) *
+                               options_.low_water);
     std::vector<TrieMutationBatch> batches;
     const TokenTrie::PruneStats stats = PruneLocked(space, target, &batches);
     result.removed_nodes = stats.removed;
@@ -491,10 +490,9 @@ std::vector<NamespaceStats> DraftIndex::Stats(
       if (ns_filter.empty() || name == ns_filter) spaces.push_back(space.get());
     }
   }
-  std::sort(spaces.begin(), spaces.end(),
-            [](const Namespace* a, const Namespace* b) {
-              return a->name < b->name;
-            });
+  std::sort(
+      spaces.begin(), spaces.end(),
+      [](const Namespace* a, const Namespace* b) { return a->name < b->name; });
   std::vector<NamespaceStats> out;
   for (Namespace* space : spaces) {
     NamespaceStats s;

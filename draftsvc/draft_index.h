@@ -123,24 +123,22 @@ class DraftIndex {
   // out of [0, vocab_size), vocab_size out of [1, max_vocab_size],
   // branch_length out of [0, max_branch_length]); ALREADY_EXISTS;
   // FAILED_PRECONDITION (vocab_size != namespace's); RESOURCE_EXHAUSTED.
-  absl::StatusOr<OpenResult> OpenSession(absl::string_view session_id,
-                                         absl::string_view ns,
-                                         int32_t vocab_size,
-                                         absl::Span<const int32_t> prompt_tokens,
-                                         int32_t branch_length);
+  absl::StatusOr<OpenResult> OpenSession(
+      absl::string_view session_id, absl::string_view ns, int32_t vocab_size,
+      absl::Span<const int32_t> prompt_tokens, int32_t branch_length);
 
   // Appends accepted tokens (0..max_step_tokens; may be empty) to the
   // session's output: updates its context tail and inserts into the global
   // trie every output window (branch_length + 1 consecutive OUTPUT tokens,
   // never prompt tokens) whose last token arrives now; prunes the namespace
   // if it passes capacity (that call then pays the prune, ~0.3-1 s at 4M
-  // nodes, and the namespace's retrievals wait for it). Iff it returns OK, `on_durable` (may be null)
-  // runs exactly once: when every mutation batch it submitted is durable, or
-  // with the first error; immediately (before returning) if nothing needed
-  // persisting. It may run on a store thread while the namespace lock is
-  // held: it must not call back into this DraftIndex synchronously.
-  // Errors (nothing changed): NOT_FOUND; INVALID_ARGUMENT (too many tokens,
-  // a token out of range: names its index, value and bound).
+  // nodes, and the namespace's retrievals wait for it). Iff it returns OK,
+  // `on_durable` (may be null) runs exactly once: when every mutation batch it
+  // submitted is durable, or with the first error; immediately (before
+  // returning) if nothing needed persisting. It may run on a store thread while
+  // the namespace lock is held: it must not call back into this DraftIndex
+  // synchronously. Errors (nothing changed): NOT_FOUND; INVALID_ARGUMENT (too
+  // many tokens, a token out of range: names its index, value and bound).
   absl::Status Append(absl::string_view session_id,
                       absl::Span<const int32_t> tokens,
                       std::function<void(absl::Status)> on_durable);
@@ -156,9 +154,9 @@ class DraftIndex {
   // Closes the session: inserts its trailing output windows shorter than
   // branch_length + 1 (length >= 2; as Ant's final stream_put does) and
   // drops its prompt trie. `on_durable` as in Append. NOT_FOUND if unknown.
-  absl::Status CloseSession(absl::string_view session_id,
-                            std::function<void(absl::Status)> on_durable =
-                                nullptr);
+  absl::Status CloseSession(
+      absl::string_view session_id,
+      std::function<void(absl::Status)> on_durable = nullptr);
 
   // ---- Admin ----
   // Prunes ns's global trie down to target_nodes (0 = low_water x
@@ -167,9 +165,9 @@ class DraftIndex {
   // survivors' counts if prune_halves_counts, and submits the kDeleteSubtree
   // / kSetCount mutations. No-op (no decay) if already at or below target.
   // Errors: NOT_FOUND (unknown ns), INVALID_ARGUMENT (target < 0, bad name).
-  absl::StatusOr<PruneResult> Prune(absl::string_view ns, int64_t target_nodes,
-                                    std::function<void(absl::Status)>
-                                        on_durable = nullptr);
+  absl::StatusOr<PruneResult> Prune(
+      absl::string_view ns, int64_t target_nodes,
+      std::function<void(absl::Status)> on_durable = nullptr);
 
   // Stats of every namespace (ns_filter empty) or of that one, by name.
   std::vector<NamespaceStats> Stats(absl::string_view ns_filter) const;

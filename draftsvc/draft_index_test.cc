@@ -41,9 +41,9 @@ class OracleSink : public MutationSink {
           case TrieMutation::Kind::kDeleteSubtree: {
             if (!o.count(m.path)) bad_ = "delete of a missing node";
             auto it = o.lower_bound(m.path);
-            while (it != o.end() && it->first.size() >= m.path.size() &&
-                   std::equal(m.path.begin(), m.path.end(),
-                              it->first.begin())) {
+            while (
+                it != o.end() && it->first.size() >= m.path.size() &&
+                std::equal(m.path.begin(), m.path.end(), it->first.begin())) {
               it = o.erase(it);
             }
             break;
@@ -149,10 +149,9 @@ TEST(DraftIndexTest, PromptChainIsRetrievedFromItsPrefix) {
   EXPECT_EQ(open->name_space, "default");
   EXPECT_GT(open->prompt_nodes, 0);
   bool durable = false;
-  ASSERT_TRUE(index
-                  .Append("s", Path{3, 4},
-                          [&](absl::Status s) { durable = s.ok(); })
-                  .ok());
+  ASSERT_TRUE(
+      index.Append("s", Path{3, 4}, [&](absl::Status s) { durable = s.ok(); })
+          .ok());
   EXPECT_TRUE(durable);  // No sink: acknowledged at once.
   auto tree = index.Retrieve("s", 16, 0, DraftMode::kHierarchical);
   ASSERT_TRUE(tree.ok()) << tree.status();
@@ -309,7 +308,8 @@ TEST(DraftIndexTest, OnDurableWaitsForTheSinkAndReportsErrors) {
   EXPECT_EQ(calls, 1);
   // A failed write reaches the caller.
   sink.FailWith(absl::DataLossError("disk on fire"));
-  ASSERT_TRUE(index.Append("s", Path{4}, [&](absl::Status s) { got = s; }).ok());
+  ASSERT_TRUE(
+      index.Append("s", Path{4}, [&](absl::Status s) { got = s; }).ok());
   EXPECT_EQ(got.code(), absl::StatusCode::kDataLoss);
 }
 
@@ -347,22 +347,21 @@ TEST(DraftIndexTest, BadInputsGetCodeAndMessage) {
   using C = absl::StatusCode;
   ExpectCode(index.OpenSession("", "", kVocab, ok_prompt, 0).status(),
              C::kInvalidArgument, "session_id is 0 bytes");
-  ExpectCode(
-      index.OpenSession(std::string(257, 'x'), "", kVocab, ok_prompt, 0)
-          .status(),
-      C::kInvalidArgument, "257 bytes");
+  ExpectCode(index.OpenSession(std::string(257, 'x'), "", kVocab, ok_prompt, 0)
+                 .status(),
+             C::kInvalidArgument, "257 bytes");
   ExpectCode(index.OpenSession("s", "bad ns", kVocab, ok_prompt, 0).status(),
              C::kInvalidArgument, "[A-Za-z0-9_.-]");
-  ExpectCode(
-      index.OpenSession("s", std::string(129, 'n'), kVocab, ok_prompt, 0)
-          .status(),
-      C::kInvalidArgument, "129 bytes");
+  ExpectCode(index.OpenSession("s", std::string(129, 'n'), kVocab, ok_prompt, 0)
+                 .status(),
+             C::kInvalidArgument, "129 bytes");
   ExpectCode(index.OpenSession("s", "", kVocab, Path{}, 0).status(),
              C::kInvalidArgument, "empty");
   ExpectCode(index.OpenSession("s", "", kVocab, Path(11, 1), 0).status(),
              C::kInvalidArgument, "11 tokens; at most 10");
   ExpectCode(index.OpenSession("s", "", kVocab, Path{1, 1000, 2}, 0).status(),
-             C::kInvalidArgument, "index 1 is 1000, outside [0, vocab_size=1000)");
+             C::kInvalidArgument,
+             "index 1 is 1000, outside [0, vocab_size=1000)");
   ExpectCode(index.OpenSession("s", "", kVocab, Path{-3}, 0).status(),
              C::kInvalidArgument, "index 0 is -3");
   ExpectCode(index.OpenSession("s", "", 0, ok_prompt, 0).status(),
@@ -405,8 +404,9 @@ TEST(DraftIndexTest, BadInputsGetCodeAndMessage) {
   ExpectCode(index.Prune("v", -1).status(), C::kInvalidArgument, "-1");
   ExpectCode(index.Prune("a b", 0).status(), C::kInvalidArgument,
              "[A-Za-z0-9_.-]");
-  ExpectCode(index.ForEachNode("nope", [](absl::Span<const int32_t>, int64_t) {}),
-             C::kNotFound, "nope");
+  ExpectCode(
+      index.ForEachNode("nope", [](absl::Span<const int32_t>, int64_t) {}),
+      C::kNotFound, "nope");
 
   // Failed calls changed nothing; a closed session is gone.
   EXPECT_TRUE(Dump(index, "v").empty());
@@ -455,7 +455,8 @@ TEST(DraftIndexTest, ConcurrentSessionsSmoke) {
       std::mt19937 rng(t);
       const std::string ns = t % 2 ? "odd" : "even";
       for (int s = 0; s < 15; ++s) {
-        const std::string id = "t" + std::to_string(t) + "s" + std::to_string(s);
+        const std::string id =
+            "t" + std::to_string(t) + "s" + std::to_string(s);
         Path prompt(5 + rng() % 50);
         for (int32_t& tok : prompt) tok = rng() % 50;
         if (!index.OpenSession(id, ns, kVocab, prompt, 1 + rng() % 8).ok()) {
@@ -537,9 +538,8 @@ TEST(DraftIndexTest, RandomizedWindowsAgainstOracle) {
         }
       }
       if (final) {
-        const size_t start = out.size() >= static_cast<size_t>(bl)
-                                 ? out.size() - bl
-                                 : 0;
+        const size_t start =
+            out.size() >= static_cast<size_t>(bl) ? out.size() - bl : 0;
         for (size_t s = start; s + 2 <= out.size(); ++s) {
           for (size_t d = 1; s + d <= out.size(); ++d) {
             oracle[Path(out.begin() + s, out.begin() + s + d)] += 1;

@@ -32,27 +32,27 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
-#include "gtest/gtest.h"
-#include "tests/golden.pb.h"
 #include "engine/gguf/gguf.h"
+#include "engine/gguf/model_files.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/llama_model.h"
-#include "engine/gguf/model_files.h"
 #include "engine/model/sampler.h"
 #include "engine/model/threading.h"
 #include "engine/text/tokenizer.h"
+#include "gtest/gtest.h"
+#include "tests/golden.pb.h"
 
 namespace lookahead {
 namespace {
 
-using ::lookahead::golden::GoldenFile;
-using ::lookahead::golden::ModelCase;
 using ::lookahead::engine::GgufFile;
 using ::lookahead::engine::KvCache;
 using ::lookahead::engine::LlamaModel;
 using ::lookahead::engine::ModelOptions;
-using ::lookahead::engine::TreeInput;
 using ::lookahead::engine::Tokenizer;
+using ::lookahead::engine::TreeInput;
+using ::lookahead::golden::GoldenFile;
+using ::lookahead::golden::ModelCase;
 
 constexpr char kGoldenPath[] = "tests/golden/smollm2_q4_1.json";
 // Max |ours - HF| for a float32 logit (logits here are O(10)).
@@ -133,7 +133,8 @@ class GoldenTest : public ::testing::Test {
     ASSERT_TRUE(Exists(path))
         << "model not found: " << path
         << " (run tools/setup.sh --model, or set LOOKAHEAD_MODEL_DIR)";
-    absl::StatusOr<std::unique_ptr<engine::GgufFile>> file = engine::GgufFile::Open(path);
+    absl::StatusOr<std::unique_ptr<engine::GgufFile>> file =
+        engine::GgufFile::Open(path);
     ASSERT_TRUE(file.ok()) << file.status();
     file_ = *std::move(file);
     ASSERT_EQ(file_->file_size(), golden_.generator().model_bytes())

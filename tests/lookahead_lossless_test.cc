@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/llama_model.h"
+#include "engine/testing/engine_test_util.h"
+#include "engine/testing/reference_decode.h"
+#include "engine/text/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/server_process.h"
 #include "tests/session_draft_provider.h"
 #include "verifysvc/draftsvc_client/draftsvc_client.h"
-#include "engine/testing/engine_test_util.h"
-#include "engine/testing/reference_decode.h"
-#include "engine/model/llama_model.h"
-#include "engine/text/tokenizer.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -59,8 +59,8 @@ class LookaheadLosslessTest : public ::testing::Test {
   }
 
   engine::GenerationResult Run(const std::vector<int32_t>& prompt,
-                       const engine::SamplingParams& sampling, bool drafts,
-                       DraftRequest step = {}) {
+                               const engine::SamplingParams& sampling,
+                               bool drafts, DraftRequest step = {}) {
     engine::GenerationOptions options;
     options.max_new_tokens = kNewTokens;
     options.sampling = sampling;
@@ -121,7 +121,8 @@ TEST_F(LookaheadLosslessTest, GreedyAndSeededSamplingMatchPlainDecoding) {
     // Twice: the second run also draws on the first's outputs, now in the
     // namespace's global trie.
     for (int pass = 0; pass < 2; ++pass) {
-      const engine::GenerationResult fast = Run(prompt, greedy, true, hierarchical);
+      const engine::GenerationResult fast =
+          Run(prompt, greedy, true, hierarchical);
       EXPECT_EQ(fast.tokens, plain.tokens) << "greedy pass " << pass;
       accepted += fast.accepted_draft_tokens;
       proposed += fast.draft_tokens;

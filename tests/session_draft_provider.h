@@ -28,7 +28,8 @@ class SessionDraftProvider : public engine::DraftProvider {
   // Closes the session (its accepted outputs stay in the global trie).
   ~SessionDraftProvider() override;
 
-  absl::StatusOr<engine::DraftTree> Next(absl::Span<const int32_t> accepted) override;
+  absl::StatusOr<engine::DraftTree> Next(
+      absl::Span<const int32_t> accepted) override;
 
  private:
   SessionDraftProvider(DraftClient* client, int32_t vocab_size,

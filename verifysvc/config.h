@@ -20,9 +20,9 @@ namespace lookahead::verifysvc {
 struct VerifysvcConfig {
   std::string host;
   int port = 0;
-  std::string port_file;    // written once serving; empty = none
-  std::string model_path;   // the GGUF file (default: the model cache's)
-  std::string draftsvc;     // address; empty = no drafts
+  std::string port_file;   // written once serving; empty = none
+  std::string model_path;  // the GGUF file (default: the model cache's)
+  std::string draftsvc;    // address; empty = no drafts
   DraftClientOptions draft_client;
   DraftSessionsOptions draft_sessions;
   engine::ThreadOptions threads;

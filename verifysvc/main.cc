@@ -6,6 +6,7 @@
 //   verifysvc --port=50051 --draftsvc=127.0.0.1:50061 [--model=FILE.gguf]
 
 #include <grpcpp/health_check_service_interface.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -42,7 +43,8 @@ absl::Status Run(VerifysvcConfig c) {
                    engine::OpenModelFile(c.model_path));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Tokenizer> tokenizer,
                    engine::Tokenizer::FromGguf(*file));
-  ASSIGN_OR_RETURN(engine::ModelConfig probe, engine::ModelConfig::FromGguf(*file));
+  ASSIGN_OR_RETURN(engine::ModelConfig probe,
+                   engine::ModelConfig::FromGguf(*file));
   FitLimitsToModel(probe, &c.limits);
   c.model.max_cache_tokens = c.limits.max_context_tokens;
   ASSIGN_OR_RETURN(std::unique_ptr<engine::LlamaModel> model,
@@ -68,13 +70,13 @@ absl::Status Run(VerifysvcConfig c) {
                                           c.draft_client, c.draft_sessions);
     sources.push_back(trie_source.get());
   }
-  DraftMixer mixer(sources);
+  DraftMixer mixer(sources, probe.vocab_size);
 
   // Metrics, labelled with the model's name.
   metrics::Registry registry;
-  ASSIGN_OR_RETURN(std::unique_ptr<VerifierMetrics> verifier_metrics,
-                   VerifierMetrics::Create(&registry,
-                                           ModelName(*file, c.model_path), 32));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<VerifierMetrics> verifier_metrics,
+      VerifierMetrics::Create(&registry, ModelName(*file, c.model_path), 32));
   verifier_metrics->kv_cache_capacity_tokens->Set(
       double(c.scheduler.max_running) * c.limits.max_context_tokens);
   if (trie_source != nullptr) {
@@ -135,8 +137,9 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<lookahead::verifysvc::VerifysvcConfig> config =
       lookahead::verifysvc::ConfigFromFlags();
-  absl::Status status = config.ok() ? lookahead::verifysvc::Run(*std::move(config))
-                                    : config.status();
+  absl::Status status = config.ok()
+                            ? lookahead::verifysvc::Run(*std::move(config))
+                            : config.status();
   if (!status.ok()) {
     std::fprintf(stderr, "verifysvc: %s\n", status.ToString().c_str());
     return 1;

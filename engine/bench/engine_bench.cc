@@ -21,9 +21,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/model/device_options.h"
-#include "engine/testing/engine_test_util.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/threading.h"
+#include "engine/testing/engine_test_util.h"
 
 ABSL_FLAG(std::string, model, "", "GGUF path (default: the embedded model)");
 ABSL_FLAG(int, reps, 5, "timed repetitions per point (median reported)");

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "engine/testing/gguf_writer.h"
+#include "gtest/gtest.h"
 
 namespace lookahead::engine {
 namespace {

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "engine/gguf/dequant.h"
-#include "engine/testing/gguf_writer.h"
 #include "engine/gguf/model_files.h"
+#include "engine/testing/gguf_writer.h"
+#include "gtest/gtest.h"
 
 namespace lookahead::engine {
 namespace {

@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/testing/gguf_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "engine/testing/gguf_writer.h"
 
 namespace lookahead::engine {
 namespace {

@@ -42,10 +42,10 @@ class TorchAttentionPass : public AttentionPass {
               .to(options.device, dtype_);
     }
     // angles: (T, R/2), float64 so that large positions stay exact.
-    torch::Tensor angles =
-        torch::tensor(positions, torch::kDouble).to(options.device)
-            .unsqueeze(1) *
-        rope_inv_freq.unsqueeze(0);
+    torch::Tensor angles = torch::tensor(positions, torch::kDouble)
+                               .to(options.device)
+                               .unsqueeze(1) *
+                           rope_inv_freq.unsqueeze(0);
     cos_ = angles.cos().to(dtype_);
     sin_ = angles.sin().to(dtype_);
   }
@@ -117,8 +117,8 @@ class TorchAttention : public AttentionBackend {
 
   absl::StatusOr<std::unique_ptr<AttentionPass>> Prepare(
       absl::Span<const SequenceRows> batch) const override {
-    return std::make_unique<TorchAttentionPass>(config_, batch,
-                                                rope_inv_freq_, options_);
+    return std::make_unique<TorchAttentionPass>(config_, batch, rope_inv_freq_,
+                                                options_);
   }
   std::string name() const override { return "libtorch"; }
 

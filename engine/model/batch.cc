@@ -12,9 +12,8 @@ absl::StatusOr<SequenceRows> RowsFromTree(const TreeInput& tree) {
   }
   if (tree.tokens.empty()) return absl::InvalidArgumentError("no tokens");
   if (tree.parents.size() != tree.tokens.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(tree.tokens.size(), " tokens but ", tree.parents.size(),
-                     " parents"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        tree.tokens.size(), " tokens but ", tree.parents.size(), " parents"));
   }
   absl::StatusOr<TreeLayout> layout = TreeLayout::Build(tree.parents);
   if (!layout.ok()) return layout.status();
@@ -25,7 +24,8 @@ absl::StatusOr<SequenceRows> RowsFromTree(const TreeInput& tree) {
   rows.last_logits_only = tree.last_logits_only;
   const int length = tree.cache->Length();
   rows.positions.reserve(tree.tokens.size());
-  for (int32_t depth : layout->depths()) rows.positions.push_back(length + depth);
+  for (int32_t depth : layout->depths())
+    rows.positions.push_back(length + depth);
   rows.mask = PackedTreeMask::FromLayout(*layout);
   return rows;
 }
@@ -34,8 +34,8 @@ absl::Status ValidateRows(const SequenceRows& rows, int cache_length) {
   const int n = rows.size();
   if (n == 0) return absl::InvalidArgumentError("no tokens");
   if (static_cast<int>(rows.positions.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        n, " tokens but ", rows.positions.size(), " positions"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(n, " tokens but ", rows.positions.size(), " positions"));
   }
   if (rows.mask.rows() != n || rows.mask.cols() != n) {
     return absl::InvalidArgumentError(
@@ -52,10 +52,9 @@ absl::Status ValidateRows(const SequenceRows& rows, int cache_length) {
           absl::StrCat("row ", i, " does not attend to itself"));
     }
     if (rows.positions[i] < cache_length) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("row ", i, " has position ", rows.positions[i],
-                       " inside the committed cache (length ", cache_length,
-                       ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row ", i, " has position ", rows.positions[i],
+          " inside the committed cache (length ", cache_length, ")"));
     }
   }
   if (rows.kept_rows() == 0) return absl::OkStatus();

@@ -8,10 +8,10 @@
 #include <memory>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "engine/model/llama_model.h"
 #include "engine/testing/engine_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace lookahead::engine {
 namespace {
@@ -137,8 +137,8 @@ TEST_F(BatchTest, BadRowsAreNamed) {
   rows.mask.Set(1, 2);
   EXPECT_THAT(ValidateRows(rows, 3).message(),
               HasSubstr("kept row 1 must not attend to row 2"));
-  absl::Status forward = model_->ForwardRows(absl::MakeConstSpan(&rows, 1))
-                             .status();
+  absl::Status forward =
+      model_->ForwardRows(absl::MakeConstSpan(&rows, 1)).status();
   EXPECT_EQ(forward.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(forward.message(), HasSubstr("batch[0]: kept row 1"));
   EXPECT_EQ(cache->Length(), 3);

@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/model/torch_status.h"
+#include "engine/model/tree_mask.h"
 #include "kernels/cuda/kv_compact.h"
 #include "kernels/cuda/select_tokens.h"
 #include "kernels/cuda/tree_attention.h"
-#include "engine/model/torch_status.h"
-#include "engine/model/tree_mask.h"
 
 namespace lookahead::engine {
 namespace cuda_ops {
@@ -137,9 +137,9 @@ absl::StatusOr<DeviceTreeBatch> DeviceTreeBatch::Build(
     const int32_t n = static_cast<int32_t>(cache.positions.size());
     if (cache.mask == nullptr || cache.mask->rows() != n ||
         cache.mask->cols() != n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DeviceTreeBatch: sequence ", s, " needs an (n, n) mask for its ", n,
-          " positions"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("DeviceTreeBatch: sequence ", s,
+                       " needs an (n, n) mask for its ", n, " positions"));
     }
     offsets.push_back(offsets.back() + n);
     lens.push_back(cache.length);

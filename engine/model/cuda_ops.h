@@ -14,10 +14,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "kernels/cuda/tree_batch.h"
 #include "engine/gguf/model_config.h"
 #include "engine/model/sampler.h"
 #include "engine/model/tree_mask.h"
+#include "kernels/cuda/tree_batch.h"
 
 namespace lookahead::engine {
 namespace cuda_ops {

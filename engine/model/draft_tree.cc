@@ -14,4 +14,22 @@ void TrimDraft(DraftTree* tree, int max_nodes) {
   }
 }
 
+int TrimToValidPrefix(DraftTree* tree, int32_t vocab_size) {
+  const int n = std::min(tree->tokens.size(), tree->parents.size());
+  int valid = 0;
+  while (valid < n && tree->tokens[valid] >= 0 &&
+         tree->tokens[valid] < vocab_size && tree->parents[valid] >= -1 &&
+         tree->parents[valid] < valid) {
+    ++valid;
+  }
+  if (!tree->sources.empty() &&
+      tree->sources.size() < static_cast<size_t>(valid)) {
+    tree->sources.clear();  // Tags are optional; a short list is dropped.
+  }
+  const int dropped = tree->size() - valid;
+  TrimDraft(tree, valid);
+  tree->parents.resize(valid);
+  return dropped;
+}
+
 }  // namespace lookahead::engine

@@ -35,6 +35,11 @@ struct DraftTree {
 // topological order, so any prefix is still a tree.
 void TrimDraft(DraftTree* tree, int max_nodes);
 
+// Cuts `tree` to its longest valid prefix: nodes up to the first whose token
+// is outside [0, vocab_size), whose parent is outside [-1, i), or (with
+// sources) whose tag count disagrees. Returns how many nodes it dropped.
+int TrimToValidPrefix(DraftTree* tree, int32_t vocab_size);
+
 }  // namespace lookahead::engine
 
 #endif  // LOOKAHEAD_ENGINE_MODEL_DRAFT_TREE_H_

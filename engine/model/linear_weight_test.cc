@@ -2,8 +2,8 @@
 
 #include <torch/torch.h>
 
-#include "gtest/gtest.h"
 #include "engine/model/threading.h"
+#include "gtest/gtest.h"
 
 namespace lookahead::engine {
 namespace {
@@ -18,8 +18,8 @@ TEST_F(LinearWeightTest, PackedAndDenseAgreeWithMm) {
   // 70 outputs: not a whole number of panels for either instruction set.
   const torch::Tensor w = torch::randn({96, 70});
   const torch::Tensor x = torch::randn({9, 96});
-  const torch::Tensor expected = torch::mm(x.to(torch::kDouble),
-                                           w.to(torch::kDouble));
+  const torch::Tensor expected =
+      torch::mm(x.to(torch::kDouble), w.to(torch::kDouble));
   for (bool packed : {false, true}) {
     absl::StatusOr<LinearWeight> lw = LinearWeight::Create(w, packed);
     ASSERT_TRUE(lw.ok()) << lw.status();
@@ -62,7 +62,8 @@ TEST_F(LinearWeightTest, PackedRowsDoNotDependOnTheBatch) {
 }
 
 TEST_F(LinearWeightTest, RejectsNonMatrices) {
-  absl::StatusOr<LinearWeight> lw = LinearWeight::Create(torch::zeros({4}), true);
+  absl::StatusOr<LinearWeight> lw =
+      LinearWeight::Create(torch::zeros({4}), true);
   EXPECT_EQ(lw.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(lw.status().message().find("2-D"), std::string::npos)
       << lw.status();
@@ -71,8 +72,8 @@ TEST_F(LinearWeightTest, RejectsNonMatrices) {
 }
 
 TEST_F(LinearWeightTest, MismatchedInputThrowsForTheTorchSeam) {
-  absl::StatusOr<LinearWeight> lw = LinearWeight::Create(torch::zeros({8, 4}),
-                                                         true);
+  absl::StatusOr<LinearWeight> lw =
+      LinearWeight::Create(torch::zeros({8, 4}), true);
   ASSERT_TRUE(lw.ok());
   EXPECT_THROW(lw->Apply(torch::zeros({2, 7})), c10::Error);
 }

@@ -243,8 +243,9 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::Forward(
   for (size_t s = 0; s < batch.size(); ++s) {
     absl::StatusOr<SequenceRows> r = RowsFromTree(batch[s]);
     if (!r.ok()) {
-      return absl::Status(r.status().code(),
-                          absl::StrCat("batch[", s, "]: ", r.status().message()));
+      return absl::Status(
+          r.status().code(),
+          absl::StrCat("batch[", s, "]: ", r.status().message()));
     }
     rows.push_back(*std::move(r));
   }
@@ -292,7 +293,8 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::ForwardUnchecked(
       logit_rows.push_back(first + i);
     }
   }
-  torch::Tensor ids = torch::tensor(token_ids, torch::kLong).to(options_.device);
+  torch::Tensor ids =
+      torch::tensor(token_ids, torch::kLong).to(options_.device);
   ASSIGN_OR_RETURN(std::unique_ptr<AttentionPass> attention,
                    attention_->Prepare(batch));
 

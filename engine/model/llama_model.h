@@ -18,14 +18,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/model_config.h"
 #include "engine/model/acceptance.h"
 #include "engine/model/attention.h"
 #include "engine/model/batch.h"
 #include "engine/model/draft_tree.h"
-#include "engine/gguf/gguf.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/linear_weight.h"
-#include "engine/gguf/model_config.h"
 #include "engine/model/sampler.h"
 
 namespace lookahead::engine {

@@ -7,10 +7,10 @@
 #include <random>
 #include <vector>
 
-#include "gtest/gtest.h"
-#include "engine/testing/engine_test_util.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/threading.h"
+#include "engine/testing/engine_test_util.h"
+#include "gtest/gtest.h"
 
 namespace lookahead::engine {
 namespace {

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
+#include "engine/model/threading.h"
 #include "engine/testing/engine_test_util.h"
 #include "engine/testing/gguf_writer.h"
-#include "engine/model/threading.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace lookahead::engine {
 namespace {
@@ -495,7 +495,7 @@ TEST_F(BadInputTest, NullSharedOrForeignCache) {
   EXPECT_THAT(model_->Forward(absl::MakeConstSpan(&in, 1)).status().message(),
               HasSubstr("null KV cache"));
   std::vector<TreeInput> twice = {{cache_.get(), {1}, {-1}},
-                                      {cache_.get(), {2}, {-1}}};
+                                  {cache_.get(), {2}, {-1}}};
   EXPECT_THAT(model_->Forward(twice).status().message(), HasSubstr("shared"));
   TinyModelSpec other;
   other.layers = 3;

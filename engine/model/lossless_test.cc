@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "gtest/gtest.h"
-#include "engine/testing/engine_test_util.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/threading.h"
+#include "engine/testing/engine_test_util.h"
+#include "gtest/gtest.h"
 
 namespace lookahead::engine {
 namespace {

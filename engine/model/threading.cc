@@ -5,8 +5,8 @@
 #include <sched.h>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/packed_matmul.h"
 #include "engine/model/torch_status.h"
+#include "kernels/cpu/packed_matmul.h"
 
 namespace lookahead::engine {
 namespace {

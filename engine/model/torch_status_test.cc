@@ -5,9 +5,9 @@
 #include <new>
 #include <stdexcept>
 
+#include "engine/model/threading.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "engine/model/threading.h"
 
 namespace lookahead::engine {
 namespace {

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/model/device_options.h"
-#include "engine/testing/gguf_writer.h"
 #include "engine/model/threading.h"
+#include "engine/testing/gguf_writer.h"
 
 namespace lookahead::engine {
 namespace {

@@ -1,8 +1,9 @@
-// Generate (the reference decode loop): generates one sequence with a LlamaModel, plain or with draft
-// trees. Each step verifies [last token, draft tree] in one forward pass and
-// emits the longest accepted path plus the model's own next token, so the
-// output is token for token that of plain decoding with the same sampling
-// parameters (greedy, or seeded sampling keyed by absolute position).
+// Generate (the reference decode loop): generates one sequence with a
+// LlamaModel, plain or with draft trees. Each step verifies [last token, draft
+// tree] in one forward pass and emits the longest accepted path plus the
+// model's own next token, so the output is token for token that of plain
+// decoding with the same sampling parameters (greedy, or seeded sampling keyed
+// by absolute position).
 //
 // Test-only: the scheduler of verifysvc batches many sequences; this
 // single-sequence loop is the reference the end-to-end tests check it and

@@ -7,10 +7,10 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "engine/testing/utf8_test_util.h"
+#include "engine/text/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "engine/text/tokenizer.h"
-#include "engine/testing/utf8_test_util.h"
 
 namespace lookahead::engine {
 namespace {

@@ -10,14 +10,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/model_files.h"
+#include "engine/testing/gguf_writer.h"
+#include "engine/testing/utf8_test_util.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/text_stream.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "engine/text/chat_template.h"
-#include "engine/gguf/gguf.h"
-#include "engine/testing/gguf_writer.h"
-#include "engine/gguf/model_files.h"
-#include "engine/text/text_stream.h"
-#include "engine/testing/utf8_test_util.h"
 
 namespace lookahead::engine {
 namespace {

@@ -78,9 +78,9 @@ void PanelPool::WorkerLoop() {
 void PanelPool::Run(int64_t n, int64_t chunk,
                     const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  chunk = std::max<int64_t>(
-      {chunk, 1, (n + static_cast<int64_t>(kMaxChunks) - 1) /
-                     static_cast<int64_t>(kMaxChunks)});
+  chunk = std::max<int64_t>({chunk, 1,
+                             (n + static_cast<int64_t>(kMaxChunks) - 1) /
+                                 static_cast<int64_t>(kMaxChunks)});
   std::lock_guard<std::mutex> run_lock(run_mu_);
   const int64_t chunks = (n + chunk - 1) / chunk;  // <= kMaxChunks
   fn_.store(&fn, std::memory_order_relaxed);

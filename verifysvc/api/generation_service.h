@@ -11,10 +11,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/text/tokenizer.h"
 #include "proto/generation.grpc.pb.h"
 #include "verifysvc/serving/request_builder.h"
 #include "verifysvc/serving/scheduler.h"
-#include "engine/text/tokenizer.h"
 
 namespace lookahead::verifysvc {
 
@@ -26,8 +26,8 @@ class GenerationServiceImpl final
  public:
   // `tokenizer` and `scheduler` are not owned and must outlive the service.
   // `info` is what ModelInfo returns.
-  GenerationServiceImpl(const engine::Tokenizer* tokenizer, Scheduler* scheduler,
-                        RequestLimits limits,
+  GenerationServiceImpl(const engine::Tokenizer* tokenizer,
+                        Scheduler* scheduler, RequestLimits limits,
                         lookahead::v1::ModelInfoResponse info)
       : tokenizer_(tokenizer),
         scheduler_(scheduler),

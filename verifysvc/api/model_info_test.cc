@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "engine/model/device_options.h"
-#include "engine/testing/engine_test_util.h"
 #include "engine/testing/byte_tokenizer.h"
+#include "engine/testing/engine_test_util.h"
 #include "gtest/gtest.h"
 
 namespace lookahead::verifysvc {

@@ -87,6 +87,9 @@ std::vector<engine::DraftTree> DraftMixer::Propose(
   }
   std::vector<engine::DraftTree> merged(asks.size());
   for (size_t i = 0; i < asks.size(); ++i) {
+    for (auto& source_trees : per_source) {
+      engine::TrimToValidPrefix(&source_trees[i], vocab_size_);
+    }
     if (sources_.size() == 1) {
       merged[i] = std::move(per_source[0][i]);
       engine::TrimDraft(&merged[i], asks[i].budget);

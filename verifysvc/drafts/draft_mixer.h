@@ -31,9 +31,11 @@ engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
 class DraftMixer {
  public:
   // `sources` (not owned; must outlive the mixer) in priority order. No
-  // sources: a mixer that never drafts.
-  explicit DraftMixer(std::vector<DraftSource*> sources)
-      : sources_(std::move(sources)) {}
+  // sources: a mixer that never drafts. Trees are cut to their valid prefix
+  // (ids in [0, vocab_size), parents in [-1, i)), so a faulty source costs
+  // its own drafts, never the batch's forward pass.
+  DraftMixer(std::vector<DraftSource*> sources, int32_t vocab_size)
+      : sources_(std::move(sources)), vocab_size_(vocab_size) {}
 
   DraftMixer(const DraftMixer&) = delete;
   DraftMixer& operator=(const DraftMixer&) = delete;
@@ -44,8 +46,8 @@ class DraftMixer {
   // source drafts it.
   int64_t Open(const DraftPolicy& policy, absl::Span<const int32_t> prompt);
   void Observe(int64_t handle, absl::Span<const int32_t> tokens);
-  // One tree per ask within ask.budget. Sets *called iff some source did
-  // work worth timing.
+  // One valid tree per ask within ask.budget. Sets *called iff some source
+  // did work worth timing.
   std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,
                                          bool* called);
   void Close(int64_t handle);
@@ -57,6 +59,7 @@ class DraftMixer {
 
  private:
   const std::vector<DraftSource*> sources_;
+  const int32_t vocab_size_;
   // Per sequence: each source's handle (0: that source does not draft it).
   std::map<int64_t, std::vector<int64_t>> handles_;
   int64_t next_handle_ = 1;

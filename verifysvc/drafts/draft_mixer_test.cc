@@ -19,6 +19,9 @@
 namespace lookahead::verifysvc {
 namespace {
 
+// Token ids the mixer accepts in these tests (trees here use small ids).
+constexpr int32_t kMixerVocab = 1 << 20;
+
 using engine::DraftSourceTag;
 using engine::DraftTree;
 using ::testing::ElementsAre;
@@ -328,7 +331,7 @@ TEST(MergeDraftTreesTest, RandomizedAgainstPathSets) {
 // DraftMixer.
 
 TEST(DraftMixerTest, NoSourcesNeverDrafts) {
-  DraftMixer mixer({});
+  DraftMixer mixer({}, kMixerVocab);
   EXPECT_TRUE(mixer.empty());
   const std::vector<int32_t> prompt = {1, 2};
   EXPECT_EQ(mixer.Open(Hierarchical(8), prompt), 0);
@@ -344,7 +347,7 @@ TEST(DraftMixerTest, NoSourcesNeverDrafts) {
 TEST(DraftMixerTest, OneSourceIsAPassThroughTrimmedToTheBudget) {
   FakeSource trie("trie");
   trie.set_next_handle(40);
-  DraftMixer mixer({&trie});
+  DraftMixer mixer({&trie}, kMixerVocab);
   EXPECT_FALSE(mixer.empty());
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
   const DraftPolicy policy = Hierarchical(6);
@@ -384,7 +387,7 @@ TEST(DraftMixerTest, TwoSourcesMergeWithinEachBudget) {
   FakeSource ngram("ngram");
   trie.set_next_handle(10);
   ngram.set_next_handle(20);
-  DraftMixer mixer({&trie, &ngram});
+  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
   const std::vector<int32_t> prompt = {7};
   const int64_t first = mixer.Open(Hierarchical(8), prompt);
   const int64_t second = mixer.Open(Hierarchical(8), prompt);
@@ -434,7 +437,7 @@ TEST(DraftMixerTest, ASourceThatDeclinesASequenceIsNeverAskedForIt) {
   FakeSource ngram("ngram");
   trie.set_next_handle(0);  // Declines every sequence.
   ngram.set_next_handle(30);
-  DraftMixer mixer({&trie, &ngram});
+  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
   const std::vector<int32_t> prompt = {1, 2, 3};
   const int64_t handle = mixer.Open(Hierarchical(8), prompt);
   ASSERT_NE(handle, 0);
@@ -463,7 +466,7 @@ TEST(DraftMixerTest, NoSourceDraftingMeansNoHandle) {
   FakeSource ngram("ngram");
   trie.set_next_handle(0);
   ngram.set_next_handle(0);
-  DraftMixer mixer({&trie, &ngram});
+  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
   const std::vector<int32_t> prompt = {1};
   EXPECT_EQ(mixer.Open(Hierarchical(8), prompt), 0);
   EXPECT_EQ(trie.opened_prompts.size(), 1u);
@@ -489,7 +492,7 @@ TEST(DraftMixerTest, ObserveAndCloseReachEachSourcesOwnHandle) {
   FakeSource ngram("ngram");
   trie.set_next_handle(100);
   ngram.set_next_handle(200);
-  DraftMixer mixer({&trie, &ngram});
+  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
   const std::vector<int32_t> prompt = {1};
   const int64_t a = mixer.Open(Hierarchical(8), prompt);  // 100, 200
   const int64_t b = mixer.Open(Hierarchical(8), prompt);  // 101, 201
@@ -529,7 +532,7 @@ TEST(DraftMixerTest, CalledIsSetIffSomeSourceDidWork) {
   FakeSource ngram("ngram");
   trie.set_next_handle(1);
   ngram.set_next_handle(1);
-  DraftMixer mixer({&trie, &ngram});
+  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
   const std::vector<int32_t> prompt = {1};
   const int64_t handle = mixer.Open(Hierarchical(8), prompt);
   for (bool trie_called : {false, true}) {
@@ -549,7 +552,7 @@ TEST(DraftMixerTest, CostIsTheSumOfTheSources) {
   FakeSource assistant("assistant");
   trie.set_cost({0.001, 0.0});
   assistant.set_cost({0.020, 0.003});
-  DraftMixer mixer({&trie, &assistant});
+  DraftMixer mixer({&trie, &assistant}, kMixerVocab);
   const DraftCost cost = mixer.cost();
   EXPECT_DOUBLE_EQ(cost.seconds_per_call, 0.021);
   EXPECT_DOUBLE_EQ(cost.seconds_per_token, 0.003);
@@ -570,7 +573,7 @@ TEST(DraftMixerTest, StatsAddUpAndAreAvailableIffEverySourceIs) {
   b.open_sessions = 6;
   trie.set_stats(a);
   ngram.set_stats(b);
-  DraftMixer mixer({&trie, &ngram});
+  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
   DraftSourceStats total = mixer.Stats();
   EXPECT_TRUE(total.available);
   EXPECT_EQ(total.failures, 8);
@@ -584,6 +587,45 @@ TEST(DraftMixerTest, StatsAddUpAndAreAvailableIffEverySourceIs) {
     ngram.set_stats(down == 1 ? unavailable : b);
     EXPECT_FALSE(mixer.Stats().available) << "source " << down << " down";
   }
+}
+
+// A faulty source's tree is cut before its first bad node (an id outside
+// the vocabulary, a parent that is not earlier), alone or merged, so it can
+// never make the forward pass reject the whole batch.
+TEST(DraftMixerTest, InvalidNodesAreCutToTheValidPrefix) {
+  constexpr int32_t kVocab = 50;
+  FakeSource trie("trie");
+  trie.set_next_handle(1);
+  DraftTree bad_id;
+  bad_id.tokens = {7, 8, 50, 9};  // 50 is outside [0, 50)
+  bad_id.parents = {-1, 0, 1, 2};
+  trie.set_tree(1, bad_id);
+  DraftMixer alone({&trie}, kVocab);
+  const std::vector<int32_t> prompt = {1};
+  const int64_t handle = alone.Open(Hierarchical(8), prompt);
+  bool called = false;
+  std::vector<DraftTree> trees = alone.Propose({Ask(handle, 8)}, &called);
+  ASSERT_EQ(trees.size(), 1u);
+  EXPECT_EQ(trees[0].tokens, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(trees[0].parents, (std::vector<int32_t>{-1, 0}));
+
+  FakeSource first("trie"), second("ngram");
+  first.set_next_handle(1);
+  second.set_next_handle(1);
+  DraftTree bad_parent;
+  bad_parent.tokens = {3, 4, 5};
+  bad_parent.parents = {-1, 2, 0};  // node 1's parent comes after it
+  first.set_tree(1, bad_parent);
+  DraftTree negative;
+  negative.tokens = {6, -1};
+  negative.parents = {-1, 0};
+  second.set_tree(1, negative);
+  DraftMixer merged({&first, &second}, kVocab);
+  const int64_t h = merged.Open(Hierarchical(8), prompt);
+  trees = merged.Propose({Ask(h, 8)}, &called);
+  ASSERT_EQ(trees.size(), 1u);
+  EXPECT_EQ(trees[0].tokens, (std::vector<int32_t>{3, 6}));
+  EXPECT_EQ(trees[0].parents, (std::vector<int32_t>{-1, -1}));
 }
 
 }  // namespace

@@ -34,9 +34,9 @@ struct DraftCost {
 
 // A source's health, for Stats and metrics.
 struct DraftSourceStats {
-  bool available = true;   // its last call succeeded (or none was made)
-  int64_t failures = 0;    // calls that failed or timed out
-  int64_t reopened = 0;    // sessions reopened after the source restarted
+  bool available = true;  // its last call succeeded (or none was made)
+  int64_t failures = 0;   // calls that failed or timed out
+  int64_t reopened = 0;   // sessions reopened after the source restarted
   int64_t open_sessions = 0;
 };
 

@@ -46,8 +46,8 @@ absl::Status DraftClient::OpenSession(absl::string_view session_id,
   return FromGrpcStatus(stub_->OpenSession(&context, request, &response));
 }
 
-absl::StatusOr<std::vector<absl::StatusOr<engine::DraftTree>>> DraftClient::Step(
-    absl::Span<const DraftRequest> requests, int32_t vocab_size) {
+absl::StatusOr<std::vector<absl::StatusOr<engine::DraftTree>>>
+DraftClient::Step(absl::Span<const DraftRequest> requests, int32_t vocab_size) {
   lookahead::v1::StepRequest request;
   for (const DraftRequest& r : requests) {
     lookahead::v1::SessionStep* step = request.add_steps();

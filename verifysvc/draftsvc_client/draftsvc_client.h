@@ -20,8 +20,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "proto/draft.grpc.pb.h"
 #include "engine/model/draft_tree.h"
+#include "proto/draft.grpc.pb.h"
 
 namespace lookahead::verifysvc {
 

@@ -27,9 +27,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "engine/model/draft_tree.h"
 #include "proto/draft.pb.h"
 #include "verifysvc/draftsvc_client/draftsvc_client.h"
-#include "engine/model/draft_tree.h"
 
 namespace lookahead::verifysvc {
 

@@ -35,8 +35,7 @@ int64_t DraftsvcSource::Open(const DraftPolicy& policy,
   return handle;
 }
 
-void DraftsvcSource::Observe(int64_t handle,
-                             absl::Span<const int32_t> tokens) {
+void DraftsvcSource::Observe(int64_t handle, absl::Span<const int32_t> tokens) {
   auto it = fresh_.find(handle);
   if (it == fresh_.end()) return;
   it->second.insert(it->second.end(), tokens.begin(), tokens.end());

@@ -24,9 +24,9 @@ struct Series {
                      registry->AddGauge(name, help, {"model"}));
     return family->WithLabels({model});
   }
-  absl::StatusOr<metrics::Histogram*> Histogram(const std::string& name,
-                                                const std::string& help,
-                                                std::vector<double> bounds) const {
+  absl::StatusOr<metrics::Histogram*> Histogram(
+      const std::string& name, const std::string& help,
+      std::vector<double> bounds) const {
     ASSIGN_OR_RETURN(
         metrics::HistogramFamily * family,
         registry->AddHistogram(name, help, {"model"}, std::move(bounds)));
@@ -41,16 +41,16 @@ struct Series {
 absl::Status AddRequestSeries(const Series& s, VerifierMetrics* m) {
   ASSIGN_OR_RETURN(metrics::CounterFamily * requests,
                    s.registry->AddCounter("lookahead_requests_total",
-                                        "Generate requests by outcome.",
-                                        {"model", "outcome"}));
+                                          "Generate requests by outcome.",
+                                          {"model", "outcome"}));
   m->finished = requests->WithLabels({s.model, "finished"});
   m->cancelled = requests->WithLabels({s.model, "cancelled"});
   m->rejected = requests->WithLabels({s.model, "rejected"});
   m->failed = requests->WithLabels({s.model, "failed"});
   ASSIGN_OR_RETURN(metrics::CounterFamily * success,
                    s.registry->AddCounter("lookahead_request_success_total",
-                                        "Finished requests by finish reason.",
-                                        {"model", "finished_reason"}));
+                                          "Finished requests by finish reason.",
+                                          {"model", "finished_reason"}));
   m->finished_length = success->WithLabels({s.model, "length"});
   m->finished_eos = success->WithLabels({s.model, "eos"});
   m->finished_stop = success->WithLabels({s.model, "stop"});
@@ -59,29 +59,30 @@ absl::Status AddRequestSeries(const Series& s, VerifierMetrics* m) {
 }
 
 // Tokens, steps, drafts and acceptance by depth.
-absl::Status AddTokenSeries(const Series& s, int max_position, VerifierMetrics* m) {
+absl::Status AddTokenSeries(const Series& s, int max_position,
+                            VerifierMetrics* m) {
   ASSIGN_OR_RETURN(m->prompt_tokens, s.Counter("lookahead_prompt_tokens_total",
-                                             "Prompt tokens prefilled."));
+                                               "Prompt tokens prefilled."));
   ASSIGN_OR_RETURN(m->generation_tokens,
                    s.Counter("lookahead_generation_tokens_total",
-                           "Tokens generated (streamed to clients)."));
+                             "Tokens generated (streamed to clients)."));
   ASSIGN_OR_RETURN(m->decoding_steps,
                    s.Counter("lookahead_decoding_steps_total",
-                           "Per-sequence forward passes that emitted tokens; "
-                           "EDL = generation tokens / decoding steps."));
+                             "Per-sequence forward passes that emitted tokens; "
+                             "EDL = generation tokens / decoding steps."));
   ASSIGN_OR_RETURN(m->accepted_per_step,
                    s.Histogram("lookahead_accepted_tokens_per_step",
-                             "Tokens emitted per decoding step (EDL).",
-                             {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 33}));
-  ASSIGN_OR_RETURN(m->drafts,
-                   s.Counter("lookahead_spec_decode_num_drafts_total",
+                               "Tokens emitted per decoding step (EDL).",
+                               {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 33}));
+  ASSIGN_OR_RETURN(
+      m->drafts, s.Counter("lookahead_spec_decode_num_drafts_total",
                            "Decoding steps that verified a non-empty draft."));
   ASSIGN_OR_RETURN(m->draft_tokens,
                    s.Counter("lookahead_spec_decode_num_draft_tokens_total",
-                           "Draft tokens verified."));
+                             "Draft tokens verified."));
   ASSIGN_OR_RETURN(m->accepted_tokens,
                    s.Counter("lookahead_spec_decode_num_accepted_tokens_total",
-                           "Draft tokens accepted (emitted)."));
+                             "Draft tokens accepted (emitted)."));
   ASSIGN_OR_RETURN(
       metrics::CounterFamily * per_position,
       s.registry->AddCounter(
@@ -103,57 +104,57 @@ absl::Status AddStepSeries(const Series& s, VerifierMetrics* m) {
   ASSIGN_OR_RETURN(
       m->step_seconds,
       s.Histogram("lookahead_step_duration_seconds",
-                "One scheduler step: drafts, forward, accept.", latency));
+                  "One scheduler step: drafts, forward, accept.", latency));
   ASSIGN_OR_RETURN(m->forward_seconds,
                    s.Histogram("lookahead_forward_duration_seconds",
-                             "One batched forward pass.", latency));
+                               "One batched forward pass.", latency));
   ASSIGN_OR_RETURN(m->draft_rpc_seconds,
                    s.Histogram("lookahead_draft_rpc_duration_seconds",
-                             "One batched draftsvc Step call.",
-                             metrics::ExponentialBuckets(0.0001, 2, 12)));
+                               "One batched draftsvc Step call.",
+                               metrics::ExponentialBuckets(0.0001, 2, 12)));
   ASSIGN_OR_RETURN(m->draft_rpc_failures,
                    s.Counter("lookahead_draft_rpc_failures_total",
-                           "draftsvc Step calls that failed or timed out "
-                           "(those steps ran without drafts)."));
+                             "draftsvc Step calls that failed or timed out "
+                             "(those steps ran without drafts)."));
   ASSIGN_OR_RETURN(
       m->batch_sequences,
       s.Histogram("lookahead_batch_sequences", "Sequences in one forward pass.",
-                {1, 2, 4, 8, 16, 32, 64}));
+                  {1, 2, 4, 8, 16, 32, 64}));
   ASSIGN_OR_RETURN(
       m->time_to_first_token_seconds,
       s.Histogram("lookahead_time_to_first_token_seconds",
-                "From a request's arrival to its first token.", latency));
+                  "From a request's arrival to its first token.", latency));
   ASSIGN_OR_RETURN(m->request_tokens_per_second,
                    s.Histogram("lookahead_request_tokens_per_second",
-                             "Output tokens per second of each finished "
-                             "request (arrival to last token).",
-                             metrics::ExponentialBuckets(1, 2, 12)));
+                               "Output tokens per second of each finished "
+                               "request (arrival to last token).",
+                               metrics::ExponentialBuckets(1, 2, 12)));
   ASSIGN_OR_RETURN(m->plain_equivalent_seconds,
                    s.Counter("lookahead_plain_equivalent_seconds_total",
-                           "Estimated time plain decoding would have needed "
-                           "for the emitted tokens (speedup numerator)."));
+                             "Estimated time plain decoding would have needed "
+                             "for the emitted tokens (speedup numerator)."));
   ASSIGN_OR_RETURN(m->decode_seconds,
                    s.Counter("lookahead_decode_seconds_total",
-                           "Forward time of decoding steps (speedup "
-                           "denominator)."));
+                             "Forward time of decoding steps (speedup "
+                             "denominator)."));
   return absl::OkStatus();
 }
 
 absl::Status AddGaugeSeries(const Series& s, VerifierMetrics* m) {
   ASSIGN_OR_RETURN(m->running, s.Gauge("lookahead_num_requests_running",
-                                     "Sequences in the batch."));
+                                       "Sequences in the batch."));
   ASSIGN_OR_RETURN(m->waiting, s.Gauge("lookahead_num_requests_waiting",
-                                     "Requests queued for a batch slot."));
+                                       "Requests queued for a batch slot."));
   ASSIGN_OR_RETURN(m->kv_cache_tokens,
                    s.Gauge("lookahead_kv_cache_tokens",
-                         "KV cache slots allocated to running sequences."));
+                           "KV cache slots allocated to running sequences."));
   ASSIGN_OR_RETURN(m->kv_cache_capacity_tokens,
                    s.Gauge("lookahead_kv_cache_capacity_tokens",
-                         "KV cache slots the batch may use at most "
-                         "(max_running x max_context_tokens)."));
+                           "KV cache slots the batch may use at most "
+                           "(max_running x max_context_tokens)."));
   ASSIGN_OR_RETURN(m->draftsvc_up,
                    s.Gauge("lookahead_draftsvc_up",
-                         "1 if the last draftsvc call succeeded, else 0."));
+                           "1 if the last draftsvc call succeeded, else 0."));
   return absl::OkStatus();
 }
 

@@ -30,8 +30,7 @@ struct VerifierMetrics {
   // Registers every series in `registry` (not owned; must outlive this).
   // `max_position`: deepest draft position with its own acceptance series.
   static absl::StatusOr<std::unique_ptr<VerifierMetrics>> Create(
-      metrics::Registry* registry, const std::string& model,
-      int max_position);
+      metrics::Registry* registry, const std::string& model, int max_position);
 
   // Requests by outcome, and finished ones by reason.
   metrics::Counter* finished = nullptr;

@@ -79,9 +79,8 @@ absl::StatusOr<DraftPolicy> Draft(const RawDraftParams& draft,
                                ? limits.default_decoding_length
                                : draft.decoding_length;
   if (policy.mode == DraftMode::kOff) policy.decoding_length = 0;
-  policy.branch_length = draft.branch_length == 0
-                             ? limits.default_branch_length
-                             : draft.branch_length;
+  policy.branch_length = draft.branch_length == 0 ? limits.default_branch_length
+                                                  : draft.branch_length;
   return policy;
 }
 
@@ -155,7 +154,8 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(
       RETURN_IF_ERROR(ValidateChat(prompt.chat));
       return tokenizer.EncodeChat(prompt.chat, /*add_generation_prompt=*/true);
     case RawPrompt::Kind::kTokens:
-      RETURN_IF_ERROR(CheckTokenIds(prompt.token_ids, vocab_size, "tokens.ids"));
+      RETURN_IF_ERROR(
+          CheckTokenIds(prompt.token_ids, vocab_size, "tokens.ids"));
       return prompt.token_ids;
     case RawPrompt::Kind::kNone:
       break;

@@ -52,8 +52,13 @@ struct RawPrompt {
 
 // The draft policy as the client gave it; 0 / empty mean the default.
 struct RawDraftParams {
-  enum class Mode { kUnspecified, kOff, kTrieHierarchical, kTrieParallel,
-                    kUnsupported };
+  enum class Mode {
+    kUnspecified,
+    kOff,
+    kTrieHierarchical,
+    kTrieParallel,
+    kUnsupported
+  };
   Mode mode = Mode::kUnspecified;
   int wire_mode = 0;  // the client's value, for the kUnsupported message
   int decoding_length = 0;
@@ -74,9 +79,9 @@ struct RawRequest {
   RawDraftParams draft;
 };
 
-absl::StatusOr<GenerationRequest> BuildRequest(const RawRequest& raw,
-                                               const engine::Tokenizer& tokenizer,
-                                               const RequestLimits& limits);
+absl::StatusOr<GenerationRequest> BuildRequest(
+    const RawRequest& raw, const engine::Tokenizer& tokenizer,
+    const RequestLimits& limits);
 
 // The prompt's token ids (text with BOS as the model wants; chat through the
 // template with the generation prompt). INVALID_ARGUMENT naming the field.

@@ -181,12 +181,11 @@ SchedulerStats Scheduler::Stats() const {
 }
 
 std::string Scheduler::Describe(const SchedulerStats& stats) {
-  return absl::StrCat(stats.requests_admitted, " requests (",
-                      stats.requests_finished, " finished, ",
-                      stats.requests_cancelled, " cancelled), ",
-                      stats.forward_passes, " forward passes, ",
-                      stats.output_tokens, " output tokens in ",
-                      stats.decoding_steps, " steps");
+  return absl::StrCat(
+      stats.requests_admitted, " requests (", stats.requests_finished,
+      " finished, ", stats.requests_cancelled, " cancelled), ",
+      stats.forward_passes, " forward passes, ", stats.output_tokens,
+      " output tokens in ", stats.decoding_steps, " steps");
 }
 
 void Scheduler::Loop() {
@@ -272,9 +271,8 @@ void Scheduler::Admit() {
 }
 
 std::unique_ptr<Scheduler::Sequence> Scheduler::Start(Pending pending) {
-  auto seq = std::make_unique<Sequence>(std::move(pending.request),
-                                        pending.sink, tokenizer_,
-                                        options_.pacing);
+  auto seq = std::make_unique<Sequence>(
+      std::move(pending.request), pending.sink, tokenizer_, options_.pacing);
   seq->admitted = absl::Now();
   if (seq->sink->Cancelled()) {
     End(seq.get(), absl::CancelledError("cancelled by the client"));
@@ -351,12 +349,11 @@ void Scheduler::Draft(StepPlan* plan) {
         std::clamp(seq->request.draft.decoding_length, 0, room),
         seq->request.draft.branch_length);
   }
-  const int base = static_cast<int>(plan->decoding.size()) +
-                   plan->prefill_tokens;
-  const std::vector<int> budget =
-      AllocateDraftTokens(cost_, base, candidates,
-                          std::max(0, options_.max_step_tokens - base),
-                          drafts_->cost());
+  const int base =
+      static_cast<int>(plan->decoding.size()) + plan->prefill_tokens;
+  const std::vector<int> budget = AllocateDraftTokens(
+      cost_, base, candidates, std::max(0, options_.max_step_tokens - base),
+      drafts_->cost());
   // ONE call to the draft sources for every drafted sequence.
   std::vector<DraftAsk> asks;
   std::vector<size_t> which;
@@ -374,8 +371,7 @@ void Scheduler::Draft(StepPlan* plan) {
   if (called) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     const DraftSourceStats after = drafts_->Stats();
-    observer_->OnDraftCall(seconds, after.failures - failures,
-                           after.available);
+    observer_->OnDraftCall(seconds, after.failures - failures, after.available);
     for (const DraftAsk& ask : asks) plan->requested_drafts += ask.budget;
   }
   got.resize(asks.size());
@@ -424,8 +420,7 @@ void Scheduler::AcceptDrafts(const StepPlan& plan,
     const engine::TreeInput& in = plan.batch[i];
     absl::StatusOr<engine::AcceptResult> accepted =
         engine::AcceptLongestPath(in.tokens, in.parents, logits[i],
-                                  seq->request.sampling,
-                                  plan.root_position[i]);
+                                  seq->request.sampling, plan.root_position[i]);
     absl::Status committed = accepted.ok()
                                  ? seq->cache->CommitPath(accepted->path)
                                  : accepted.status();
@@ -437,11 +432,10 @@ void Scheduler::AcceptDrafts(const StepPlan& plan,
     const int verified = plan.trees[i].size();
     const int hits = static_cast<int>(accepted->tokens.size()) - 1;
     seq->pacer.Update(verified, hits);
-    const int kept = Emit(seq, accepted->tokens);
-    // Draft tokens count as accepted only if they reached the output.
-    const int kept_hits = std::min(hits, kept);
+    // Counted before Emit, whose last output carries the usage.
     seq->draft_tokens += verified;
-    seq->accepted_draft_tokens += kept_hits;
+    const int kept = Emit(seq, accepted->tokens, hits);
+    const int kept_hits = std::min(hits, kept);
     tally->accepted += kept_hits;
     ++tally->steps;
     tally->emitted += kept;
@@ -474,11 +468,11 @@ void Scheduler::CommitPrefill(const StepPlan& plan,
     if (seq->prefilled < prompt) continue;
     const int32_t first = SelectToken(last[0], seq->request.sampling, prompt);
     seq->first_token = absl::Now();
-    observer_->OnFirstToken(prompt, absl::ToDoubleSeconds(
-                                        seq->first_token - seq->request.arrival));
+    observer_->OnFirstToken(
+        prompt, absl::ToDoubleSeconds(seq->first_token - seq->request.arrival));
     ++tally->steps;
     ++tally->emitted;
-    Emit(seq, {first});
+    Emit(seq, {first}, /*draft_hits=*/0);
   }
 }
 
@@ -521,11 +515,15 @@ void Scheduler::Record(const StepPlan& plan, const StepTally& tally) {
   stats_.accepted_draft_tokens += tally.accepted;
 }
 
-int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens) {
+int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens,
+                    int draft_hits) {
   GenerationOutput out = seq->output.Append(tokens);
   ++seq->steps;
   const int kept = static_cast<int>(out.token_ids.size());
-  if (seq->draft_handle != 0) drafts_->Observe(seq->draft_handle, out.token_ids);
+  // Draft tokens count as accepted only if they reached the output.
+  seq->accepted_draft_tokens += std::min(draft_hits, kept);
+  if (seq->draft_handle != 0)
+    drafts_->Observe(seq->draft_handle, out.token_ids);
   observer_->OnSequenceStep(kept);
   if (out.finish_reason == FinishReason::kNone) {
     seq->sink->Send(std::move(out));
@@ -570,7 +568,7 @@ void Scheduler::End(Sequence* seq, absl::Status status) {
     // Before Finish: a client that has seen its stream end sees it counted.
     absl::MutexLock lock(&mu_);
     --admitted_;
-    CountOutcome(status.ok()                ? RequestOutcome::kFinished
+    CountOutcome(status.ok()                 ? RequestOutcome::kFinished
                  : absl::IsCancelled(status) ? RequestOutcome::kCancelled
                                              : RequestOutcome::kFailed);
   }

@@ -119,8 +119,9 @@ class Scheduler {
                      StepTally* tally);
   void Record(const StepPlan& plan, const StepTally& tally);
   // Appends one step's tokens to `seq` up to its end (EOS, stop string,
-  // length) and streams them; returns how many it kept.
-  int Emit(Sequence* seq, absl::Span<const int32_t> tokens);
+  // length) and streams them; the first `draft_hits` of them are accepted
+  // draft tokens. Returns how many it kept.
+  int Emit(Sequence* seq, absl::Span<const int32_t> tokens, int draft_hits);
   Usage UsageOf(const Sequence& seq, FinishReason finish) const;
   void End(Sequence* seq, absl::Status status);
   void CountOutcome(RequestOutcome outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -4,7 +4,7 @@
 // (2) tree-verify forward latency for 1..128 tree tokens at several context
 // lengths (the "critical decoding length" curve: how many draft tokens one
 // pass verifies for about the cost of one), (3) batched forward latency.
-// Run: bazel run -c opt //verifysvc:engine_bench -- [--reps=5]
+// Run: bazel run -c opt //engine/bench:engine_bench -- [--reps=5]
 // On a GPU (the CUDA build, tools/gpu_check.sh): --device=cuda
 // --dtype=bfloat16 [--cuda_kernels=false] --thread_sweep= --contexts=256,2048
 // --tree_sizes=1,2,4,...,256.
@@ -35,7 +35,7 @@ ABSL_FLAG(int, decode_tokens, 48, "tokens per plain-decode measurement");
 ABSL_FLAG(int, intra_op, 1, "intra-op threads for the curve");
 ABSL_FLAG(int, matmul_threads, 0, "packed matmul threads (0: every core)");
 ABSL_FLAG(bool, packed_linear, true, "packed matmul kernel (false: OpenBLAS)");
-ABSL_FLAG(int, blas, lookahead::verifysvc::DefaultBlasThreads(),
+ABSL_FLAG(int, blas, lookahead::engine::DefaultBlasThreads(),
           "OpenBLAS threads for the curve");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
@@ -247,5 +247,5 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  return lookahead::verifysvc::Run();
+  return lookahead::engine::Run();
 }

@@ -1,6 +1,6 @@
 // Tokenizer throughput on the real SmolLM2 vocabulary: encode (English
 // prose and code), decode, and streaming detokenization.
-//   bazel run -c opt //verifysvc:tokenizer_benchmark
+//   bazel run -c opt //engine/bench:tokenizer_benchmark
 // Needs the model (tools/setup.sh); LOOKAHEAD_MODEL_DIR overrides the
 // default $HOME/.cache/lookahead/models.
 #include <cstdio>

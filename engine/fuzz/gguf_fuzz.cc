@@ -121,13 +121,13 @@ int WriteSeeds(const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
-  return lookahead::verifysvc::WriteSeeds(argv[1]) > 0 ? 0 : 1;
+  return lookahead::engine::WriteSeeds(argv[1]) > 0 ? 0 : 1;
 }
 
 #else  // !LOOKAHEAD_GGUF_FUZZ_SEEDS
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  lookahead::verifysvc::FuzzOne(data, size);
+  lookahead::engine::FuzzOne(data, size);
   return 0;
 }
 

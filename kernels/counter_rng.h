@@ -1,4 +1,4 @@
-// Counter-based random numbers shared by the CPU sampler (verifysvc/sampler)
+// Counter-based random numbers shared by the CPU sampler (engine/model/sampler)
 // and the CUDA token selection kernel (kernels/cuda/select_tokens.cu): one
 // definition, so a draw on the GPU and on the CPU is the same function of
 // (seed, position, token). Pure functions; thread-safe.

@@ -1,4 +1,4 @@
-// Tests for verifysvc/dequant: every decoder against an independent
+// Tests for engine/gguf/dequant: every decoder against an independent
 // per-element reference written here from the block layouts in the GGUF /
 // ggml spec (element-indexed bit extraction instead of the production
 // loops), the half/bf16 conversions exhaustively, and quantize->dequantize

@@ -1,4 +1,4 @@
-// Tests for verifysvc/gguf: metadata and tensor round trips through
+// Tests for engine/gguf/gguf: metadata and tensor round trips through
 // GgufWriter (v2 and v3), typed getters, every malformed-file error (code +
 // message), randomized files against the writer's inputs as oracle, random
 // corruption (never a crash), and the real shipped model against golden

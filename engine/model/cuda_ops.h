@@ -90,7 +90,7 @@ absl::Status CompactKv(torch::Tensor& k, torch::Tensor& v, int length,
 // sampling without top-k and top-p).
 bool SupportsDeviceAcceptance(const SamplingParams& params);
 
-// AcceptLongestPath (verifysvc/acceptance.h) with the token choice and the
+// AcceptLongestPath (engine/model/acceptance.h) with the token choice and the
 // walk on the device; `logits` (n, vocab) contiguous float32 on CUDA. Only
 // the accepted path and tokens come back to the host.
 // REQUIRES: SupportsDeviceAcceptance(params); a valid tree.

@@ -2,7 +2,7 @@
 // (greedy argmax or a seeded Gumbel-max draw) and the longest tree path
 // that agrees with it, so only the accepted token ids return to the host.
 //
-// Same rules as verifysvc/acceptance.h and verifysvc/sampler.h for greedy
+// Same rules as engine/model/acceptance.h and engine/model/sampler.h for greedy
 // and for pure-temperature sampling (no top-k, no top-p): NaN never wins,
 // ties go to the lowest index, the draw at absolute position p is
 // argmax_t (logit_t - max) / temperature + Gumbel(seed, p, t) with the noise

@@ -3,7 +3,7 @@
 // (||out - ref|| / ||ref||; float32 must stay under 1e-5, bfloat16 under
 // 1.6e-2) and timed with CUDA events (median of 30 after 5 warm-ups),
 // beside the LibTorch attention the engine runs without the kernel (one
-// masked matmul-softmax-matmul per sequence, as verifysvc/llama_model.cc).
+// masked matmul-softmax-matmul per sequence, as engine/model/attention_torch.cc).
 // Built and run by tools/gpu_check.sh against the GPU machine's LibTorch.
 #include "kernels/cuda/dev/tree_attention_dev.h"
 

@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-readonly OUTPUT_BASE="${LOOKAHEAD_TSA_OUTPUT_BASE:-$HOME/.cache/lookahead/bazel-thread-safety}"
+# One output base per checkout, as Bazel's own default.
+readonly OUTPUT_BASE="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/bazel-thread-safety/$(pwd -P | md5sum | cut -c1-12)"
 readonly TARGETS=(
   //common:metrics //common:metrics_test
   //draftsvc:draft_index //draftsvc:draft_index_test //draftsvc:draft_service

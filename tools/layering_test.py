@@ -9,7 +9,7 @@
 - no function in verifysvc/serving/ is longer than 80 lines;
 - verifysvc/main.cc is under 150 lines.
 
-With --bazel it also asks Bazel that //draftsvc/... and //engine/... do not
+With --bazel it also asks Bazel (cquery) that //draftsvc/... and //engine/... do not
 depend on any //verifysvc target. Exit status 1 on any violation.
 
     tools/layering_test.py [--bazel]
@@ -114,13 +114,18 @@ def bazel_violations():
     problems = []
     for universe in ("//draftsvc/...", "//engine/..."):
         query = f"deps({universe}) intersect //verifysvc/..."
-        out = subprocess.run(["bazel", "query", query, "--output=label"],
+        # cquery resolves select()s for this build (a plain query would
+        # also follow the CUDA build's branch and its external LibTorch).
+        out = subprocess.run(["bazel", "cquery", query, "--output=label"],
                              cwd=ROOT, capture_output=True, text=True)
+        labels = [line.split()[0] for line in out.stdout.splitlines()
+                  if line.startswith("//")]
         if out.returncode != 0:
-            problems.append(f"bazel query {query!r} failed: {out.stderr[-500:]}")
-        elif out.stdout.strip():
+            problems.append(f"bazel cquery {query!r} failed: "
+                            f"{out.stderr[-500:]}")
+        elif labels:
             problems.append(f"{universe} depends on verifysvc: "
-                            + ", ".join(out.stdout.split()[:5]))
+                            + ", ".join(labels[:5]))
     return problems
 
 

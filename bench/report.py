@@ -38,6 +38,18 @@ Other sections, when results.json has them (run.py --concurrency,
                generate() seconds (in-process, prefill included; ours are
                server-side), speedup against the same engine's plain or
                greedy run, and outputs compared with our plain decoding
+  llama.cpp    llama.cpp on the same GGUF as shipped (Q4_1) and dequantized
+               (F32), ours beside it, same run, same threads: decode tok/s
+               after 64/1000/4000 context tokens (llama-bench tg128 at that
+               depth; ours: (output tokens - 1) / (seconds - TTFT) on a
+               prompt that long), prompt tok/s (llama-bench pp; ours:
+               prompt tokens / TTFT), peak RSS (ours: verifysvc's VmHWM;
+               theirs: the processes' ru_maxrss), and request tok/s on the
+               peer prompts: output tokens / request seconds (ours
+               server-side; theirs llama.cpp's prompt + decode timings, load
+               left out), greedy vs prompt lookup (llama-lookup) and ours
+               plain vs trie-hierarchical (cold), outputs compared as text
+               with our plain decoding
 """
 
 import json
@@ -455,6 +467,176 @@ def peer_lines(peer):
     return lines + [""]
 
 
+# The llama.cpp section's models, in column order.
+LLAMACPP_MODELS = ("Q4_1", "F32")
+
+
+def bench_row(rows, kind, size):
+    """The speed row (llama-bench's or ours) of `kind` "tg" at context depth
+    `size`, or "pp" of `size` prompt tokens; None if absent."""
+    for row in rows:
+        if kind == "tg" and row["n_gen"] and not row["n_prompt"] \
+                and row["n_depth"] == size:
+            return row
+        if kind == "pp" and row["n_prompt"] == size and not row["n_gen"]:
+            return row
+    return None
+
+
+def _rate(row):
+    """A speed row as "mean ± sd" tok/s, "n/a" when skipped or absent."""
+    if row is None or row.get("skipped"):
+        return "n/a"
+    samples = row.get("samples") or []
+    if len(samples) > 1:
+        mean = sum(samples) / len(samples)
+        sd = (sum((x - mean) ** 2 for x in samples) / (len(samples) - 1)) ** 0.5
+        return f"{row['tokens_per_second']:.1f} ± {sd:.1f}"
+    return f"{row['tokens_per_second']:.1f}"
+
+
+def llamacpp_request_stats(section, workload=None):
+    """{engine: stats} over the llama.cpp section's request records (of one
+    workload, or all): requests, tokens, tok/s (summed tokens / summed
+    seconds), outputs identical to our plain decoding, prompts tokenized
+    as ours, lookup's acceptance and outputs equal to its own greedy's."""
+    by_engine = defaultdict(list)
+    for r in section["records"]:
+        if workload is None or r["workload"] == workload:
+            by_engine[r["engine"]].append(r)
+    stats = {}
+    for engine, rs in by_engine.items():
+        tokens = sum(r["output_tokens"] for r in rs)
+        seconds = sum(r["seconds"] for r in rs)
+        drafted = sum(r.get("drafted") or 0 for r in rs)
+        stats[engine] = {
+            "requests": len(rs), "tokens": tokens,
+            "tokens_per_second": tokens / seconds if seconds else 0.0,
+            "identical": sum(r["identical"] for r in rs),
+            "prompt_identical": sum(r.get("prompt_identical", False) for r in rs),
+            "same_as_greedy": sum(r.get("same_as_greedy", False) for r in rs),
+            "acceptance": (sum(r.get("accepted") or 0 for r in rs) / drafted
+                           if drafted else None),
+            "peak_rss": max((r.get("peak_rss") or 0 for r in rs), default=0),
+        }
+    return stats
+
+
+def _mib(n):
+    return f"{n / 2 ** 20:.0f}" if n else "n/a"
+
+
+def llamacpp_comparison_rows(section):
+    """[(measure, ours, llama.cpp Q4_1, llama.cpp F32)] of the section's
+    main table, formatted."""
+    ours_rows = section["ours_bench"]
+    bench = section["bench"]
+    models = [m for m in LLAMACPP_MODELS if m in bench]
+    rows = []
+    for depth in sorted({r["n_depth"] for r in ours_rows if r["n_gen"]}
+                        | {r["n_depth"] for m in models
+                           for r in bench[m]["rows"] if r["n_gen"]}):
+        rows.append((f"decode tok/s, context {depth}",
+                     _rate(bench_row(ours_rows, "tg", depth)),
+                     *[_rate(bench_row(bench[m]["rows"], "tg", depth))
+                       for m in models]))
+    for size in sorted({r["n_prompt"] for r in ours_rows if not r["n_gen"]}
+                       | {r["n_prompt"] for m in models
+                          for r in bench[m]["rows"] if not r["n_gen"]}):
+        rows.append((f"prompt tok/s, {size} tokens",
+                     _rate(bench_row(ours_rows, "pp", size)),
+                     *[_rate(bench_row(bench[m]["rows"], "pp", size))
+                       for m in models]))
+    stats = llamacpp_request_stats(section)
+    get = lambda engine, key, fmt: (  # noqa: E731
+        fmt(stats[engine][key]) if engine in stats else "n/a")
+    rows.append((f"peak RSS MiB, requests (-c {section['context']})",
+                 _mib(section.get("ours_peak_rss")),
+                 *[_mib(max((st["peak_rss"] for engine, st in stats.items()
+                             if engine.startswith(f"llama.cpp {m} ")),
+                            default=0)) for m in models]))
+    rows.append(("peak RSS MiB, llama-bench", "-",
+                 *[_mib(bench[m]["peak_rss"]) for m in models]))
+    rate = lambda x: f"{x:.1f}"  # noqa: E731
+    rows.append(("request tok/s, plain / greedy",
+                 get("ours plain", "tokens_per_second", rate),
+                 *[get(f"llama.cpp {m} greedy", "tokens_per_second", rate)
+                   for m in models]))
+    rows.append(("request tok/s, trie-hierarchical (cold) / prompt lookup",
+                 get("ours trie-hierarchical (cold)", "tokens_per_second", rate),
+                 *[get(f"llama.cpp {m} lookup", "tokens_per_second", rate)
+                   for m in models]))
+    share = lambda engine, key: (  # noqa: E731
+        f"{stats[engine][key]}/{stats[engine]['requests']}"
+        if engine in stats else "n/a")
+    rows.append(("outputs = our plain decoding's (ours: trie's)",
+                 share("ours trie-hierarchical (cold)", "identical"),
+                 *[share(f"llama.cpp {m} greedy", "identical") for m in models]))
+    rows.append(("prompt token ids = ours", "-",
+                 *[share(f"llama.cpp {m} greedy", "prompt_identical")
+                   for m in models]))
+    rows.append(("prompt lookup output = own greedy's", "-",
+                 *[share(f"llama.cpp {m} lookup", "same_as_greedy")
+                   for m in models]))
+    return rows
+
+
+def llamacpp_lines(section):
+    models = [m for m in LLAMACPP_MODELS if m in section["bench"]]
+    drafts = sorted({r["n_draft"] for r in section["records"]
+                     if r.get("n_draft") is not None})
+    lines = [
+        "## Peer: llama.cpp", "",
+        f"{section['version']}; `-t {section['threads']}`; the same GGUF "
+        f"({section['models'].get('Q4_1')}, run as Q4_1 by llama.cpp's "
+        "quantized kernels) and its F32 copy (llama-quantize; the weights "
+        f"verifysvc decodes with). Speeds: mean ± sd over "
+        f"{section['repetitions']} runs, decode = "
+        f"{section['decode_tokens']} tokens after that many context tokens "
+        "(llama-bench -d; ours: a tokens= prompt of real text that long, "
+        "drafts off, (output tokens - 1) / (seconds - TTFT)), prompt = "
+        "llama-bench pp (ours: prompt tokens / TTFT); n/a = past verifysvc's "
+        f"--max_context_tokens ({section['context_limit']}). Requests: the "
+        f"{len({(r['workload'], r['prompt']) for r in section['records']})} "
+        "peer prompts "
+        "with text (token soup has none), their text from our Detokenize "
+        f"RPC, max_new_tokens {section['max_new_tokens']}, greedy; tok/s = "
+        "output tokens / request seconds (ours server-side, llama.cpp's "
+        "prompt + decode timings, model load left out); prompt lookup = "
+        "llama-lookup (n-grams of the request only"
+        + (f", its default n_draft {drafts[0]}" if len(drafts) == 1 else "")
+        + ("" if section.get("lookup") else "; not in this version")
+        + "), ours trie-hierarchical with a fresh namespace. Outputs are "
+        "compared as text with ours; near ties can flip between "
+        "implementations, so differences are reported, not failed. "
+        f"Cost {section.get('seconds', 0):.0f} s.", "",
+        "| measure | ours | " + " | ".join(f"llama.cpp {m}" for m in models)
+        + " |", "|---|---:|" + "---:|" * len(models)]
+    for row in llamacpp_comparison_rows(section):
+        lines.append("| " + " | ".join(row) + " |")
+    engines = [("ours plain", "ours plain"),
+               ("ours trie-hierarchical (cold)", "ours trie (cold)")] + [
+        (f"llama.cpp {m} {k}", f"{m} {k}") for m in models
+        for k in ("greedy", "lookup")]
+    lines += ["", "Request tok/s by workload (few prompts each):", "",
+              "| workload | prompts | " + " | ".join(t for _, t in engines)
+              + " |", "|---|---:|" + "---:|" * len(engines)]
+    for w in dict.fromkeys(r["workload"] for r in section["records"]):
+        st = llamacpp_request_stats(section, w)
+        lines.append(
+            f"| {w} | {st['ours plain']['requests']} | " + " | ".join(
+                f"{st[e]['tokens_per_second']:.1f}" if e in st else "n/a"
+                for e, _ in engines) + " |")
+    accept = [(m, llamacpp_request_stats(section).get(f"llama.cpp {m} lookup"))
+              for m in models]
+    accept = [f"{m} {st['acceptance']:.0%}" for m, st in accept
+              if st and st["acceptance"] is not None]
+    if accept:
+        lines += ["", "llama-lookup draft acceptance: " + ", ".join(accept)
+                  + "."]
+    return lines + [""]
+
+
 def markdown(results, summary, plots):
     records = results.get("records", [])
     lines = header_lines(results) + main_table_lines(results, summary)
@@ -466,6 +648,8 @@ def markdown(results, summary, plots):
         lines += worst_case_lines(summary, records)
     if "peer" in results:
         lines += peer_lines(results["peer"])
+    if "llamacpp" in results:
+        lines += llamacpp_lines(results["llamacpp"])
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     elif summary or "concurrency" in results:

@@ -23,6 +23,11 @@ More, each behind its flags and with its own section in report.md:
     --peer=hf                Hugging Face transformers on the same GGUF:
                              greedy and prompt lookup decoding (hf_peer.py;
                              sets up its own venv; never in CI)
+    --peer=llamacpp          llama.cpp on the same GGUF, Q4_1 and F32:
+                             llama-bench decode and prompt speeds, greedy and
+                             prompt lookup requests (llamacpp_peer.py; builds
+                             llama.cpp on first use; never in CI);
+                             --peer=hf,llamacpp runs both
     --all                    --concurrency=1,4,8,16 --ablations=all
     --no_main                skip the three-mode table (e.g. peer only)
 
@@ -50,6 +55,7 @@ sys.path.insert(0, BENCH_DIR)
 import fetch_workloads  # noqa: E402
 import harness  # noqa: E402  (puts clients/python on sys.path)
 import hf_peer  # noqa: E402  (its system-Python half)
+import llamacpp_peer  # noqa: E402
 import report  # noqa: E402
 import sweeps  # noqa: E402
 import workloads  # noqa: E402
@@ -58,6 +64,7 @@ REPO_ROOT = harness.REPO_ROOT
 MODES = harness.MODES
 DRAFTED = [m for m in MODES if m != "plain"]
 ALL_CONCURRENCY = "1,4,8,16"
+PEERS = ("hf", "llamacpp")
 
 
 def parse_args(argv):
@@ -128,10 +135,10 @@ def parse_args(argv):
                        help="draftsvc --prompt_boost values beside the "
                             "default (%(default)s)")
 
-    group = parser.add_argument_group("peer (hf_peer.py)")
-    group.add_argument("--peer", choices=["hf"],
-                       help="also run Hugging Face transformers on the same "
-                            "GGUF (greedy and prompt lookup decoding)")
+    group = parser.add_argument_group("peers (hf_peer.py, llamacpp_peer.py)")
+    group.add_argument("--peer", default="",
+                       help="comma-separated peers to run beside ours on the "
+                            f"same GGUF: {','.join(PEERS)}")
     group.add_argument("--peer_prompts", type=int,
                        help="prompts, mixed over the workloads' measured "
                             "ones (8; quick 1)")
@@ -139,8 +146,24 @@ def parse_args(argv):
                        help="venv with torch and transformers, created if "
                             "missing (default %(default)s)")
     group.add_argument("--peer_threads", type=int, default=2,
-                       help="torch.set_num_threads (default %(default)s, "
-                            "verifysvc's --matmul_threads on this machine)")
+                       help="torch.set_num_threads, llama.cpp's -t (default "
+                            "%(default)s, verifysvc's --matmul_threads on "
+                            "this machine)")
+    group.add_argument("--llamacpp_dir", default=llamacpp_peer.default_install(),
+                       help="llama.cpp install (tools/llamacpp_build.sh), "
+                            "built if missing (default %(default)s)")
+    group.add_argument("--llamacpp_repetitions", type=int,
+                       help="llama-bench -r, and our runs per speed point "
+                            "(5; quick 1)")
+    group.add_argument("--llamacpp_depths", default="64,1000,4000",
+                       help="context tokens before the decode speed tests "
+                            "(llama-bench -d; default %(default)s)")
+    group.add_argument("--llamacpp_prompt_sizes", default="512,2000",
+                       help="prompt speed tests (llama-bench -p; default "
+                            "%(default)s)")
+    group.add_argument("--llamacpp_context", type=int,
+                       help="llama-completion/llama-lookup -c (default: "
+                            "verifysvc's --max_context_tokens)")
     args = parser.parse_args(argv)
 
     quick = args.quick
@@ -160,8 +183,16 @@ def parse_args(argv):
         args.ablation_capacity = harness.parse_int_list(args.ablation_capacity)
         args.ablation_prompt_boost = [
             float(x) for x in args.ablation_prompt_boost.split(",") if x.strip()]
+        args.llamacpp_depths = harness.parse_int_list(args.llamacpp_depths)
+        args.llamacpp_prompt_sizes = harness.parse_int_list(
+            args.llamacpp_prompt_sizes)
     except ValueError as e:
         parser.error(str(e))
+    args.peer = [p for p in args.peer.split(",") if p]
+    if set(args.peer) - set(PEERS):
+        parser.error(f"--peer: unknown {sorted(set(args.peer) - set(PEERS))}; "
+                     f"pick from {','.join(PEERS)}")
+    args.llamacpp_repetitions = args.llamacpp_repetitions or (1 if quick else 5)
     args.ablations = (list(sweeps.ABLATIONS) if args.ablations == "all" else
                       [a for a in args.ablations.split(",") if a])
     unknown = sorted(set(args.ablations) - set(sweeps.ABLATIONS))
@@ -238,6 +269,80 @@ def server_defaults(args):
     return values
 
 
+def peer_namespace(results, peer, n):
+    """A fresh draftsvc namespace for a peer's n-th prompt."""
+    stamp = results["started"].replace(":", "").replace("-", "")[:15]
+    return f"bench-{peer}-{stamp}-{n}"
+
+
+def ours_on_peer_prompt(connection, prompt, namespace, args):
+    """Ours on one peer prompt: its token ids (our Tokenize RPC) and, for
+    plain and trie-hierarchical (in `namespace`, fresh: drafts from the
+    prompt and its own output only), (server seconds, output ids)."""
+    ids = hf_peer.prompt_ids(connection.client, prompt.request)
+    mine = {}
+    for mode in ("plain", "trie-hierarchical"):
+        usage, out, _ = harness.measure(connection, prompt, MODES[mode],
+                                        namespace, args.max_new_tokens,
+                                        args.timeout)
+        if usage.prompt_tokens != len(ids):
+            raise RuntimeError(
+                f"peer: Tokenize gave {len(ids)} ids for {prompt.id} but "
+                f"Generate saw {usage.prompt_tokens}; the peer would "
+                "decode another prompt")
+        mine[mode] = (usage.total_seconds, out)
+    return ids, mine
+
+
+def run_llamacpp(connection, selected, info, args, results, verifysvc):
+    """--peer=llamacpp (llamacpp_peer.py): llama.cpp's speeds and requests
+    on the GGUF verifysvc serves (Q4_1) and its F32 copy, ours beside them
+    on the same prompts (those with text: token soup has none). Fills
+    results["llamacpp"]."""
+    tools = llamacpp_peer.ensure_build(args.llamacpp_dir)
+    models = {"Q4_1": info.model_file,
+              "F32": os.path.join(args.llamacpp_dir, "models",
+                                  llamacpp_peer.MODEL_F32)}
+    settings = types.SimpleNamespace(
+        threads=args.peer_threads, repetitions=args.llamacpp_repetitions,
+        depths=args.llamacpp_depths, prompt_sizes=args.llamacpp_prompt_sizes,
+        max_new_tokens=args.max_new_tokens, timeout=args.timeout,
+        context_limit=info.context_length,
+        context=args.llamacpp_context or info.context_length)
+    texts = [(w, p) for w, p in mixed_jobs(selected, "measured", 10 ** 6)
+             if "tokens" not in p.request]
+    jobs, filler_ids = [], []
+    for n, (workload, prompt) in enumerate(texts[:args.peer_prompts]):
+        ids, mine = ours_on_peer_prompt(
+            connection, prompt, peer_namespace(results, "llamacpp", n), args)
+        jobs.append({"id": prompt.id, "workload": workload, "ids": ids,
+                     "text": connection.client.detokenize(ids),
+                     "max_new_tokens": args.max_new_tokens,
+                     "ours": {"ours plain": mine["plain"],
+                              "ours trie-hierarchical (cold)":
+                                  mine["trie-hierarchical"]}})
+    # Real text for the long contexts of the speed tests.
+    for workload, prompt in texts:
+        if len(filler_ids) > max(args.llamacpp_depths + args.llamacpp_prompt_sizes,
+                                 default=0):
+            break
+        filler_ids += hf_peer.prompt_ids(connection.client, prompt.request)
+    section = llamacpp_peer.run(connection, tools, models, jobs, filler_ids,
+                                settings)
+    ours_rss = None
+    if verifysvc is not None:
+        with open(f"/proc/{verifysvc.process.pid}/status") as f:
+            ours_rss = llamacpp_peer.parse_vm_hwm(f.read())
+    results["llamacpp"] = dict(
+        section, version=tools.build_info.splitlines()[0],
+        build_info=tools.build_info, threads=args.peer_threads,
+        repetitions=args.llamacpp_repetitions, context=settings.context,
+        context_limit=info.context_length, max_new_tokens=args.max_new_tokens,
+        decode_tokens=llamacpp_peer.DECODE_TOKENS,
+        models={k: os.path.basename(v) for k, v in models.items()},
+        lookup=tools.lookup is not None, ours_peak_rss=ours_rss)
+
+
 def run_peer(connection, selected, info, args, results):
     """--peer=hf: ours (plain, and trie-hierarchical with a fresh namespace
     per request, i.e. drafts from the prompt and its own output only, like
@@ -245,21 +350,10 @@ def run_peer(connection, selected, info, args, results):
     token ids, one at a time. Fills results["peer"]."""
     python = hf_peer.ensure_venv(args.peer_venv)
     jobs, ours = [], []
-    stamp = results["started"].replace(":", "").replace("-", "")[:15]
     for n, (workload, prompt) in enumerate(
             mixed_jobs(selected, "measured", args.peer_prompts)):
-        ids = hf_peer.prompt_ids(connection.client, prompt.request)
-        mine = {}
-        for mode in ("plain", "trie-hierarchical"):
-            usage, out, _ = harness.measure(
-                connection, prompt, MODES[mode], f"bench-peer-{stamp}-{n}",
-                args.max_new_tokens, args.timeout)
-            if usage.prompt_tokens != len(ids):
-                raise RuntimeError(
-                    f"peer: Tokenize gave {len(ids)} ids for {prompt.id} but "
-                    f"Generate saw {usage.prompt_tokens}; the peer would "
-                    "decode another prompt")
-            mine[mode] = (usage.total_seconds, out)
+        ids, mine = ours_on_peer_prompt(connection, prompt,
+                                        peer_namespace(results, "hf", n), args)
         # Our end-of-generation ids: the model's EOS, and the token our plain
         # run stopped on (the chat template's end of turn may differ).
         eos = [info.eos_token_id]
@@ -389,11 +483,17 @@ def run_all(stack, args, results, started_services):
             "defaults": defaults, "plain": ablations.baseline(),
             "plain_seconds": ablations.plain_seconds, "tables": tables,
             "seconds": time.perf_counter() - start}
-    if args.peer:
+    if "hf" in args.peer:
         start = time.perf_counter()
-        print(f"peer {args.peer}: {args.peer_prompts} prompts", flush=True)
+        print(f"peer hf: {args.peer_prompts} prompts", flush=True)
         run_peer(connection, selected, info, args, results)
         results["peer"]["seconds"] = time.perf_counter() - start
+    if "llamacpp" in args.peer:
+        start = time.perf_counter()
+        print(f"peer llamacpp: {args.peer_prompts} prompts", flush=True)
+        run_llamacpp(connection, selected, info, args, results,
+                     started_services[0] if started_services else None)
+        results["llamacpp"]["seconds"] = time.perf_counter() - start
 
 
 def main(argv):
@@ -437,6 +537,12 @@ def main(argv):
         print(f"run: peer: {len(peer_differ)} of "
               f"{sum(r['engine'].startswith('hf') for r in peer)} HF outputs "
               "differ from our plain decoding (reported, not fatal)")
+    theirs = [r for r in results.get("llamacpp", {}).get("records", [])
+              if r["engine"].startswith("llama.cpp")]
+    if theirs:
+        print(f"run: llamacpp: {sum(not r['identical'] for r in theirs)} of "
+              f"{len(theirs)} llama.cpp outputs differ from our plain "
+              "decoding (reported, not fatal)")
     checked = len(results["records"]) + len(
         results.get("concurrency", {}).get("records", [])) + sum(
         len(c["records"]) for t in results.get("ablations", {}).get(

@@ -1,0 +1,196 @@
+// Single-thread QuantMatmul on SmolLM2-135M's matmul shapes, Q4_1, Q8_0 and
+// F32 weights, against PackedMatmul on F32. Prints ms per call (the median
+// call's thread CPU time) and the weight bytes streamed per second;
+// asserts nothing.
+//
+// Each call reads a different copy of the weight, the copies together over
+// 96 MiB (more than the L3), as in a decode pass that streams the whole
+// model once.
+//
+//   bazel run -c opt //kernels/cpu:quant_matmul_bench [-- scalar|avx2|avx512]
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/packed_matmul.h"
+#include "kernels/cpu/quant_matmul.h"
+
+namespace lookahead::kernels {
+namespace {
+
+constexpr int64_t kWorkingSet = int64_t{96} << 20;
+
+struct Shape {
+  const char* name;
+  int64_t k, n;
+};
+
+// SmolLM2-135M: hidden 576, 9 query and 3 key/value heads of 64, MLP 1536,
+// vocabulary 49152.
+constexpr Shape kShapes[] = {
+    {"qkv 576->960", 576, 576 + 2 * 192}, {"o 576->576", 576, 576},
+    {"gate+up 576->3072", 576, 2 * 1536}, {"down 1536->576", 1536, 576},
+    {"lm_head 576->49152", 576, 49152},
+};
+
+struct Result {
+  double ms, gbs;
+};
+
+// The calling thread's CPU time, in seconds: unlike wall time, not counting
+// what other processes on the (shared) cores take.
+double ThreadSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+// Runs call(copy) over the copies for 0.3 s (at least 5 calls) after one
+// untimed round; the median call's thread CPU time.
+Result Time(int64_t copies, int64_t bytes,
+            const std::function<void(int64_t)>& call) {
+  for (int64_t c = 0; c < copies; ++c) call(c);
+  std::vector<double> seconds;
+  const double start = ThreadSeconds();
+  for (int64_t i = 0; i < 5 || ThreadSeconds() - start < 0.3; ++i) {
+    const double t0 = ThreadSeconds();
+    call(i % copies);
+    seconds.push_back(ThreadSeconds() - t0);
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2,
+                   seconds.end());
+  const double s = seconds[seconds.size() / 2];
+  return {1e3 * s, bytes / s * 1e-9};
+}
+
+// Random bytes; every half-precision scale a modest finite value.
+std::vector<uint8_t> RandomWeight(QuantType type, int64_t n, int64_t k,
+                                  std::mt19937& rng) {
+  std::vector<uint8_t> w(QuantRowBytes(type, k) * n);
+  for (size_t i = 0; i < w.size(); i += 4) {
+    const uint32_t r = rng();
+    std::memcpy(&w[i], &r, std::min<size_t>(4, w.size() - i));
+  }
+  if (type == QuantType::kF32) {
+    std::normal_distribution<float> normal;
+    for (size_t i = 0; i < w.size(); i += 4) {
+      const float f = normal(rng);
+      std::memcpy(&w[i], &f, 4);
+    }
+    return w;
+  }
+  const int64_t block = QuantRowBytes(type, QuantBlockSize(type));
+  for (size_t i = 0; i < w.size(); i += block) {
+    const uint16_t h = 0x2000 | (rng() & 0x3FF);  // about 0.01
+    std::memcpy(&w[i], &h, 2);
+    if (type == QuantType::kQ4_1) std::memcpy(&w[i + 2], &h, 2);
+  }
+  return w;
+}
+
+Result BenchQuant(QuantIsa isa, QuantType type, const Shape& s, int64_t m,
+                  std::mt19937& rng) {
+  const int64_t bytes = QuantRowBytes(type, s.k) * s.n;
+  const int64_t copies = std::clamp<int64_t>(kWorkingSet / bytes, 1, 512);
+  const std::vector<uint8_t> one = RandomWeight(type, s.n, s.k, rng);
+  std::vector<uint8_t> w(bytes * copies);
+  for (int64_t c = 0; c < copies; ++c) {
+    std::memcpy(&w[c * bytes], one.data(), bytes);
+  }
+  std::vector<float> x(m * s.k, 0.5f), y(m * s.n);
+  return Time(copies, bytes, [&](int64_t c) {
+    QuantMatmul(isa, type, x.data(), m, s.k, &w[c * bytes], 0, s.n, y.data(),
+                s.n);
+  });
+}
+
+Result BenchPacked(const Shape& s, int64_t m, std::mt19937& rng) {
+  const PackedIsa isa = BestPackedIsa();
+  const int64_t p = PanelWidth(isa), panels = (s.n + p - 1) / p;
+  const int64_t floats = panels * s.k * p, bytes = 4 * floats;
+  const int64_t copies = std::clamp<int64_t>(kWorkingSet / bytes, 1, 512);
+  std::normal_distribution<float> normal;
+  std::vector<float> dense(s.k * s.n);
+  for (float& f : dense) f = normal(rng);
+  std::vector<float> packed(floats * copies);
+  PackWeight(dense.data(), s.k, s.n, p, packed.data());
+  for (int64_t c = 1; c < copies; ++c) {
+    std::memcpy(&packed[c * floats], packed.data(), bytes);
+  }
+  std::vector<float> x(m * s.k, 0.5f), y(m * panels * p);
+  return Time(copies, bytes, [&](int64_t c) {
+    PackedMatmul(isa, x.data(), m, s.k, &packed[c * floats], 0, panels,
+                 y.data(), panels * p);
+  });
+}
+
+const char* IsaName(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kScalar:
+      return "scalar";
+    case QuantIsa::kAvx2:
+      return "avx2";
+    case QuantIsa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+int Main(int argc, char** argv) {
+  QuantIsa isa = BestQuantIsa();
+  if (argc > 1) {
+    const std::string want = argv[1];
+    bool found = false;
+    for (QuantIsa i : {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512}) {
+      if (want == IsaName(i) && BestQuantIsa() >= i) {
+        isa = i;
+        found = true;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr,
+                   "usage: %s [scalar|avx2|avx512] (this CPU: up to %s)\n",
+                   argv[0], IsaName(BestQuantIsa()));
+      return 2;
+    }
+  }
+  const bool packed = BestPackedIsa() != PackedIsa::kNone;
+  std::printf(
+      "QuantMatmul %s vs PackedMatmul %s, 1 thread; ms per call "
+      "(weight GB/s)\n\n",
+      IsaName(isa),
+      packed ? (BestPackedIsa() == PackedIsa::kAvx512 ? "avx512" : "avx2")
+             : "n/a");
+  std::printf("%-20s %3s | %-16s | %-16s | %-16s | %-16s\n", "shape", "m",
+              "Q4_1", "Q8_0", "F32", "F32 packed");
+  std::mt19937 rng(1);
+  for (const Shape& s : kShapes) {
+    for (int64_t m : {1, 4, 16, 64}) {
+      std::printf("%-20s %3ld", s.name, static_cast<long>(m));
+      for (QuantType type :
+           {QuantType::kQ4_1, QuantType::kQ8_0, QuantType::kF32}) {
+        const Result r = BenchQuant(isa, type, s, m, rng);
+        std::printf(" | %7.3f (%5.1f) ", r.ms, r.gbs);
+        std::fflush(stdout);
+      }
+      if (packed) {
+        const Result r = BenchPacked(s, m, rng);
+        std::printf(" | %7.3f (%5.1f) ", r.ms, r.gbs);
+      }
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lookahead::kernels
+
+int main(int argc, char** argv) { return lookahead::kernels::Main(argc, argv); }

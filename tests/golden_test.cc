@@ -38,6 +38,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/sampler.h"
 #include "engine/model/threading.h"
+#include "engine/testing/engine_test_util.h"
 #include "engine/text/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/golden.pb.h"
@@ -352,9 +353,14 @@ float CheckCase(const engine::LlamaModel& model, const GoldenFile& golden,
 TEST_F(GoldenTest, ModelMatchesReference) {
   const absl::Status threads = engine::ConfigureThreads({});
   EXPECT_TRUE(threads.ok()) << threads;
+  // Native weights by default; LOOKAHEAD_TEST_WEIGHTS=f32 (golden_test_f32)
+  // checks the LibTorch path.
+  absl::StatusOr<engine::ModelOptions> options = engine::TestDeviceOptions();
+  ASSERT_TRUE(options.ok()) << options.status();
   absl::StatusOr<std::unique_ptr<engine::LlamaModel>> model =
-      engine::LlamaModel::Load(*file_, engine::ModelOptions{});
+      engine::LlamaModel::Load(*file_, *options);
   ASSERT_TRUE(model.ok()) << model.status();
+  std::printf("weights: %s\n", (*model)->DescribeWeights().c_str());
   float max_diff = 0;
   int index = 0;
   for (const ModelCase& c : golden_.cases()) {

@@ -59,21 +59,37 @@ torch::Tensor Linear(const torch::Tensor& x, const LinearWeight& weight,
   return bias.defined() ? y + bias : y;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
-    const GgufFile& file, const ModelOptions& options) {
-  ASSIGN_OR_RETURN(ModelConfig c, ModelConfig::FromGguf(file));
-  if (options.max_cache_tokens < 0 || options.prefill_chunk_tokens < 1 ||
-      options.matmul_threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad ModelOptions: max_cache_tokens=", options.max_cache_tokens,
-        " prefill_chunk_tokens=", options.prefill_chunk_tokens,
-        " matmul_threads=", options.matmul_threads));
+// inv_freq[i] = base^(-2i/R) / scaling (/ rope_freqs[i]), in float64 for
+// exact angles.
+absl::StatusOr<std::vector<double>> RopeInvFreq(const GgufFile& file,
+                                                const ModelConfig& c) {
+  std::vector<double> inv_freq(c.rope_dim / 2);
+  for (int i = 0; i < c.rope_dim / 2; ++i) {
+    inv_freq[i] =
+        std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim);
+    if (c.rope_scaling == RopeScaling::kLinear) {
+      inv_freq[i] /= c.rope_scaling_factor;
+    }
   }
+  if (c.has_rope_freq_factors) {
+    ASSIGN_OR_RETURN(std::vector<float> factors,
+                     file.DequantizeTensor("rope_freqs.weight"));
+    if (factors.size() != inv_freq.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rope_freqs.weight has ", factors.size(),
+                       " elements, expected ", inv_freq.size()));
+    }
+    for (size_t i = 0; i < factors.size(); ++i) inv_freq[i] /= factors[i];
+  }
+  return inv_freq;
+}
+
+// The LibTorch weights (WeightFormat::kF32), all but rope_inv_freq.
+absl::Status LoadTorchWeights(const GgufFile& file, const ModelConfig& c,
+                              const ModelOptions& options, LlamaWeights* out) {
   const int64_t d = c.embedding_length, v = c.vocab_size,
                 f = c.feed_forward_length, qd = c.q_dim(), kvd = c.kv_dim();
-  LlamaWeights w;
+  LlamaWeights& w = *out;
   ASSIGN_OR_RETURN(w.token_embd,
                    LoadTensor(file, "token_embd.weight", {d, v}, options));
   ASSIGN_OR_RETURN(w.output_norm,
@@ -130,24 +146,29 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     ASSIGN_OR_RETURN(lw.w_down, linear(w_down));
     w.layers.push_back(std::move(lw));
   }
-  // inv_freq[i] = base^(-2i/R) / scaling, in float64 for exact angles.
-  std::vector<double> inv_freq(c.rope_dim / 2);
-  for (int i = 0; i < c.rope_dim / 2; ++i) {
-    inv_freq[i] =
-        std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim);
-    if (c.rope_scaling == RopeScaling::kLinear) {
-      inv_freq[i] /= c.rope_scaling_factor;
-    }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
+    const GgufFile& file, const ModelOptions& options) {
+  ASSIGN_OR_RETURN(ModelConfig c, ModelConfig::FromGguf(file));
+  if (options.max_cache_tokens < 0 || options.prefill_chunk_tokens < 1 ||
+      options.matmul_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad ModelOptions: max_cache_tokens=", options.max_cache_tokens,
+        " prefill_chunk_tokens=", options.prefill_chunk_tokens,
+        " matmul_threads=", options.matmul_threads));
   }
-  if (c.has_rope_freq_factors) {
-    ASSIGN_OR_RETURN(std::vector<float> factors,
-                     file.DequantizeTensor("rope_freqs.weight"));
-    if (factors.size() != inv_freq.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rope_freqs.weight has ", factors.size(),
-                       " elements, expected ", inv_freq.size()));
-    }
-    for (size_t i = 0; i < factors.size(); ++i) inv_freq[i] /= factors[i];
+  std::unique_ptr<NativeForward> native;
+  LlamaWeights w;
+  ASSIGN_OR_RETURN(std::vector<double> inv_freq, RopeInvFreq(file, c));
+  if (options.weights == WeightFormat::kNative &&
+      options.device == torch::kCPU && options.dtype == torch::kFloat32) {
+    ASSIGN_OR_RETURN(native, NativeForward::Load(file, c, inv_freq));
+  } else {
+    RETURN_IF_ERROR(LoadTorchWeights(file, c, options, &w));
   }
   RETURN_IF_ERROR(TorchStatus("rope frequencies", [&] {
     w.rope_inv_freq =
@@ -162,8 +183,25 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   std::unique_ptr<AttentionBackend> backend =
       ChooseAttention(c, w.rope_inv_freq, attention);
   return std::unique_ptr<LlamaModel>(new LlamaModel(
-      std::move(c), options, std::move(w),
+      std::move(c), options, std::move(w), std::move(native),
       std::make_unique<kernels::PanelPool>(threads), std::move(backend)));
+}
+
+std::string WeightFormatName(WeightFormat format) {
+  return format == WeightFormat::kNative ? "native" : "f32";
+}
+
+absl::StatusOr<WeightFormat> ParseWeightFormat(absl::string_view name) {
+  if (name == "native") return WeightFormat::kNative;
+  if (name == "f32") return WeightFormat::kF32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown weight format \"", name, "\"; use native or f32"));
+}
+
+std::string LlamaModel::DescribeWeights() const {
+  if (native_) return native_->Describe();
+  return absl::StrCat("f32: ", c10::toString(options_.dtype), " on ",
+                      options_.device.str(), " through LibTorch");
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(
@@ -261,7 +299,8 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::ForwardRows(
   ASSIGN_OR_RETURN(
       std::vector<torch::Tensor> logits,
       (TorchStatusOr<std::vector<torch::Tensor>>("LlamaModel::Forward", [&] {
-        auto result = ForwardUnchecked(batch);
+        auto result = native_ ? native_->Forward(batch, pool_.get())
+                              : ForwardUnchecked(batch);
         // Returns when the logits exist, so step timings mean the same
         // on a GPU as on the CPU (acceptance reads them next anyway).
         if (options_.device.is_cuda()) {

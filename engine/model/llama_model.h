@@ -13,10 +13,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/gguf/gguf.h"
 #include "engine/gguf/model_config.h"
@@ -26,11 +28,29 @@
 #include "engine/model/draft_tree.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/linear_weight.h"
+#include "engine/model/native_forward.h"
 #include "engine/model/sampler.h"
 
 namespace lookahead::engine {
 
+// How the weights are held and computed.
+enum class WeightFormat {
+  // On CPU in float32 (else as kF32): every matmul weight stays in its GGUF
+  // type and the pass is NativeForward (kernels/cpu, no LibTorch in the hot
+  // loop; ~6x less memory than fp32 for Q4_1). The default.
+  kNative,
+  // Dequantized to ModelOptions::dtype on ModelOptions::device and run
+  // through LibTorch: the reference, and the only form on CUDA.
+  kF32,
+};
+
+// "native" or "f32"; parsed back by ParseWeightFormat (INVALID_ARGUMENT
+// naming the choices otherwise).
+std::string WeightFormatName(WeightFormat format);
+absl::StatusOr<WeightFormat> ParseWeightFormat(absl::string_view name);
+
 struct ModelOptions {
+  WeightFormat weights = WeightFormat::kNative;
   // Weight, activation and KV-cache dtype. float32 (default) on CPU;
   // bfloat16/float16 halve memory and suit CUDA. Logits are always float32.
   torch::Dtype dtype = torch::kFloat32;
@@ -89,7 +109,15 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
+  // The LibTorch weights: empty when native() (load with
+  // WeightFormat::kF32 for references that read them).
   const LlamaWeights& weights() const { return weights_; }
+  // True iff the pass is NativeForward (WeightFormat::kNative on CPU in
+  // float32).
+  bool native() const { return native_ != nullptr; }
+  // How the weights are held, for logs and ModelInfo: "native Q4_1
+  // (embedding Q8_0), 98 MiB, kernels AVX-512" or "f32 float32 on cpu".
+  std::string DescribeWeights() const;
 
   // A fresh empty cache for one sequence; capacity 0 means the default
   // (ModelOptions::max_cache_tokens).
@@ -133,11 +161,13 @@ class LlamaModel {
 
  private:
   LlamaModel(ModelConfig config, ModelOptions options, LlamaWeights weights,
+             std::unique_ptr<NativeForward> native,
              std::unique_ptr<kernels::PanelPool> pool,
              std::unique_ptr<AttentionBackend> attention)
       : config_(std::move(config)),
         options_(options),
         weights_(std::move(weights)),
+        native_(std::move(native)),
         pool_(std::move(pool)),
         attention_(std::move(attention)) {}
 
@@ -149,6 +179,8 @@ class LlamaModel {
   const ModelConfig config_;
   const ModelOptions options_;
   const LlamaWeights weights_;
+  // Set iff the native pass runs (then weights_ holds only rope_inv_freq).
+  const std::unique_ptr<NativeForward> native_;
   const std::unique_ptr<kernels::PanelPool> pool_;  // Thread-safe.
   // Chosen once at Load: LibTorch or kernels/cuda. Thread-safe.
   const std::unique_ptr<AttentionBackend> attention_;

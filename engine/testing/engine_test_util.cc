@@ -109,9 +109,13 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenRealModel() {
 absl::StatusOr<ModelOptions> TestDeviceOptions() {
   const char* device = std::getenv("LOOKAHEAD_TEST_DEVICE");
   const char* dtype = std::getenv("LOOKAHEAD_TEST_DTYPE");
+  const char* weights = std::getenv("LOOKAHEAD_TEST_WEIGHTS");
   ModelOptions options;
   RETURN_IF_ERROR(ParseDeviceOptions(device == nullptr ? "cpu" : device,
                                      dtype == nullptr ? "" : dtype, &options));
+  if (weights != nullptr && *weights != '\0') {
+    ASSIGN_OR_RETURN(options.weights, ParseWeightFormat(weights));
+  }
   return options;
 }
 

@@ -58,8 +58,9 @@ struct RealModel {
 // Configures the default threads (ThreadOptions) and loads the real model
 // and tokenizer; errors as OpenRealModel, LlamaModel::Load, FromGguf.
 // The device and dtype the real-model suites run on: LOOKAHEAD_TEST_DEVICE
-// (default cpu) and LOOKAHEAD_TEST_DTYPE (default float32), as verifysvc's
-// --device and --dtype. tools/gpu_check.sh sets them on a GPU machine.
+// (default cpu), LOOKAHEAD_TEST_DTYPE (default float32) and
+// LOOKAHEAD_TEST_WEIGHTS (default native), as verifysvc's --device, --dtype
+// and --weights. tools/gpu_check.sh sets them on a GPU machine.
 absl::StatusOr<ModelOptions> TestDeviceOptions();
 
 absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options = {});

@@ -1,0 +1,312 @@
+#include "engine/model/native_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/decoder_ops.h"
+
+namespace lookahead::engine {
+namespace {
+
+// A 1-D float tensor of `n` values (norm weights, biases).
+absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file,
+                                              const std::string& name,
+                                              int64_t n) {
+  const GgufTensorInfo* info = file.FindTensor(name);
+  if (info == nullptr) {
+    return absl::NotFoundError(absl::StrCat("tensor ", name, " is missing"));
+  }
+  if (info->dims != std::vector<int64_t>{n}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, " has ", info->num_elements, " elements in ",
+        info->dims.size(), " dims, expected [", n, "]"));
+  }
+  std::vector<float> values(n);
+  RETURN_IF_ERROR(file.DequantizeTensor(*info, absl::MakeSpan(values)));
+  return values;
+}
+
+// Chunks of `n` items for `pool`: several per thread.
+int64_t ChunkOf(int64_t n, const kernels::PanelPool* pool) {
+  const int64_t threads = pool == nullptr ? 1 : pool->threads();
+  return std::max<int64_t>(1, n / (4 * threads));
+}
+
+void RunOn(kernels::PanelPool* pool, int64_t n, int64_t chunk,
+           const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool == nullptr || pool->threads() == 1 || n <= chunk) {
+    fn(0, n);
+  } else {
+    pool->Run(n, chunk, fn);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
+    const GgufFile& file, const ModelConfig& c,
+    std::vector<double> rope_inv_freq) {
+  std::unique_ptr<NativeForward> f(
+      new NativeForward(c, std::move(rope_inv_freq)));
+  const int64_t d = c.embedding_length, qd = c.q_dim(), kvd = c.kv_dim();
+  ASSIGN_OR_RETURN(f->token_embd_,
+                   NativeLinear::Create(file, {"token_embd.weight"}, d));
+  if (f->token_embd_.out() != c.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token_embd.weight has ", f->token_embd_.out(),
+                     " rows, expected the vocabulary's ", c.vocab_size));
+  }
+  if (c.tied_output) {
+    f->output_ = f->token_embd_;  // shares the bytes
+  } else {
+    ASSIGN_OR_RETURN(f->output_,
+                     NativeLinear::Create(file, {"output.weight"}, d));
+  }
+  ASSIGN_OR_RETURN(f->output_norm_, LoadVector(file, "output_norm.weight", d));
+  for (int l = 0; l < c.block_count; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    NativeLayer layer;
+    ASSIGN_OR_RETURN(layer.attn_norm,
+                     LoadVector(file, p + "attn_norm.weight", d));
+    ASSIGN_OR_RETURN(layer.ffn_norm,
+                     LoadVector(file, p + "ffn_norm.weight", d));
+    ASSIGN_OR_RETURN(layer.wqkv, NativeLinear::Create(
+                                     file,
+                                     {p + "attn_q.weight", p + "attn_k.weight",
+                                      p + "attn_v.weight"},
+                                     d));
+    ASSIGN_OR_RETURN(
+        layer.wo, NativeLinear::Create(file, {p + "attn_output.weight"}, qd));
+    ASSIGN_OR_RETURN(
+        layer.w_gate_up,
+        NativeLinear::Create(file, {p + "ffn_gate.weight", p + "ffn_up.weight"},
+                             d));
+    ASSIGN_OR_RETURN(layer.w_down,
+                     NativeLinear::Create(file, {p + "ffn_down.weight"},
+                                          c.feed_forward_length));
+    const int64_t qkv = qd + 2 * kvd, ffn2 = 2 * c.feed_forward_length;
+    if (layer.wqkv.out() != qkv || layer.wo.out() != d ||
+        layer.w_gate_up.out() != ffn2 || layer.w_down.out() != d) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", l, " has matmuls of ", layer.wqkv.out(), "/",
+          layer.wo.out(), "/", layer.w_gate_up.out(), "/", layer.w_down.out(),
+          " outputs, expected ", qkv, "/", d, "/", ffn2, "/", d));
+    }
+    if (c.qkv_bias) {
+      for (const char* name : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
+        const int64_t n = std::string(name) == "attn_q.bias" ? qd : kvd;
+        ASSIGN_OR_RETURN(std::vector<float> b, LoadVector(file, p + name, n));
+        layer.bqkv.insert(layer.bqkv.end(), b.begin(), b.end());
+      }
+    }
+    f->layers_.push_back(std::move(layer));
+  }
+  return f;
+}
+
+int64_t NativeForward::weight_bytes() const {
+  int64_t total = token_embd_.bytes() +
+                  (config_.tied_output ? 0 : output_.bytes()) +
+                  4 * static_cast<int64_t>(output_norm_.size());
+  for (const NativeLayer& l : layers_) {
+    total += l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() +
+             l.w_down.bytes() +
+             4 * static_cast<int64_t>(l.attn_norm.size() + l.ffn_norm.size() +
+                                      l.bqkv.size());
+  }
+  return total;
+}
+
+std::string NativeForward::Describe() const {
+  return absl::StrCat("native ",
+                      layers_.empty() ? "" : layers_[0].wqkv.TypeName(),
+                      " (embedding ", token_embd_.TypeName(), "), ",
+                      weight_bytes() / (1 << 20), " MiB, kernels ",
+                      isa_ == kernels::QuantIsa::kAvx512 ? "AVX-512"
+                      : isa_ == kernels::QuantIsa::kAvx2 ? "AVX2"
+                                                         : "scalar");
+}
+
+std::unique_ptr<NativeForward::Workspace> NativeForward::TakeWorkspace() const {
+  absl::MutexLock lock(&mu_);
+  if (free_.empty()) return std::make_unique<Workspace>();
+  std::unique_ptr<Workspace> ws = std::move(free_.back());
+  free_.pop_back();
+  return ws;
+}
+
+void NativeForward::ReturnWorkspace(std::unique_ptr<Workspace> ws) const {
+  absl::MutexLock lock(&mu_);
+  free_.push_back(std::move(ws));
+}
+
+void NativeForward::Attend(int layer, absl::Span<const SequenceRows> batch,
+                           Workspace* ws, kernels::PanelPool* pool) const {
+  const ModelConfig& c = config_;
+  const int heads = c.head_count, kv_heads = c.head_count_kv, hd = c.head_dim,
+            group = heads / kv_heads;
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), width = qd + 2 * kvd;
+  const int64_t rows = static_cast<int64_t>(ws->row_seq.size());
+  const int half = c.rope_dim / 2;
+  const bool pairs = c.rope_style == RopeStyle::kAdjacentPairs;
+  // RoPE on q and k, then every row's K/V into its slot: all before any
+  // attention reads them.
+  for (int64_t r = 0; r < rows; ++r) {
+    float* q = ws->qkv.data() + r * width;
+    kernels::Rope(q, heads + kv_heads, hd, c.rope_dim, pairs,
+                  ws->cos.data() + r * half, ws->sin.data() + r * half);
+    const int s = ws->row_seq[r];
+    KvCache* cache = batch[s].cache;
+    const int64_t cap = cache->Capacity();
+    const int64_t slot = cache->Length() + (r - ws->seq_first[s]);
+    float* k_base = cache->k().data_ptr<float>() +
+                    static_cast<int64_t>(layer) * kv_heads * cap * hd;
+    float* v_base = cache->v().data_ptr<float>() +
+                    static_cast<int64_t>(layer) * kv_heads * cap * hd;
+    for (int g = 0; g < kv_heads; ++g) {
+      std::copy_n(q + qd + g * hd, hd, k_base + (g * cap + slot) * hd);
+      std::copy_n(q + qd + kvd + g * hd, hd, v_base + (g * cap + slot) * hd);
+    }
+  }
+  const float scale = static_cast<float>(1.0 / std::sqrt(double{1.0} * hd));
+  const auto attend = [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t r = u / heads;
+      const int h = static_cast<int>(u % heads), g = h / group;
+      const int s = ws->row_seq[r];
+      KvCache* cache = batch[s].cache;
+      const int64_t cap = cache->Capacity();
+      const int64_t head_offset =
+          ((static_cast<int64_t>(layer) * kv_heads + g) * cap) * hd;
+      kernels::AttentionKeys keys;
+      keys.k = cache->k().data_ptr<float>() + head_offset;
+      keys.v = cache->v().data_ptr<float>() + head_offset;
+      keys.prefix = ws->row_prefix[r];
+      keys.extra = ws->extra.data() + ws->extra_begin[r];
+      keys.n_extra = ws->extra_begin[r + 1] - ws->extra_begin[r];
+      if (static_cast<int32_t>(scores.size()) < keys.size()) {
+        scores.resize(keys.size());
+      }
+      kernels::AttendHead(isa_, ws->qkv.data() + r * width + h * hd, hd, keys,
+                          scale, scores.data(),
+                          ws->attn.data() + r * qd + h * hd);
+    }
+  };
+  RunOn(pool, rows * heads, ChunkOf(rows * heads, pool), attend);
+}
+
+std::vector<torch::Tensor> NativeForward::Forward(
+    absl::Span<const SequenceRows> batch, kernels::PanelPool* pool) const {
+  const ModelConfig& c = config_;
+  const int64_t d = c.embedding_length, qd = c.q_dim(), kvd = c.kv_dim(),
+                ffn = c.feed_forward_length, width = qd + 2 * kvd;
+  const int half = c.rope_dim / 2;
+  std::unique_ptr<Workspace> ws = TakeWorkspace();
+
+  // The rows, packed sequence after sequence; what each one sees; its
+  // rotation; which rows get logits.
+  ws->row_seq.clear();
+  ws->row_prefix.clear();
+  ws->extra.clear();
+  ws->extra_begin.assign(1, 0);
+  ws->seq_first.clear();
+  ws->cos.clear();
+  ws->sin.clear();
+  std::vector<int64_t> logit_rows;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SequenceRows& in = batch[s];
+    const int64_t first = static_cast<int64_t>(ws->row_seq.size());
+    const int32_t len = in.cache->Length();
+    ws->seq_first.push_back(first);
+    for (int i = 0; i < in.size(); ++i) {
+      ws->row_seq.push_back(static_cast<int32_t>(s));
+      // Rows 0..run-1 visible: the same keys as a cache of len + run slots.
+      int run = 0;
+      while (run <= i && in.mask.Get(i, run)) ++run;
+      ws->row_prefix.push_back(len + run);
+      for (int j = run; j < in.size(); ++j) {
+        if (in.mask.Get(i, j)) ws->extra.push_back(len + j);
+      }
+      ws->extra_begin.push_back(static_cast<int32_t>(ws->extra.size()));
+      for (int k = 0; k < half; ++k) {
+        const double angle = in.positions[i] * rope_inv_freq_[k];
+        ws->cos.push_back(static_cast<float>(std::cos(angle)));
+        ws->sin.push_back(static_cast<float>(std::sin(angle)));
+      }
+    }
+    for (int64_t i = in.last_logits_only ? in.size() - 1 : 0; i < in.size();
+         ++i) {
+      logit_rows.push_back(first + i);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(ws->row_seq.size());
+  ws->x.resize(rows * d);
+  ws->h.resize(rows * d);
+  ws->tmp.resize(rows * d);
+  ws->qkv.resize(rows * width);
+  ws->attn.resize(rows * qd);
+  ws->gate_up.resize(rows * 2 * ffn);
+  ws->act.resize(rows * ffn);
+  {
+    int64_t r = 0;
+    for (const SequenceRows& in : batch) {
+      for (int32_t token : in.tokens) token_embd_.Row(token, &ws->x[d * r++]);
+    }
+  }
+  const auto add_tmp = [&] {
+    for (int64_t i = 0; i < rows * d; ++i) ws->x[i] += ws->tmp[i];
+  };
+  for (int l = 0; l < c.block_count; ++l) {
+    const NativeLayer& w = layers_[l];
+    kernels::RmsNorm(isa_, ws->x.data(), rows, d, w.attn_norm.data(),
+                     c.rms_norm_eps, ws->h.data());
+    w.wqkv.Apply(isa_, ws->h.data(), rows, ws->qkv.data(), width, pool);
+    if (!w.bqkv.empty()) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < width; ++j) {
+          ws->qkv[r * width + j] += w.bqkv[j];
+        }
+      }
+    }
+    Attend(l, batch, ws.get(), pool);
+    w.wo.Apply(isa_, ws->attn.data(), rows, ws->tmp.data(), d, pool);
+    add_tmp();
+    kernels::RmsNorm(isa_, ws->x.data(), rows, d, w.ffn_norm.data(),
+                     c.rms_norm_eps, ws->h.data());
+    w.w_gate_up.Apply(isa_, ws->h.data(), rows, ws->gate_up.data(), 2 * ffn,
+                      pool);
+    RunOn(pool, rows, std::max<int64_t>(4, ChunkOf(rows, pool)),
+          [&](int64_t begin, int64_t end) {
+            for (int64_t r = begin; r < end; ++r) {
+              const float* g = ws->gate_up.data() + r * 2 * ffn;
+              kernels::SiluMul(isa_, g, g + ffn, ffn, ws->act.data() + r * ffn);
+            }
+          });
+    w.w_down.Apply(isa_, ws->act.data(), rows, ws->tmp.data(), d, pool);
+    add_tmp();
+  }
+  // Head: the picked rows, normed, times the output matrix.
+  const int64_t picked = static_cast<int64_t>(logit_rows.size());
+  for (int64_t i = 0; i < picked; ++i) {
+    kernels::RmsNorm(isa_, ws->x.data() + logit_rows[i] * d, 1, d,
+                     output_norm_.data(), c.rms_norm_eps, ws->h.data() + i * d);
+  }
+  torch::Tensor logits = torch::empty({picked, c.vocab_size}, torch::kFloat);
+  output_.Apply(isa_, ws->h.data(), picked, logits.data_ptr<float>(),
+                c.vocab_size, pool);
+  ReturnWorkspace(std::move(ws));
+  std::vector<torch::Tensor> result;
+  int64_t row = 0;
+  for (const SequenceRows& in : batch) {
+    const int64_t count = in.last_logits_only ? 1 : in.size();
+    result.push_back(logits.narrow(0, row, count));
+    row += count;
+  }
+  return result;
+}
+
+}  // namespace lookahead::engine

@@ -1,0 +1,101 @@
+#include "engine/model/native_linear.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/gguf/dequant.h"
+
+namespace lookahead::engine {
+
+absl::StatusOr<NativeLinear> NativeLinear::Create(
+    const GgufFile& file, const std::vector<std::string>& names, int64_t in) {
+  NativeLinear w;
+  w.in_ = in;
+  for (const std::string& name : names) {
+    const GgufTensorInfo* info = file.FindTensor(name);
+    if (info == nullptr) {
+      return absl::NotFoundError(absl::StrCat("tensor ", name, " is missing"));
+    }
+    if (info->dims.size() != 2 || info->dims[0] != in) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", name, " has ggml dims [", absl::StrJoin(info->dims, ", "),
+          "], expected [", in, ", n]"));
+    }
+    const uint32_t id = static_cast<uint32_t>(info->type);
+    if (!kernels::IsQuantType(id)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "tensor ", name, " is ", engine::TypeName(info->type),
+          ", which --weights=native does not compute (use --weights=f32)"));
+    }
+    Part part;
+    part.type = static_cast<kernels::QuantType>(id);
+    part.first = w.out_;
+    part.rows = info->dims[1];
+    part.row_bytes = kernels::QuantRowBytes(part.type, in);
+    const absl::Span<const uint8_t> bytes = file.TensorData(*info);
+    if (static_cast<int64_t>(bytes.size()) != part.rows * part.row_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name, " holds ", bytes.size(),
+                       " bytes, expected ", part.rows * part.row_bytes));
+    }
+    part.data = std::make_shared<const std::vector<uint8_t>>(bytes.begin(),
+                                                             bytes.end());
+    w.out_ += part.rows;
+    w.parts_.push_back(std::move(part));
+  }
+  return w;
+}
+
+int64_t NativeLinear::bytes() const {
+  int64_t total = 0;
+  for (const Part& p : parts_) total += p.rows * p.row_bytes;
+  return total;
+}
+
+std::string NativeLinear::TypeName() const {
+  std::vector<std::string> types;
+  for (const Part& p : parts_) {
+    std::string t(engine::TypeName(static_cast<GgmlType>(p.type)));
+    if (std::find(types.begin(), types.end(), t) == types.end()) {
+      types.push_back(t);
+    }
+  }
+  return absl::StrJoin(types, "+");
+}
+
+void NativeLinear::Apply(kernels::QuantIsa isa, const float* x, int64_t m,
+                         float* y, int64_t ldy,
+                         kernels::PanelPool* pool) const {
+  const auto run = [&](int64_t begin, int64_t end) {
+    for (const Part& p : parts_) {
+      const int64_t b = std::max(begin, p.first) - p.first;
+      const int64_t e = std::min(end, p.first + p.rows) - p.first;
+      if (b >= e) continue;
+      kernels::QuantMatmul(isa, p.type, x, m, in_, p.data->data(), b, e,
+                           y + p.first, ldy);
+    }
+  };
+  if (pool == nullptr || pool->threads() == 1) {
+    run(0, out_);
+    return;
+  }
+  // Several chunks per thread, so one held up is covered; whole 16-column
+  // groups, the kernels' tile width.
+  const int64_t chunks = 8 * pool->threads();
+  const int64_t chunk =
+      std::max<int64_t>(16, (out_ + chunks - 1) / chunks + 15) / 16 * 16;
+  pool->Run(out_, chunk, run);
+}
+
+void NativeLinear::Row(int64_t n, float* out) const {
+  for (const Part& p : parts_) {
+    if (n < p.first || n >= p.first + p.rows) continue;
+    const uint8_t* row = p.data->data() + (n - p.first) * p.row_bytes;
+    // Cannot fail: the type and size were checked by Create.
+    Dequantize(static_cast<GgmlType>(p.type), row, in_, out).IgnoreError();
+    return;
+  }
+}
+
+}  // namespace lookahead::engine

@@ -1,0 +1,71 @@
+// NativeLinear: a matmul weight kept in memory exactly as the GGUF file
+// stores it (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), computed
+// with kernels/cpu/quant_matmul, which dequantizes in registers: y = x Wᵀ
+// with fp32 activations and sums. Several GGUF tensors may be stacked along
+// the output (q, k and v; gate and up), each keeping its own type, so one
+// call covers them all. Torch-free.
+//
+// Immutable after Create: safe for concurrent use.
+#ifndef LOOKAHEAD_ENGINE_MODEL_NATIVE_LINEAR_H_
+#define LOOKAHEAD_ENGINE_MODEL_NATIVE_LINEAR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/gguf/gguf.h"
+#include "kernels/cpu/panel_pool.h"
+#include "kernels/cpu/quant_matmul.h"
+
+namespace lookahead::engine {
+
+class NativeLinear {
+ public:
+  NativeLinear() = default;  // Empty: in() == out() == 0.
+
+  // The tensors `names` of `file`, stacked along the output in that order.
+  // Each must have ggml dims [in, n_i] (n_i rows of `in` values); out() is
+  // the sum of the n_i. NOT_FOUND naming a missing tensor; INVALID_ARGUMENT
+  // naming a tensor of the wrong shape; UNIMPLEMENTED naming a tensor whose
+  // type quant_matmul does not compute.
+  static absl::StatusOr<NativeLinear> Create(
+      const GgufFile& file, const std::vector<std::string>& names, int64_t in);
+
+  int64_t in() const { return in_; }
+  int64_t out() const { return out_; }
+  // Bytes of weights held.
+  int64_t bytes() const;
+  // "Q4_1" or "Q4_1+Q8_0" (the parts' types).
+  std::string TypeName() const;
+
+  // y[r * ldy + n] = sum_j x[r * in + j] * W[n][j] for r < m, n < out().
+  // The columns are shared out over `pool` (null: the calling thread); each
+  // y element is the same however they are split and whatever the other
+  // rows hold (quant_matmul's row invariance).
+  // REQUIRES: ldy >= out(); the CPU runs `isa`; y does not overlap x.
+  void Apply(kernels::QuantIsa isa, const float* x, int64_t m, float* y,
+             int64_t ldy, kernels::PanelPool* pool) const;
+
+  // Output row n of W (an embedding lookup when W is token_embd): `in`
+  // floats into `out`, valued as engine/gguf's Dequantize. REQUIRES:
+  // 0 <= n < out().
+  void Row(int64_t n, float* out) const;
+
+ private:
+  struct Part {
+    kernels::QuantType type = kernels::QuantType::kF32;
+    int64_t first = 0;  // first output column
+    int64_t rows = 0;
+    int64_t row_bytes = 0;
+    std::shared_ptr<const std::vector<uint8_t>> data;  // rows * row_bytes
+  };
+  int64_t in_ = 0, out_ = 0;
+  std::vector<Part> parts_;
+};
+
+}  // namespace lookahead::engine
+
+#endif  // LOOKAHEAD_ENGINE_MODEL_NATIVE_LINEAR_H_

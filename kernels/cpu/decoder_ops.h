@@ -1,0 +1,64 @@
+// The non-matmul kernels of a decoder layer on the CPU, for the native
+// forward pass: RMSNorm, RoPE, SwiGLU's gate, and one query head's softmax
+// attention over a KV cache and tree rows. fp32 throughout, torch-free.
+//
+// Every kernel computes each output from its own inputs only, in an order
+// fixed by the code (sums in 16 lanes, then a fixed tree), never by the
+// batch it sits in or the instruction set: results are bit for bit the same
+// for every QuantIsa (the per-ISA builds compile one source with
+// -ffp-contract=off), and a query's attention depends only on its query and
+// the sequence of keys it sees. That is what makes a token's logits the same
+// alone, inside a draft tree, and after a prefix-cache hit.
+//
+// exp is our own (Cody-Waite reduction and a degree-5 polynomial, ~2 ulp in
+// float), the same on every ISA; inputs are clamped to [-87, 88].
+//
+// Thread-safe: pure functions of their arguments.
+#ifndef LOOKAHEAD_KERNELS_CPU_DECODER_OPS_H_
+#define LOOKAHEAD_KERNELS_CPU_DECODER_OPS_H_
+
+#include <cstdint>
+
+#include "kernels/cpu/quant_matmul.h"
+
+namespace lookahead::kernels {
+
+// For m rows of d values: y[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w.
+// y may equal x. REQUIRES: d >= 1; the CPU runs `isa`.
+void RmsNorm(QuantIsa isa, const float* x, int64_t m, int64_t d, const float* w,
+             float eps, float* y);
+
+// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i],
+// for i < n. out may equal gate or up.
+void SiluMul(QuantIsa isa, const float* gate, const float* up, int64_t n,
+             float* out);
+
+// Rotates in place the first rope_dim values of each of `heads` heads (one
+// row; head h at x + h * head_dim) by angle i's cos[i], sin[i], i <
+// rope_dim / 2: adjacent pairs (x[2i], x[2i+1]) (ggml mode 0) or halves
+// (x[i], x[i + rope_dim/2]) (NeoX). Cheap; scalar on every ISA.
+void Rope(float* x, int heads, int head_dim, int rope_dim, bool adjacent_pairs,
+          const float* cos, const float* sin);
+
+// The keys and values one query sees, in order: slots [0, prefix) of its
+// KV head, then slots extra[0..n_extra). Slot s's key is at k + s *
+// head_dim, its value at v + s * head_dim.
+struct AttentionKeys {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int32_t prefix = 0;
+  const int32_t* extra = nullptr;
+  int32_t n_extra = 0;
+  int32_t size() const { return prefix + n_extra; }
+};
+
+// One query head: out = sum_j p_j v_j with p = softmax(scale * q . k_j)
+// over the keys in order. scores: scratch of keys.size() floats.
+// REQUIRES: keys.size() >= 1; head_dim >= 1; out does not overlap q.
+void AttendHead(QuantIsa isa, const float* q, int head_dim,
+                const AttentionKeys& keys, float scale, float* scores,
+                float* out);
+
+}  // namespace lookahead::kernels
+
+#endif  // LOOKAHEAD_KERNELS_CPU_DECODER_OPS_H_

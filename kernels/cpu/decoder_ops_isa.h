@@ -1,0 +1,27 @@
+// Per-instruction-set entry points of decoder_ops (internal: each set is
+// defined in a file compiled for its instruction set only).
+#ifndef LOOKAHEAD_KERNELS_CPU_DECODER_OPS_ISA_H_
+#define LOOKAHEAD_KERNELS_CPU_DECODER_OPS_ISA_H_
+
+#include <cstdint>
+
+#include "kernels/cpu/decoder_ops.h"
+
+#define LOOKAHEAD_DECODER_OPS_DECLARE(ns)                                  \
+  namespace ns {                                                           \
+  void RmsNorm(const float* x, int64_t m, int64_t d, const float* w,       \
+               float eps, float* y);                                       \
+  void SiluMul(const float* gate, const float* up, int64_t n, float* out); \
+  void AttendHead(const float* q, int head_dim, const AttentionKeys& keys, \
+                  float scale, float* scores, float* out);                 \
+  }
+
+namespace lookahead::kernels::internal {
+LOOKAHEAD_DECODER_OPS_DECLARE(ops_scalar)
+LOOKAHEAD_DECODER_OPS_DECLARE(ops_avx2)
+LOOKAHEAD_DECODER_OPS_DECLARE(ops_avx512)
+}  // namespace lookahead::kernels::internal
+
+#undef LOOKAHEAD_DECODER_OPS_DECLARE
+
+#endif  // LOOKAHEAD_KERNELS_CPU_DECODER_OPS_ISA_H_

@@ -1,0 +1,23 @@
+// decoder_ops for any x86-64 CPU (the reference).
+#include "kernels/cpu/decoder_ops_isa.h"
+
+namespace lookahead::kernels::internal::ops_scalar {
+namespace {
+#include "kernels/cpu/decoder_ops_kernel.inc"
+}  // namespace
+
+void RmsNorm(const float* x, int64_t m, int64_t d, const float* w, float eps,
+             float* y) {
+  RmsNormImpl(x, m, d, w, eps, y);
+}
+
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  SiluMulImpl(gate, up, n, out);
+}
+
+void AttendHead(const float* q, int head_dim, const AttentionKeys& keys,
+                float scale, float* scores, float* out) {
+  AttendHeadImpl(q, head_dim, keys, scale, scores, out);
+}
+
+}  // namespace lookahead::kernels::internal::ops_scalar

@@ -1,0 +1,201 @@
+#include "kernels/cpu/decoder_ops.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/quant_matmul.h"
+
+namespace lookahead::kernels {
+namespace {
+
+std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The instruction sets this CPU runs, scalar first.
+std::vector<QuantIsa> Isas() {
+  std::vector<QuantIsa> isas = {QuantIsa::kScalar};
+  if (BestQuantIsa() >= QuantIsa::kAvx2) isas.push_back(QuantIsa::kAvx2);
+  if (BestQuantIsa() >= QuantIsa::kAvx512) isas.push_back(QuantIsa::kAvx512);
+  return isas;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(DecoderOpsTest, RmsNormMatchesDoubleReferenceAndEveryIsaIsBitIdentical) {
+  for (int64_t d : {1, 7, 16, 17, 64, 576}) {
+    const int64_t m = 3;
+    const std::vector<float> x = Random(m * d, d, 2.0f);
+    const std::vector<float> w = Random(d, d + 1);
+    std::vector<float> expected(m * d);
+    for (int64_t r = 0; r < m; ++r) {
+      double ss = 0;
+      for (int64_t j = 0; j < d; ++j) ss += double{x[r * d + j]} * x[r * d + j];
+      const double scale = 1.0 / std::sqrt(ss / d + 1e-5);
+      for (int64_t j = 0; j < d; ++j) {
+        expected[r * d + j] = static_cast<float>(x[r * d + j] * scale * w[j]);
+      }
+    }
+    std::vector<float> scalar(m * d);
+    RmsNorm(QuantIsa::kScalar, x.data(), m, d, w.data(), 1e-5f, scalar.data());
+    for (int64_t i = 0; i < m * d; ++i) {
+      ASSERT_NEAR(scalar[i], expected[i], 1e-5f * (1 + std::fabs(expected[i])))
+          << "d=" << d << " i=" << i;
+    }
+    for (QuantIsa isa : Isas()) {
+      std::vector<float> y = x;  // in place
+      RmsNorm(isa, y.data(), m, d, w.data(), 1e-5f, y.data());
+      EXPECT_TRUE(SameBits(y, scalar)) << "isa " << static_cast<int>(isa);
+    }
+  }
+}
+
+TEST(DecoderOpsTest, SiluMulIsAccurateFiniteAtExtremesAndIsaIndependent) {
+  std::vector<float> gate = Random(1001, 3, 4.0f);
+  gate[0] = 1000.0f;
+  gate[1] = -1000.0f;
+  gate[2] = 0.0f;
+  gate[3] = 88.5f;
+  gate[4] = -87.5f;
+  const std::vector<float> up = Random(1001, 4);
+  std::vector<float> scalar(gate.size());
+  SiluMul(QuantIsa::kScalar, gate.data(), up.data(), gate.size(),
+          scalar.data());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    const double expected = g / (1.0 + std::exp(-g)) * up[i];
+    ASSERT_TRUE(std::isfinite(scalar[i])) << i;
+    ASSERT_NEAR(scalar[i], expected, 2e-6 * (1 + std::fabs(expected))) << i;
+  }
+  for (QuantIsa isa : Isas()) {
+    std::vector<float> out(gate.size());
+    SiluMul(isa, gate.data(), up.data(), gate.size(), out.data());
+    EXPECT_TRUE(SameBits(out, scalar)) << "isa " << static_cast<int>(isa);
+  }
+}
+
+TEST(DecoderOpsTest, RopeRotatesPairsOrHalvesAndLeavesTheRestAlone) {
+  const int heads = 3, head_dim = 10, rope_dim = 8;
+  const std::vector<float> x = Random(heads * head_dim, 5);
+  const std::vector<float> cos = {0.5f, -1.0f, 0.0f, 0.8f};
+  const std::vector<float> sin = {0.25f, 0.0f, 1.0f, -0.6f};
+  for (bool pairs : {true, false}) {
+    std::vector<float> y = x;
+    Rope(y.data(), heads, head_dim, rope_dim, pairs, cos.data(), sin.data());
+    for (int h = 0; h < heads; ++h) {
+      const float* xh = x.data() + h * head_dim;
+      const float* yh = y.data() + h * head_dim;
+      for (int i = 0; i < rope_dim / 2; ++i) {
+        const int a = pairs ? 2 * i : i, b = pairs ? 2 * i + 1 : i + 4;
+        EXPECT_FLOAT_EQ(yh[a], xh[a] * cos[i] - xh[b] * sin[i]);
+        EXPECT_FLOAT_EQ(yh[b], xh[a] * sin[i] + xh[b] * cos[i]);
+      }
+      EXPECT_EQ(yh[8], xh[8]);
+      EXPECT_EQ(yh[9], xh[9]);
+    }
+  }
+}
+
+// Softmax attention in double over `slots` of (k, v).
+std::vector<double> ReferenceAttention(const std::vector<float>& q,
+                                       const std::vector<float>& k,
+                                       const std::vector<float>& v,
+                                       const std::vector<int32_t>& slots,
+                                       int hd, double scale) {
+  std::vector<double> s;
+  double max = -INFINITY;
+  for (int32_t slot : slots) {
+    double dot = 0;
+    for (int d = 0; d < hd; ++d) dot += double{q[d]} * k[slot * hd + d];
+    s.push_back(dot * scale);
+    max = std::max(max, s.back());
+  }
+  double sum = 0;
+  for (double& x : s) sum += (x = std::exp(x - max));
+  std::vector<double> out(hd, 0.0);
+  for (size_t j = 0; j < slots.size(); ++j) {
+    for (int d = 0; d < hd; ++d) out[d] += s[j] / sum * v[slots[j] * hd + d];
+  }
+  return out;
+}
+
+TEST(DecoderOpsTest, AttendHeadMatchesReferenceOnOddShapes) {
+  for (int hd : {1, 17, 64}) {
+    for (int32_t prefix : {0, 1, 15, 16, 33}) {
+      for (std::vector<int32_t> extra :
+           {std::vector<int32_t>{}, std::vector<int32_t>{40},
+            std::vector<int32_t>{36, 38, 41}}) {
+        if (prefix + extra.size() == 0) continue;
+        const int slots_total = 48;
+        const std::vector<float> q = Random(hd, hd);
+        const std::vector<float> k = Random(slots_total * hd, 7, 3.0f);
+        const std::vector<float> v = Random(slots_total * hd, 8);
+        AttentionKeys keys;
+        keys.k = k.data();
+        keys.v = v.data();
+        keys.prefix = prefix;
+        keys.extra = extra.data();
+        keys.n_extra = static_cast<int32_t>(extra.size());
+        std::vector<int32_t> slots;
+        for (int32_t j = 0; j < prefix; ++j) slots.push_back(j);
+        slots.insert(slots.end(), extra.begin(), extra.end());
+        const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+        const std::vector<double> expected =
+            ReferenceAttention(q, k, v, slots, hd, scale);
+        std::vector<float> scores(keys.size()), scalar(hd);
+        AttendHead(QuantIsa::kScalar, q.data(), hd, keys,
+                   static_cast<float>(scale), scores.data(), scalar.data());
+        for (int d = 0; d < hd; ++d) {
+          ASSERT_NEAR(scalar[d], expected[d],
+                      1e-5 * (1 + std::fabs(expected[d])))
+              << "hd=" << hd << " prefix=" << prefix << " d=" << d;
+        }
+        for (QuantIsa isa : Isas()) {
+          std::vector<float> out(hd);
+          AttendHead(isa, q.data(), hd, keys, static_cast<float>(scale),
+                     scores.data(), out.data());
+          EXPECT_TRUE(SameBits(out, scalar)) << "isa " << static_cast<int>(isa);
+        }
+      }
+    }
+  }
+}
+
+// A query's result depends on the sequence of keys only: the same slots
+// given as the cache prefix or as tree rows give the same bits.
+TEST(DecoderOpsTest, AttendHeadDependsOnTheKeySequenceOnly) {
+  const int hd = 64, n = 37;
+  const std::vector<float> q = Random(hd, 11);
+  const std::vector<float> k = Random(n * hd, 12);
+  const std::vector<float> v = Random(n * hd, 13);
+  const float scale = 0.125f;
+  std::vector<float> scores(n), all_prefix(hd), split(hd), all_extra(hd);
+  AttentionKeys keys{k.data(), v.data(), n, nullptr, 0};
+  AttendHead(BestQuantIsa(), q.data(), hd, keys, scale, scores.data(),
+             all_prefix.data());
+  std::vector<int32_t> tail = {30, 31, 32, 33, 34, 35, 36};
+  keys = {k.data(), v.data(), 30, tail.data(), 7};
+  AttendHead(BestQuantIsa(), q.data(), hd, keys, scale, scores.data(),
+             split.data());
+  std::vector<int32_t> every(n);
+  for (int i = 0; i < n; ++i) every[i] = i;
+  keys = {k.data(), v.data(), 0, every.data(), n};
+  AttendHead(BestQuantIsa(), q.data(), hd, keys, scale, scores.data(),
+             all_extra.data());
+  EXPECT_TRUE(SameBits(all_prefix, split));
+  EXPECT_TRUE(SameBits(all_prefix, all_extra));
+}
+
+}  // namespace
+}  // namespace lookahead::kernels

@@ -37,6 +37,8 @@ ABSL_FLAG(int, matmul_threads, 0, "packed matmul threads (0: every core)");
 ABSL_FLAG(bool, packed_linear, true, "packed matmul kernel (false: OpenBLAS)");
 ABSL_FLAG(int, blas, lookahead::engine::DefaultBlasThreads(),
           "OpenBLAS threads for the curve");
+ABSL_FLAG(std::string, weights, "native",
+          "native or f32 (ModelOptions::weights)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
 ABSL_FLAG(bool, cuda_kernels, true,
@@ -88,6 +90,14 @@ int Run() {
   model_options.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
   model_options.packed_linear = absl::GetFlag(FLAGS_packed_linear);
   model_options.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
+  if (absl::StatusOr<WeightFormat> weights =
+          ParseWeightFormat(absl::GetFlag(FLAGS_weights));
+      weights.ok()) {
+    model_options.weights = *weights;
+  } else {
+    std::fprintf(stderr, "%s\n", weights.status().ToString().c_str());
+    return 1;
+  }
   if (absl::Status s =
           ParseDeviceOptions(absl::GetFlag(FLAGS_device),
                              absl::GetFlag(FLAGS_dtype), &model_options);
@@ -103,6 +113,7 @@ int Run() {
   }
   const LlamaModel& model = **loaded;
   const int vocab = model.config().vocab_size;
+  std::printf("weights: %s\n", model.DescribeWeights().c_str());
   std::printf("model %s: %d layers, D=%d, vocab=%d on %s%s; load %.0f ms\n",
               path.c_str(), model.config().block_count,
               model.config().embedding_length, vocab,

@@ -28,13 +28,21 @@ class RealModelTest : public ::testing::Test {
     ASSERT_TRUE(ConfigureThreads({}).ok());
     auto file = OpenRealModel();
     ASSERT_TRUE(file.ok()) << file.status();
-    auto model = LlamaModel::Load(**file, {});
+    auto model = LlamaModel::Load(**file, {});  // native weights
     ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_TRUE((*model)->native());
     model_ = model->release();
+    ModelOptions f32;
+    f32.weights = WeightFormat::kF32;
+    auto reference = LlamaModel::Load(**file, f32);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    reference_ = reference->release();
   }
   static void TearDownTestSuite() {
     delete model_;
     model_ = nullptr;
+    delete reference_;
+    reference_ = nullptr;
   }
   void SetUp() override { ASSERT_NE(model_, nullptr); }
   std::unique_ptr<KvCache> NewCache() { return *model_->NewCache(512); }
@@ -43,9 +51,11 @@ class RealModelTest : public ::testing::Test {
     for (int32_t& x : t) x = static_cast<int32_t>(rng() % 49152);
     return t;
   }
-  static LlamaModel* model_;  // owned; suite-lifetime
+  static LlamaModel* model_;      // owned; suite-lifetime; native
+  static LlamaModel* reference_;  // owned; f32, for ReferenceCausalLogits
 };
 LlamaModel* RealModelTest::model_ = nullptr;
+LlamaModel* RealModelTest::reference_ = nullptr;
 
 TEST_F(RealModelTest, ConfigFromMetadata) {
   const ModelConfig& c = model_->config();
@@ -66,7 +76,7 @@ TEST_F(RealModelTest, ConfigFromMetadata) {
 TEST_F(RealModelTest, ChainTreeEqualsCausalForward) {
   std::mt19937 rng(1);
   const std::vector<int32_t> all = Tokens(rng, 24);
-  const torch::Tensor want = ReferenceCausalLogits(*model_, all);
+  const torch::Tensor want = ReferenceCausalLogits(*reference_, all);
   auto cache = NewCache();
   ASSERT_TRUE(
       model_->Prefill(cache.get(), absl::MakeConstSpan(all).subspan(0, 11))
@@ -133,6 +143,40 @@ TEST_F(RealModelTest, CommitPathEqualsCausalCache) {
   ASSERT_TRUE(model_->Prefill(causal.get(), tokens).ok());
   ASSERT_EQ(cache->Length(), causal->Length());
   EXPECT_LT(MaxCommittedCacheDiff(*cache, *causal), kTol);
+}
+
+// The native pass is row-invariant: a token's logits and K/V are the same
+// bits decoded alone, verified in a tree, or prefilled in one chunk.
+TEST_F(RealModelTest, NativeTreeDecodeAndPrefillAreBitIdentical) {
+  std::mt19937 rng(4);
+  const std::vector<int32_t> all = Tokens(rng, 40);
+  auto tree = NewCache();
+  ASSERT_TRUE(
+      model_->Prefill(tree.get(), absl::MakeConstSpan(all).subspan(0, 20))
+          .ok());
+  DraftTree chain;
+  for (int i = 21; i < 40; ++i) {
+    chain.tokens.push_back(all[i]);
+    chain.parents.push_back(i - 22);
+  }
+  auto logits = model_->VerifyTree(tree.get(), all[20], chain);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  auto one_by_one = NewCache();
+  for (int i = 0; i < 40; ++i) {
+    auto one =
+        model_->Prefill(one_by_one.get(), absl::MakeConstSpan(&all[i], 1));
+    ASSERT_TRUE(one.ok());
+    if (i >= 20) {
+      ASSERT_EQ(MaxAbsDiff(*one, (*logits)[i - 20]), 0.0) << "token " << i;
+    }
+  }
+  std::vector<int32_t> path(20);
+  for (int i = 0; i < 20; ++i) path[i] = i;
+  ASSERT_TRUE(tree->CommitPath(path).ok());
+  auto whole = NewCache();
+  ASSERT_TRUE(model_->Prefill(whole.get(), all).ok());
+  EXPECT_EQ(MaxCommittedCacheDiff(*tree, *whole), 0.0);
+  EXPECT_EQ(MaxCommittedCacheDiff(*one_by_one, *whole), 0.0);
 }
 
 }  // namespace

@@ -24,13 +24,26 @@ using ::testing::HasSubstr;
 
 constexpr double kTol = 1e-4;
 
-class TinyModelTest : public ::testing::TestWithParam<TinyModelSpec> {
+// Every case runs on both weight formats: the native pass and LibTorch.
+class TinyModelTest
+    : public ::testing::TestWithParam<std::tuple<TinyModelSpec, WeightFormat>> {
  protected:
   static void SetUpTestSuite() { ASSERT_TRUE(ConfigureThreads({}).ok()); }
   void SetUp() override {
-    auto model = LoadTinyModel(GetParam());
+    auto model = LoadTinyModel(Spec(), Options());
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *std::move(model);
+    ModelOptions f32;
+    f32.weights = WeightFormat::kF32;
+    auto reference = LoadTinyModel(Spec(), f32);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    reference_ = *std::move(reference);
+  }
+  static const TinyModelSpec& Spec() { return std::get<0>(GetParam()); }
+  static ModelOptions Options() {
+    ModelOptions options;
+    options.weights = std::get<1>(GetParam());
+    return options;
   }
   std::unique_ptr<KvCache> NewCache(int capacity = 0) {
     auto cache = model_->NewCache(capacity);
@@ -60,11 +73,12 @@ class TinyModelTest : public ::testing::TestWithParam<TinyModelSpec> {
     return p;
   }
   std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<LlamaModel> reference_;  // f32: ReferenceCausalLogits
 };
 
 TEST_P(TinyModelTest, ConfigComesFromMetadata) {
   const ModelConfig& c = model_->config();
-  const TinyModelSpec& s = GetParam();
+  const TinyModelSpec& s = Spec();
   EXPECT_EQ(c.architecture, s.architecture);
   EXPECT_EQ(c.vocab_size, s.vocab);
   EXPECT_EQ(c.embedding_length, s.dim);
@@ -84,7 +98,7 @@ TEST_P(TinyModelTest, ConfigComesFromMetadata) {
 TEST_P(TinyModelTest, PrefillMatchesReferenceInEveryChunking) {
   std::mt19937 rng(7);
   const std::vector<int32_t> prompt = RandomTokens(rng, 37);
-  const torch::Tensor want = ReferenceCausalLogits(*model_, prompt);
+  const torch::Tensor want = ReferenceCausalLogits(*reference_, prompt);
   // All positions in one chain.
   auto cache = NewCache();
   TreeInput in;
@@ -96,9 +110,9 @@ TEST_P(TinyModelTest, PrefillMatchesReferenceInEveryChunking) {
   EXPECT_LT(MaxAbsDiff((*logits)[0], want), kTol);
   // Chunked prefill, several chunk sizes: last-token logits.
   for (int chunk : {1, 3, 16, 256}) {
-    ModelOptions options;
+    ModelOptions options = Options();
     options.prefill_chunk_tokens = chunk;
-    auto chunked = LoadTinyModel(GetParam(), options);
+    auto chunked = LoadTinyModel(Spec(), options);
     ASSERT_TRUE(chunked.ok());
     auto c2 = (*chunked)->NewCache();
     ASSERT_TRUE(c2.ok());
@@ -117,7 +131,7 @@ TEST_P(TinyModelTest, ChainTreeEqualsCausalAndSequentialDecode) {
   const std::vector<int32_t> chain = RandomTokens(rng, 8);
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), chain.begin(), chain.end());
-  const torch::Tensor want = ReferenceCausalLogits(*model_, all);
+  const torch::Tensor want = ReferenceCausalLogits(*reference_, all);
 
   auto cache = NewCache();
   ASSERT_TRUE(
@@ -186,7 +200,7 @@ TEST_P(TinyModelTest, RandomTreesMatchReferencePerPath) {
         path.insert(path.begin(), in.tokens[j]);
       std::vector<int32_t> all = prompt;
       all.insert(all.end(), path.begin(), path.end());
-      const torch::Tensor want = ReferenceCausalLogits(*model_, all);
+      const torch::Tensor want = ReferenceCausalLogits(*reference_, all);
       EXPECT_LT(MaxAbsDiff((*logits)[0][i], want[all.size() - 1]), kTol)
           << "trial " << trial << " node " << i;
     }
@@ -381,14 +395,17 @@ TinyModelSpec MhaSpec() {
   return s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Specs, TinyModelTest,
-                         ::testing::Values(TinyModelSpec{}, MhaSpec(),
-                                           Qwen2Spec()),
-                         [](const auto& info) {
-                           return absl::StrCat(info.param.architecture, "_h",
-                                               info.param.heads, "_kv",
-                                               info.param.kv_heads);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Specs, TinyModelTest,
+    ::testing::Combine(
+        ::testing::Values(TinyModelSpec{}, MhaSpec(), Qwen2Spec()),
+        ::testing::Values(WeightFormat::kNative, WeightFormat::kF32)),
+    [](const auto& info) {
+      const TinyModelSpec& spec = std::get<0>(info.param);
+      return absl::StrCat(spec.architecture, "_h", spec.heads, "_kv",
+                          spec.kv_heads, "_",
+                          WeightFormatName(std::get<1>(info.param)));
+    });
 
 // dtype is a config change: bfloat16 weights and cache give logits close
 // to float32 (bf16 keeps ~3 significant digits).

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/decoder_ops.h"
 
@@ -52,52 +53,44 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
   std::unique_ptr<NativeForward> f(
       new NativeForward(c, std::move(rope_inv_freq)));
   const int64_t d = c.embedding_length, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t v = c.vocab_size, ffn = c.feed_forward_length;
   ASSIGN_OR_RETURN(f->token_embd_,
-                   NativeLinear::Create(file, {"token_embd.weight"}, d));
-  if (f->token_embd_.out() != c.vocab_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token_embd.weight has ", f->token_embd_.out(),
-                     " rows, expected the vocabulary's ", c.vocab_size));
-  }
+                   NativeLinear::Create(file, {{"token_embd.weight", v}}, d));
+  ASSIGN_OR_RETURN(f->output_norm_, LoadVector(file, "output_norm.weight", d));
   if (c.tied_output) {
     f->output_ = f->token_embd_;  // shares the bytes
   } else {
     ASSIGN_OR_RETURN(f->output_,
-                     NativeLinear::Create(file, {"output.weight"}, d));
+                     NativeLinear::Create(file, {{"output.weight", v}}, d));
   }
-  ASSIGN_OR_RETURN(f->output_norm_, LoadVector(file, "output_norm.weight", d));
   for (int l = 0; l < c.block_count; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     NativeLayer layer;
     ASSIGN_OR_RETURN(layer.attn_norm,
                      LoadVector(file, p + "attn_norm.weight", d));
+    ASSIGN_OR_RETURN(layer.wqkv,
+                     NativeLinear::Create(file,
+                                          {{p + "attn_q.weight", qd},
+                                           {p + "attn_k.weight", kvd},
+                                           {p + "attn_v.weight", kvd}},
+                                          d));
+    ASSIGN_OR_RETURN(layer.wo, NativeLinear::Create(
+                                   file, {{p + "attn_output.weight", d}}, qd));
     ASSIGN_OR_RETURN(layer.ffn_norm,
                      LoadVector(file, p + "ffn_norm.weight", d));
-    ASSIGN_OR_RETURN(layer.wqkv, NativeLinear::Create(
-                                     file,
-                                     {p + "attn_q.weight", p + "attn_k.weight",
-                                      p + "attn_v.weight"},
-                                     d));
-    ASSIGN_OR_RETURN(
-        layer.wo, NativeLinear::Create(file, {p + "attn_output.weight"}, qd));
     ASSIGN_OR_RETURN(
         layer.w_gate_up,
-        NativeLinear::Create(file, {p + "ffn_gate.weight", p + "ffn_up.weight"},
-                             d));
-    ASSIGN_OR_RETURN(layer.w_down,
-                     NativeLinear::Create(file, {p + "ffn_down.weight"},
-                                          c.feed_forward_length));
-    const int64_t qkv = qd + 2 * kvd, ffn2 = 2 * c.feed_forward_length;
-    if (layer.wqkv.out() != qkv || layer.wo.out() != d ||
-        layer.w_gate_up.out() != ffn2 || layer.w_down.out() != d) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "layer ", l, " has matmuls of ", layer.wqkv.out(), "/",
-          layer.wo.out(), "/", layer.w_gate_up.out(), "/", layer.w_down.out(),
-          " outputs, expected ", qkv, "/", d, "/", ffn2, "/", d));
-    }
+        NativeLinear::Create(
+            file, {{p + "ffn_gate.weight", ffn}, {p + "ffn_up.weight", ffn}},
+            d));
+    ASSIGN_OR_RETURN(
+        layer.w_down,
+        NativeLinear::Create(file, {{p + "ffn_down.weight", d}}, ffn));
     if (c.qkv_bias) {
-      for (const char* name : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
-        const int64_t n = std::string(name) == "attn_q.bias" ? qd : kvd;
+      for (const auto& [name, n] :
+           std::vector<std::pair<std::string, int64_t>>{{"attn_q.bias", qd},
+                                                        {"attn_k.bias", kvd},
+                                                        {"attn_v.bias", kvd}}) {
         ASSIGN_OR_RETURN(std::vector<float> b, LoadVector(file, p + name, n));
         layer.bqkv.insert(layer.bqkv.end(), b.begin(), b.end());
       }

@@ -9,18 +9,18 @@
 namespace lookahead::engine {
 
 absl::StatusOr<NativeLinear> NativeLinear::Create(
-    const GgufFile& file, const std::vector<std::string>& names, int64_t in) {
+    const GgufFile& file, const std::vector<Part>& parts, int64_t in) {
   NativeLinear w;
   w.in_ = in;
-  for (const std::string& name : names) {
+  for (const auto& [name, rows] : parts) {
     const GgufTensorInfo* info = file.FindTensor(name);
     if (info == nullptr) {
       return absl::NotFoundError(absl::StrCat("tensor ", name, " is missing"));
     }
-    if (info->dims.size() != 2 || info->dims[0] != in) {
+    if (info->dims != std::vector<int64_t>{in, rows}) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor ", name, " has ggml dims [", absl::StrJoin(info->dims, ", "),
-          "], expected [", in, ", n]"));
+          "], expected [", in, ", ", rows, "]"));
     }
     const uint32_t id = static_cast<uint32_t>(info->type);
     if (!kernels::IsQuantType(id)) {
@@ -28,7 +28,7 @@ absl::StatusOr<NativeLinear> NativeLinear::Create(
           "tensor ", name, " is ", engine::TypeName(info->type),
           ", which --weights=native does not compute (use --weights=f32)"));
     }
-    Part part;
+    Block part;
     part.type = static_cast<kernels::QuantType>(id);
     part.first = w.out_;
     part.rows = info->dims[1];
@@ -49,13 +49,13 @@ absl::StatusOr<NativeLinear> NativeLinear::Create(
 
 int64_t NativeLinear::bytes() const {
   int64_t total = 0;
-  for (const Part& p : parts_) total += p.rows * p.row_bytes;
+  for (const Block& p : parts_) total += p.rows * p.row_bytes;
   return total;
 }
 
 std::string NativeLinear::TypeName() const {
   std::vector<std::string> types;
-  for (const Part& p : parts_) {
+  for (const Block& p : parts_) {
     std::string t(engine::TypeName(static_cast<GgmlType>(p.type)));
     if (std::find(types.begin(), types.end(), t) == types.end()) {
       types.push_back(t);
@@ -68,7 +68,7 @@ void NativeLinear::Apply(kernels::QuantIsa isa, const float* x, int64_t m,
                          float* y, int64_t ldy,
                          kernels::PanelPool* pool) const {
   const auto run = [&](int64_t begin, int64_t end) {
-    for (const Part& p : parts_) {
+    for (const Block& p : parts_) {
       const int64_t b = std::max(begin, p.first) - p.first;
       const int64_t e = std::min(end, p.first + p.rows) - p.first;
       if (b >= e) continue;
@@ -89,7 +89,7 @@ void NativeLinear::Apply(kernels::QuantIsa isa, const float* x, int64_t m,
 }
 
 void NativeLinear::Row(int64_t n, float* out) const {
-  for (const Part& p : parts_) {
+  for (const Block& p : parts_) {
     if (n < p.first || n >= p.first + p.rows) continue;
     const uint8_t* row = p.data->data() + (n - p.first) * p.row_bytes;
     // Cannot fail: the type and size were checked by Create.

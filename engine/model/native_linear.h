@@ -26,13 +26,18 @@ class NativeLinear {
  public:
   NativeLinear() = default;  // Empty: in() == out() == 0.
 
-  // The tensors `names` of `file`, stacked along the output in that order.
-  // Each must have ggml dims [in, n_i] (n_i rows of `in` values); out() is
-  // the sum of the n_i. NOT_FOUND naming a missing tensor; INVALID_ARGUMENT
-  // naming a tensor of the wrong shape; UNIMPLEMENTED naming a tensor whose
-  // type quant_matmul does not compute.
-  static absl::StatusOr<NativeLinear> Create(
-      const GgufFile& file, const std::vector<std::string>& names, int64_t in);
+  // A tensor of ggml dims [in, rows]: `rows` output rows of `in` values.
+  struct Part {
+    std::string name;
+    int64_t rows;
+  };
+  // The tensors `parts` of `file`, stacked along the output in that order;
+  // out() is the sum of their rows. NOT_FOUND naming a missing tensor;
+  // INVALID_ARGUMENT naming a tensor of the wrong shape; UNIMPLEMENTED
+  // naming a tensor whose type quant_matmul does not compute.
+  static absl::StatusOr<NativeLinear> Create(const GgufFile& file,
+                                             const std::vector<Part>& parts,
+                                             int64_t in);
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -55,7 +60,7 @@ class NativeLinear {
   void Row(int64_t n, float* out) const;
 
  private:
-  struct Part {
+  struct Block {
     kernels::QuantType type = kernels::QuantType::kF32;
     int64_t first = 0;  // first output column
     int64_t rows = 0;
@@ -63,7 +68,7 @@ class NativeLinear {
     std::shared_ptr<const std::vector<uint8_t>> data;  // rows * row_bytes
   };
   int64_t in_ = 0, out_ = 0;
-  std::vector<Part> parts_;
+  std::vector<Block> parts_;
 };
 
 }  // namespace lookahead::engine

@@ -190,6 +190,11 @@ std::string Scheduler::Describe(const SchedulerStats& stats) {
 }
 
 void Scheduler::Loop() {
+  if (options_.prefix_cache != nullptr) {
+    const engine::PrefixCacheStats stats = options_.prefix_cache->Stats();
+    observer_->OnPrefixCacheState(stats.bytes, stats.capacity_bytes, 0);
+    prefix_evictions_seen_ = stats.evicted_blocks;
+  }
   while (true) {
     {
       absl::MutexLock lock(&mu_);

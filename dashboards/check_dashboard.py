@@ -57,11 +57,15 @@ _VERIFYSVC_COUNTERS = [
     "lookahead_draft_rpc_failures_total",
     "lookahead_plain_equivalent_seconds_total",
     "lookahead_decode_seconds_total",
+    "lookahead_prefix_cache_lookup_tokens_total",
+    "lookahead_prefix_cache_hit_tokens_total",
+    "lookahead_prefix_cache_evictions_total",
 ]
 _VERIFYSVC_GAUGES = [
     "lookahead_num_requests_running", "lookahead_num_requests_waiting",
     "lookahead_kv_cache_tokens", "lookahead_kv_cache_capacity_tokens",
-    "lookahead_draftsvc_up",
+    "lookahead_draftsvc_up", "lookahead_prefix_cache_bytes",
+    "lookahead_prefix_cache_capacity_bytes",
 ]
 _VERIFYSVC_HISTOGRAMS = [
     "lookahead_accepted_tokens_per_step", "lookahead_step_duration_seconds",

@@ -15,6 +15,7 @@ readonly TARGETS=(
   //common:metrics //common:metrics_test
   //draftsvc:draft_index //draftsvc:draft_index_test //draftsvc:draft_service
   //draftsvc:trie_store
+  //engine/model:prefix_cache //engine/model:prefix_cache_test
   //tests:draftsvc_crash_test
   //verifysvc/api:generation_service
   //verifysvc/draftsvc_client:draftsvc_sessions
@@ -30,7 +31,7 @@ while IFS= read -r file; do
     missing=1
   fi
 done < <(grep -rlE 'ABSL_(GUARDED_BY|EXCLUSIVE_LOCKS_REQUIRED|LOCKS_EXCLUDED)' \
-           --include='*.h' --include='*.cc' common draftsvc verifysvc tests)
+           --include='*.h' --include='*.cc' common draftsvc engine verifysvc tests)
 ((missing == 0)) || exit 1
 
 command -v clang++ >/dev/null || { echo "thread_safety_build: clang++ missing (tools/setup.sh)" >&2; exit 1; }

@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "engine/gguf/model_config.h"
 #include "engine/model/llama_model.h"
+#include "engine/model/prefix_cache.h"
 #include "engine/model/threading.h"
 #include "verifysvc/draftsvc_client/draftsvc_client.h"
 #include "verifysvc/draftsvc_client/draftsvc_sessions.h"
@@ -29,6 +30,8 @@ struct VerifysvcConfig {
   engine::ModelOptions model;
   RequestLimits limits;  // completed by FitLimitsToModel
   SchedulerOptions scheduler;
+  // capacity_bytes 0: no prefix cache.
+  engine::PrefixCacheOptions prefix_cache;
   int metrics_port = 0;  // -1: no /metrics
   std::string metrics_port_file;
   absl::Duration shutdown_grace;
@@ -37,6 +40,13 @@ struct VerifysvcConfig {
 // Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming
 // the flag for values out of range or an unknown --device/--dtype.
 absl::StatusOr<VerifysvcConfig> ConfigFromFlags();
+
+// Returns the prefix cache of config->prefix_cache for `model`'s K/V and
+// points config->scheduler.prefix_cache at it, or null iff its capacity is 0.
+// The caller owns it; it must outlive the scheduler. INVALID_ARGUMENT as
+// PrefixCache::Create.
+absl::StatusOr<std::unique_ptr<engine::PrefixCache>> AttachPrefixCache(
+    const engine::LlamaModel& model, VerifysvcConfig* config);
 
 // Caps the context at the model's, defaults the prompt limit to the context
 // less one, and sets the vocabulary size.

@@ -87,6 +87,7 @@ absl::Status Run(VerifysvcConfig c) {
   }
   PrometheusObserver observer(verifier_metrics.get());
   c.scheduler.observer = &observer;
+  ASSIGN_OR_RETURN(auto prefix_cache, AttachPrefixCache(*model, &c));
 
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                    Scheduler::Create(model.get(), tokenizer.get(), &mixer,

@@ -109,6 +109,43 @@ absl::Status KvCache::CommitPath(absl::Span<const int32_t> path) {
   return absl::OkStatus();
 }
 
+absl::Status KvCache::AppendCommitted(const torch::Tensor& k,
+                                      const torch::Tensor& v) {
+  const bool shaped = k.defined() && v.defined() && k.dim() == 4 &&
+                      v.sizes() == k.sizes() && k.size(0) == shape_.layers &&
+                      k.size(1) == shape_.kv_heads &&
+                      k.size(3) == shape_.head_dim && k.size(2) >= 1;
+  if (!shaped) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "K/V rows to append must both be (layers=", shape_.layers,
+        ", kv_heads=", shape_.kv_heads, ", n>=1, head_dim=", shape_.head_dim,
+        "), got ", k.defined() ? c10::str(k.sizes()) : "undefined", " and ",
+        v.defined() ? c10::str(v.sizes()) : "undefined"));
+  }
+  if (k.scalar_type() != k_.scalar_type() ||
+      v.scalar_type() != k_.scalar_type() || k.device() != k_.device() ||
+      v.device() != k_.device()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "K/V rows to append are ", c10::toString(k.scalar_type()), " on ",
+        k.device().str(), ", the cache is ", c10::toString(k_.scalar_type()),
+        " on ", k_.device().str()));
+  }
+  const int64_t n = k.size(2);
+  if (length_ + n > shape_.capacity) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache overflow: ", length_, " committed + ", n,
+                     " appended tokens > capacity ", shape_.capacity));
+  }
+  absl::Status status = TorchStatus("KvCache::AppendCommitted", [&] {
+    k_.narrow(2, length_, n).copy_(k);
+    v_.narrow(2, length_, n).copy_(v);
+  });
+  if (!status.ok()) return status;
+  length_ += static_cast<int>(n);
+  pending_parents_.clear();
+  return absl::OkStatus();
+}
+
 absl::Status KvCache::Truncate(int length) {
   if (length < 0 || length > length_) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -72,6 +72,15 @@ class KvCache {
   // INVALID_ARGUMENT iff length is outside [0, Length()].
   absl::Status Truncate(int length);
 
+  // Appends n committed tokens' K/V rows, k and v: (layers, kv_heads, n,
+  // head_dim) in the cache's dtype and device, at slots [Length(), Length()
+  // + n) and advances Length() by n (a copy; drops any provisional tree).
+  // Restores K/V computed earlier for the same tokens at the same positions
+  // (PrefixCache). INVALID_ARGUMENT iff the shapes, dtype or device differ
+  // or n < 1; RESOURCE_EXHAUSTED iff the rows do not fit. On error nothing
+  // changes.
+  absl::Status AppendCommitted(const torch::Tensor& k, const torch::Tensor& v);
+
   // Per-layer views for the model. Writes through them mutate the cache.
   // k_layer(l), v_layer(l): (kv_heads, capacity, head_dim).
   // REQUIRES: 0 <= layer < shape().layers.

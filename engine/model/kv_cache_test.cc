@@ -113,5 +113,39 @@ TEST(KvCacheTest, CommitPathRejectsNonPaths) {
   EXPECT_TRUE(cache->CommitPath({}).ok());  // nothing pending: no-op
 }
 
+TEST(KvCacheTest, AppendCommittedCopiesRowsAfterTheCommittedOnes) {
+  auto cache = MakeCache(10);
+  ASSERT_TRUE(cache->BeginTree({-1, 0}).ok());
+  ASSERT_TRUE(cache->CommitPath({0, 1}).ok());
+  // rows: (layers, kv_heads, n, head_dim)
+  torch::Tensor k =
+      torch::arange(2 * 3 * 3 * 4, torch::kFloat).view({2, 3, 3, 4});
+  ASSERT_TRUE(cache->BeginTree({-1}).ok());  // dropped by the append
+  ASSERT_TRUE(cache->AppendCommitted(k, -k).ok());
+  EXPECT_EQ(cache->Length(), 5);
+  EXPECT_EQ(cache->Pending(), 0);
+  EXPECT_TRUE(torch::equal(cache->k().narrow(2, 2, 3), k));
+  EXPECT_TRUE(torch::equal(cache->v().narrow(2, 2, 3), -k));
+}
+
+TEST(KvCacheTest, AppendCommittedRejectsBadRows) {
+  auto cache = MakeCache(4);
+  torch::Tensor wrong = torch::zeros({2, 2, 1, 4});
+  absl::Status shape = cache->AppendCommitted(wrong, wrong);
+  EXPECT_EQ(shape.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(shape.message(), HasSubstr("kv_heads=3"));
+  torch::Tensor doubles = torch::zeros({2, 3, 1, 4}, torch::kDouble);
+  absl::Status dtype = cache->AppendCommitted(doubles, doubles);
+  EXPECT_EQ(dtype.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dtype.message(), HasSubstr("Double"));
+  torch::Tensor five = torch::zeros({2, 3, 5, 4});
+  absl::Status full = cache->AppendCommitted(five, five);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("capacity 4"));
+  EXPECT_EQ(cache->AppendCommitted(torch::Tensor(), torch::Tensor()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache->Length(), 0);
+}
+
 }  // namespace
 }  // namespace lookahead::engine

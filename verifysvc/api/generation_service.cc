@@ -105,6 +105,7 @@ v1::GenerateResponse ResponseFromOutput(const GenerationOutput& out) {
     usage->set_draft_tokens(u.draft_tokens);
     usage->set_accepted_draft_tokens(u.accepted_draft_tokens);
     usage->set_queue_seconds(u.queue_seconds);
+    usage->set_cached_prompt_tokens(u.cached_prompt_tokens);
   }
   return response;
 }

@@ -36,6 +36,8 @@ struct Usage {
   double queue_seconds = 0;
   int64_t draft_tokens = 0;           // draft tokens verified
   int64_t accepted_draft_tokens = 0;  // of them, kept in the output
+  // Prompt tokens whose K/V came from the prefix cache (not prefilled).
+  int cached_prompt_tokens = 0;
   FinishReason finish_reason = FinishReason::kNone;
 };
 

@@ -158,6 +158,28 @@ absl::Status AddGaugeSeries(const Series& s, VerifierMetrics* m) {
   return absl::OkStatus();
 }
 
+absl::Status AddPrefixCacheSeries(const Series& s, VerifierMetrics* m) {
+  ASSIGN_OR_RETURN(m->prefix_lookup_tokens,
+                   s.Counter("lookahead_prefix_cache_lookup_tokens_total",
+                             "Prompt tokens looked up in the prefix cache."));
+  ASSIGN_OR_RETURN(m->prefix_hit_tokens,
+                   s.Counter("lookahead_prefix_cache_hit_tokens_total",
+                             "Prompt tokens whose K/V came from the prefix "
+                             "cache (not prefilled)."));
+  ASSIGN_OR_RETURN(m->prefix_cache_bytes,
+                   s.Gauge("lookahead_prefix_cache_bytes",
+                           "Bytes of K/V the prefix cache holds."));
+  ASSIGN_OR_RETURN(m->prefix_cache_capacity_bytes,
+                   s.Gauge("lookahead_prefix_cache_capacity_bytes",
+                           "Most bytes the prefix cache may hold "
+                           "(--prefix_cache_mib)."));
+  ASSIGN_OR_RETURN(m->prefix_evictions,
+                   s.Counter("lookahead_prefix_cache_evictions_total",
+                             "Prefix cache blocks evicted (least recently "
+                             "used) to make room."));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<VerifierMetrics>> VerifierMetrics::Create(
@@ -168,6 +190,7 @@ absl::StatusOr<std::unique_ptr<VerifierMetrics>> VerifierMetrics::Create(
   RETURN_IF_ERROR(AddTokenSeries(s, max_position, m.get()));
   RETURN_IF_ERROR(AddStepSeries(s, m.get()));
   RETURN_IF_ERROR(AddGaugeSeries(s, m.get()));
+  RETURN_IF_ERROR(AddPrefixCacheSeries(s, m.get()));
   return m;
 }
 
@@ -239,6 +262,19 @@ void PrometheusObserver::OnOccupancy(int running, int queued,
   m_->running->Set(static_cast<double>(running));
   m_->waiting->Set(static_cast<double>(queued));
   m_->kv_cache_tokens->Set(static_cast<double>(kv_tokens));
+}
+
+void PrometheusObserver::OnPrefixLookup(int prompt_tokens, int hit_tokens) {
+  m_->prefix_lookup_tokens->Increment(prompt_tokens);
+  m_->prefix_hit_tokens->Increment(hit_tokens);
+}
+
+void PrometheusObserver::OnPrefixCacheState(int64_t bytes,
+                                            int64_t capacity_bytes,
+                                            int64_t new_evictions) {
+  m_->prefix_cache_bytes->Set(static_cast<double>(bytes));
+  m_->prefix_cache_capacity_bytes->Set(static_cast<double>(capacity_bytes));
+  m_->prefix_evictions->Increment(static_cast<double>(new_evictions));
 }
 
 }  // namespace lookahead::verifysvc

@@ -67,6 +67,14 @@ struct VerifierMetrics {
   metrics::Gauge* kv_cache_tokens = nullptr;
   metrics::Gauge* kv_cache_capacity_tokens = nullptr;
   metrics::Gauge* draftsvc_up = nullptr;
+
+  // Prefix cache: prompt tokens looked up and found; bytes held, the cap,
+  // and blocks evicted.
+  metrics::Counter* prefix_lookup_tokens = nullptr;
+  metrics::Counter* prefix_hit_tokens = nullptr;
+  metrics::Gauge* prefix_cache_bytes = nullptr;
+  metrics::Gauge* prefix_cache_capacity_bytes = nullptr;
+  metrics::Counter* prefix_evictions = nullptr;
 };
 
 class PrometheusObserver : public SchedulerObserver {
@@ -83,6 +91,9 @@ class PrometheusObserver : public SchedulerObserver {
                    bool available) override;
   void OnStep(const StepReport& step) override;
   void OnOccupancy(int running, int queued, int64_t kv_tokens) override;
+  void OnPrefixLookup(int prompt_tokens, int hit_tokens) override;
+  void OnPrefixCacheState(int64_t bytes, int64_t capacity_bytes,
+                          int64_t new_evictions) override;
 
  private:
   VerifierMetrics* const m_;

@@ -36,7 +36,8 @@ struct Scheduler::Sequence {
   GenerationRequest request;
   GenerationSink* sink;
   std::unique_ptr<engine::KvCache> cache;
-  int prefilled = 0;  // Prompt tokens in the cache.
+  int prefilled = 0;             // Prompt tokens in the cache.
+  int cached_prompt_tokens = 0;  // Of them, restored from the prefix cache.
   OutputProcessor output;
   int64_t draft_handle = 0;  // 0: not drafted.
   DraftPacer pacer;
@@ -189,6 +190,11 @@ std::string Scheduler::Describe(const SchedulerStats& stats) {
 }
 
 void Scheduler::Loop() {
+  if (options_.prefix_cache != nullptr) {
+    const engine::PrefixCacheStats stats = options_.prefix_cache->Stats();
+    observer_->OnPrefixCacheState(stats.bytes, stats.capacity_bytes, 0);
+    prefix_evictions_seen_ = stats.evicted_blocks;
+  }
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -290,10 +296,38 @@ std::unique_ptr<Scheduler::Sequence> Scheduler::Start(Pending pending) {
     return nullptr;
   }
   seq->cache = *std::move(cache);
+  if (options_.prefix_cache != nullptr) RestorePrefix(seq.get());
   if (drafts_ != nullptr && request.draft.enabled()) {
     seq->draft_handle = drafts_->Open(request.draft, request.prompt);
   }
   return seq;
+}
+
+void Scheduler::RestorePrefix(Sequence* seq) {
+  const std::vector<int32_t>& prompt = seq->request.prompt;
+  engine::PrefixHit hit = options_.prefix_cache->Lookup(prompt);
+  absl::Status restored = options_.prefix_cache->Restore(hit, seq->cache.get());
+  if (!restored.ok()) {
+    // A bug, not bad input; the cache is left empty: prefill it all.
+    std::fprintf(stderr, "verifysvc: prefix cache restore failed: %s\n",
+                 restored.ToString().c_str());
+    hit = engine::PrefixHit();
+  }
+  seq->prefilled = seq->cached_prompt_tokens = hit.tokens();
+  observer_->OnPrefixLookup(static_cast<int>(prompt.size()), hit.tokens());
+}
+
+void Scheduler::CachePrompt(const Sequence& seq) {
+  absl::Status inserted =
+      options_.prefix_cache->Insert(seq.request.prompt, *seq.cache);
+  if (!inserted.ok()) {
+    std::fprintf(stderr, "verifysvc: prefix cache insert failed: %s\n",
+                 inserted.ToString().c_str());
+  }
+  const engine::PrefixCacheStats stats = options_.prefix_cache->Stats();
+  observer_->OnPrefixCacheState(stats.bytes, stats.capacity_bytes,
+                                stats.evicted_blocks - prefix_evictions_seen_);
+  prefix_evictions_seen_ = stats.evicted_blocks;
 }
 
 void Scheduler::Step() {
@@ -466,6 +500,7 @@ void Scheduler::CommitPrefill(const StepPlan& plan,
     seq->prefilled += plan.chunk[i];
     const int prompt = static_cast<int>(seq->request.prompt.size());
     if (seq->prefilled < prompt) continue;
+    if (options_.prefix_cache != nullptr) CachePrompt(*seq);
     const int32_t first = SelectToken(last[0], seq->request.sampling, prompt);
     seq->first_token = absl::Now();
     observer_->OnFirstToken(
@@ -553,6 +588,7 @@ Usage Scheduler::UsageOf(const Sequence& seq, FinishReason finish) const {
   usage.draft_tokens = seq.draft_tokens;
   usage.accepted_draft_tokens = seq.accepted_draft_tokens;
   usage.queue_seconds = absl::ToDoubleSeconds(seq.admitted - arrival);
+  usage.cached_prompt_tokens = seq.cached_prompt_tokens;
   return usage;
 }
 

@@ -10,6 +10,11 @@
 // long prompt is prefilled in chunks so it does not stall the running
 // sequences. Output is token for token that of plain decoding.
 //
+// With a prefix cache, a new sequence starts from the K/V of the longest
+// cached whole-block prefix of its prompt (a copy into its own cache) and
+// prefills the rest; a fully prefilled prompt's new blocks are cached. The
+// output is the same with and without it.
+//
 // The scheduler talks only to the engine and the mixer; it emits neutral
 // GenerationOutputs and reports through a SchedulerObserver.
 //
@@ -31,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/model/llama_model.h"
+#include "engine/model/prefix_cache.h"
 #include "engine/text/tokenizer.h"
 #include "verifysvc/drafts/draft_budget.h"
 #include "verifysvc/drafts/draft_mixer.h"
@@ -58,6 +64,9 @@ struct SchedulerOptions {
   // Where to report (not owned; null: nowhere). PrometheusObserver exports
   // the series.
   SchedulerObserver* observer = nullptr;
+  // K/V of recent prompt prefixes (not owned; may be shared by schedulers
+  // of the same model; null: off). See the class comment.
+  engine::PrefixCache* prefix_cache = nullptr;
   // Print one line per this many steps (batch, tokens, drafts requested,
   // verified and accepted, forward time) to stdout; 0 = never.
   int log_every_steps = 0;
@@ -107,6 +116,10 @@ class Scheduler {
   // Moves queued requests into free slots; ends cancelled sequences.
   void Admit();
   std::unique_ptr<Sequence> Start(Pending pending);
+  // Prefix cache: restores the longest cached prefix of the prompt into the
+  // new sequence's cache; caches the blocks of a fully prefilled prompt.
+  void RestorePrefix(Sequence* seq);
+  void CachePrompt(const Sequence& seq);
   void Step();
   // The stages of Step, in order.
   StepPlan Plan();
@@ -137,6 +150,7 @@ class Scheduler {
   StepCostModel cost_;  // Calibrated at start, then follows observed passes.
   std::vector<std::unique_ptr<Sequence>> running_;
   int64_t steps_run_ = 0;
+  int64_t prefix_evictions_seen_ = 0;  // prefix cache evictions reported
 
   mutable absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);

@@ -45,6 +45,13 @@ class SchedulerObserver {
   virtual void OnDraftCall(double seconds, int64_t new_failures,
                            bool available) {}
   virtual void OnStep(const StepReport& step) {}
+  // A new sequence's prompt of `prompt_tokens` found its first
+  // `hit_tokens` in the prefix cache.
+  virtual void OnPrefixLookup(int prompt_tokens, int hit_tokens) {}
+  // After a prompt's blocks went into the prefix cache: bytes held, the
+  // cap, and blocks evicted since the last report.
+  virtual void OnPrefixCacheState(int64_t bytes, int64_t capacity_bytes,
+                                  int64_t new_evictions) {}
   // After admission: running and queued sequences, KV cache slots held.
   virtual void OnOccupancy(int running, int queued, int64_t kv_tokens) {}
 };

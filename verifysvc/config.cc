@@ -60,6 +60,11 @@ ABSL_FLAG(int, intra_op_threads, 1, "LibTorch intra-op threads.");
 ABSL_FLAG(int, matmul_threads, 0,
           "Threads sharing the packed AVX2/AVX-512 matmuls (default 0: one "
           "per available core; set the CPU limit in a container).");
+ABSL_FLAG(std::string, weights, "native",
+          "native: on CPU in float32, matmul weights stay in their GGUF types "
+          "(Q4_1, Q8_0, K-quants, ...) and the forward pass runs on our own "
+          "kernels (fast, ~6x less memory); f32: dequantized to --dtype and "
+          "run through LibTorch (the reference; always the form on CUDA).");
 ABSL_FLAG(bool, packed_linear, true,
           "Packed matmul kernel where the CPU has AVX2 or AVX-512 (false: "
           "OpenBLAS).");
@@ -124,6 +129,13 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.threads.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   c.model.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
   c.model.packed_linear = absl::GetFlag(FLAGS_packed_linear);
+  absl::StatusOr<engine::WeightFormat> weights =
+      engine::ParseWeightFormat(absl::GetFlag(FLAGS_weights));
+  if (!weights.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--weights: ", weights.status().message()));
+  }
+  c.model.weights = *weights;
   c.model.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
   RETURN_IF_ERROR(engine::ParseDeviceOptions(
       absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &c.model));

@@ -49,11 +49,10 @@ absl::Status Run(VerifysvcConfig c) {
   c.model.max_cache_tokens = c.limits.max_context_tokens;
   ASSIGN_OR_RETURN(std::unique_ptr<engine::LlamaModel> model,
                    engine::LlamaModel::Load(*file, c.model));
-  std::printf(
-      "verifysvc: model %s (%s, %d layers, vocab %d) on %s loaded in %.1f s\n",
-      c.model_path.c_str(), probe.architecture.c_str(), probe.block_count,
-      probe.vocab_size, engine::DescribeDevice(c.model).c_str(),
-      absl::ToDoubleSeconds(absl::Now() - load_start));
+  std::printf("verifysvc: model %s (%s, %d layers), weights %s, in %.1f s\n",
+              c.model_path.c_str(), probe.architecture.c_str(),
+              probe.block_count, model->DescribeWeights().c_str(),
+              absl::ToDoubleSeconds(absl::Now() - load_start));
 
   // What one forward pass costs here, by tokens: the draft budget's basis.
   ASSIGN_OR_RETURN(StepCostModel cost,

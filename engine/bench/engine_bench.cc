@@ -34,6 +34,7 @@ ABSL_FLAG(std::string, thread_sweep, "1x1,1x2,2x1,2x2",
 ABSL_FLAG(int, decode_tokens, 48, "tokens per plain-decode measurement");
 ABSL_FLAG(int, intra_op, 1, "intra-op threads for the curve");
 ABSL_FLAG(int, matmul_threads, 0, "packed matmul threads (0: every core)");
+ABSL_FLAG(bool, pin_threads, true, "pin the matmul pool's workers");
 ABSL_FLAG(bool, packed_linear, true, "packed matmul kernel (false: OpenBLAS)");
 ABSL_FLAG(int, blas, lookahead::engine::DefaultBlasThreads(),
           "OpenBLAS threads for the curve");
@@ -89,6 +90,7 @@ int Run() {
   ModelOptions model_options;
   model_options.matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
   model_options.packed_linear = absl::GetFlag(FLAGS_packed_linear);
+  model_options.pin_threads = absl::GetFlag(FLAGS_pin_threads);
   model_options.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
   if (absl::StatusOr<WeightFormat> weights =
           ParseWeightFormat(absl::GetFlag(FLAGS_weights));

@@ -184,7 +184,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
       ChooseAttention(c, w.rope_inv_freq, attention);
   return std::unique_ptr<LlamaModel>(new LlamaModel(
       std::move(c), options, std::move(w), std::move(native),
-      std::make_unique<kernels::PanelPool>(threads), std::move(backend)));
+      std::make_unique<kernels::PanelPool>(threads, options.pin_threads),
+      std::move(backend)));
 }
 
 std::string WeightFormatName(WeightFormat format) {

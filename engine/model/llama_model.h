@@ -71,6 +71,8 @@ struct ModelOptions {
   // (default): one per core this process may run on (AvailableCores()).
   // Set the CPU limit in a container, where every node core is visible.
   int matmul_threads = 0;
+  // Pin those threads' workers to distinct cores (PanelPool). Default true.
+  bool pin_threads = true;
   // On CUDA, in the CUDA build: RoPE, K/V append and tree attention through
   // kernels/cuda (one launch each per layer for the whole batch) where the
   // shape allows (SupportsTreeAttention). false: LibTorch attention, the

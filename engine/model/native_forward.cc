@@ -30,6 +30,11 @@ absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file,
   return values;
 }
 
+// Attention splits a query's keys every this many (by key index, so a
+// query's result depends on its keys alone): a long context keeps every
+// thread busy even for one row.
+constexpr int32_t kKeyBlock = 256;
+
 // Chunks of `n` items for `pool`: several per thread.
 int64_t ChunkOf(int64_t n, const kernels::PanelPool* pool) {
   const int64_t threads = pool == nullptr ? 1 : pool->threads();
@@ -165,31 +170,55 @@ void NativeForward::Attend(int layer, absl::Span<const SequenceRows> batch,
     }
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(double{1.0} * hd));
+  // Each unit: one KV head's query heads over one block of a row's keys
+  // (the block's K and V are read from memory once for the group).
   const auto attend = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
+    if (scores.size() < kKeyBlock) scores.resize(kKeyBlock);
     for (int64_t u = begin; u < end; ++u) {
-      const int64_t r = u / heads;
-      const int h = static_cast<int>(u % heads), g = h / group;
-      const int s = ws->row_seq[r];
-      KvCache* cache = batch[s].cache;
+      const Workspace::Unit unit = ws->units[u];
+      const int64_t r = unit.row;
+      KvCache* cache = batch[ws->row_seq[r]].cache;
       const int64_t cap = cache->Capacity();
       const int64_t head_offset =
-          ((static_cast<int64_t>(layer) * kv_heads + g) * cap) * hd;
+          ((static_cast<int64_t>(layer) * kv_heads + unit.kv_head) * cap) * hd;
       kernels::AttentionKeys keys;
       keys.k = cache->k().data_ptr<float>() + head_offset;
       keys.v = cache->v().data_ptr<float>() + head_offset;
       keys.prefix = ws->row_prefix[r];
       keys.extra = ws->extra.data() + ws->extra_begin[r];
       keys.n_extra = ws->extra_begin[r + 1] - ws->extra_begin[r];
-      if (static_cast<int32_t>(scores.size()) < keys.size()) {
-        scores.resize(keys.size());
+      const int32_t key_begin = unit.block * kKeyBlock;
+      const int32_t key_end = std::min(keys.size(), key_begin + kKeyBlock);
+      for (int h = unit.kv_head * group; h < (unit.kv_head + 1) * group; ++h) {
+        const int64_t p = (ws->row_block[r] + unit.block) * heads + h;
+        kernels::AttendBlock(
+            isa_, ws->qkv.data() + r * width + h * hd, hd, keys, key_begin,
+            key_end, scale, scores.data(),
+            {&ws->part_out[p * hd], &ws->part_max[p], &ws->part_sum[p]});
       }
-      kernels::AttendHead(isa_, ws->qkv.data() + r * width + h * hd, hd, keys,
-                          scale, scores.data(),
-                          ws->attn.data() + r * qd + h * hd);
     }
   };
-  RunOn(pool, rows * heads, ChunkOf(rows * heads, pool), attend);
+  const int64_t units = static_cast<int64_t>(ws->units.size());
+  RunOn(pool, units, ChunkOf(units, pool), attend);
+  // Merge each query head's blocks in order.
+  const auto combine = [&](int64_t begin, int64_t end) {
+    thread_local std::vector<kernels::AttentionPartial> parts;
+    for (int64_t r = begin; r < end; ++r) {
+      const int32_t blocks = ws->row_block[r + 1] - ws->row_block[r];
+      parts.resize(blocks);
+      for (int h = 0; h < heads; ++h) {
+        for (int32_t b = 0; b < blocks; ++b) {
+          const int64_t p = (ws->row_block[r] + b) * heads + h;
+          parts[b] = {&ws->part_out[p * hd], &ws->part_max[p],
+                      &ws->part_sum[p]};
+        }
+        kernels::CombineBlocks(isa_, parts.data(), blocks, hd,
+                               ws->attn.data() + r * qd + h * hd);
+      }
+    }
+  };
+  RunOn(pool, rows, std::max<int64_t>(8, ChunkOf(rows, pool)), combine);
 }
 
 std::vector<torch::Tensor> NativeForward::Forward(
@@ -237,6 +266,23 @@ std::vector<torch::Tensor> NativeForward::Forward(
     }
   }
   const int64_t rows = static_cast<int64_t>(ws->row_seq.size());
+  ws->row_block.assign(1, 0);
+  ws->units.clear();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t keys =
+        ws->row_prefix[r] + ws->extra_begin[r + 1] - ws->extra_begin[r];
+    const int32_t blocks = (keys + kKeyBlock - 1) / kKeyBlock;
+    for (int g = 0; g < c.head_count_kv; ++g) {
+      for (int32_t b = 0; b < blocks; ++b) {
+        ws->units.push_back({static_cast<int32_t>(r), g, b});
+      }
+    }
+    ws->row_block.push_back(ws->row_block.back() + blocks);
+  }
+  const int64_t partials = int64_t{ws->row_block.back()} * c.head_count;
+  ws->part_out.resize(partials * c.head_dim);
+  ws->part_max.resize(partials);
+  ws->part_sum.resize(partials);
   ws->x.resize(rows * d);
   ws->h.resize(rows * d);
   ws->tmp.resize(rows * d);

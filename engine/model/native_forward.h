@@ -79,6 +79,15 @@ class NativeForward {
     // Per row: its sequence, and the keys it sees beyond the cache prefix.
     std::vector<int32_t> row_seq, row_prefix, extra_begin, extra;
     std::vector<int64_t> seq_first;  // first row of each sequence
+    // Split attention: per row its first key block (row_block[r] ..
+    // row_block[r + 1]); per block and query head an AttentionPartial's
+    // (out, max, sum); the (row, KV head, block) units of work.
+    std::vector<int32_t> row_block;
+    std::vector<float> part_out, part_max, part_sum;
+    struct Unit {
+      int32_t row, kv_head, block;
+    };
+    std::vector<Unit> units;
   };
   NativeForward(const ModelConfig& config, std::vector<double> rope_inv_freq)
       : config_(config),

@@ -24,10 +24,16 @@ void SiluMul(QuantIsa isa, const float* gate, const float* up, int64_t n,
   LOOKAHEAD_DISPATCH(isa, SiluMul(gate, up, n, out));
 }
 
-void AttendHead(QuantIsa isa, const float* q, int head_dim,
-                const AttentionKeys& keys, float scale, float* scores,
-                float* out) {
-  LOOKAHEAD_DISPATCH(isa, AttendHead(q, head_dim, keys, scale, scores, out));
+void AttendBlock(QuantIsa isa, const float* q, int head_dim,
+                 const AttentionKeys& keys, int32_t begin, int32_t end,
+                 float scale, float* scores, AttentionPartial partial) {
+  LOOKAHEAD_DISPATCH(
+      isa, AttendBlock(q, head_dim, keys, begin, end, scale, scores, partial));
+}
+
+void CombineBlocks(QuantIsa isa, const AttentionPartial* blocks, int n,
+                   int head_dim, float* out) {
+  LOOKAHEAD_DISPATCH(isa, CombineBlocks(blocks, n, head_dim, out));
 }
 
 #undef LOOKAHEAD_DISPATCH
@@ -45,6 +51,15 @@ void Rope(float* x, int heads, int head_dim, int rope_dim, bool adjacent_pairs,
       *b = x0 * sin[i] + x1 * cos[i];
     }
   }
+}
+
+void AttendHead(QuantIsa isa, const float* q, int head_dim,
+                const AttentionKeys& keys, float scale, float* scores,
+                float* out) {
+  float max = 0, sum = 0;
+  const AttentionPartial partial{out, &max, &sum};
+  AttendBlock(isa, q, head_dim, keys, 0, keys.size(), scale, scores, partial);
+  CombineBlocks(isa, &partial, 1, head_dim, out);
 }
 
 }  // namespace lookahead::kernels

@@ -52,8 +52,30 @@ struct AttentionKeys {
   int32_t size() const { return prefix + n_extra; }
 };
 
-// One query head: out = sum_j p_j v_j with p = softmax(scale * q . k_j)
-// over the keys in order. scores: scratch of keys.size() floats.
+// Split attention: a query's keys are cut into blocks (by key index; the
+// caller fixes the cuts, e.g. every 256 keys, so a query's result depends
+// on its keys only), each block gives an AttentionPartial, and
+// CombineBlocks merges them in order.
+struct AttentionPartial {
+  float* out = nullptr;  // (head_dim) sum_j exp(s_j - max) v_j
+  float* max = nullptr;  // max_j s_j
+  float* sum = nullptr;  // sum_j exp(s_j - max)
+};
+
+// One query head over keys [begin, end) of `keys` (indices into the
+// sequence above), s_j = scale * q . k_j. scores: scratch of end - begin
+// floats. REQUIRES: 0 <= begin < end <= keys.size(); head_dim >= 1.
+void AttendBlock(QuantIsa isa, const float* q, int head_dim,
+                 const AttentionKeys& keys, int32_t begin, int32_t end,
+                 float scale, float* scores, AttentionPartial partial);
+
+// out = softmax attention from n >= 1 blocks' partials, merged in order.
+// out may be blocks[0].out iff n == 1; else it overlaps no partial.
+void CombineBlocks(QuantIsa isa, const AttentionPartial* blocks, int n,
+                   int head_dim, float* out);
+
+// One query head over all its keys in one block: out = sum_j p_j v_j with
+// p = softmax(scale * q . k_j). scores: scratch of keys.size() floats.
 // REQUIRES: keys.size() >= 1; head_dim >= 1; out does not overlap q.
 void AttendHead(QuantIsa isa, const float* q, int head_dim,
                 const AttentionKeys& keys, float scale, float* scores,

@@ -15,9 +15,15 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   SiluMulImpl(gate, up, n, out);
 }
 
-void AttendHead(const float* q, int head_dim, const AttentionKeys& keys,
-                float scale, float* scores, float* out) {
-  AttendHeadImpl(q, head_dim, keys, scale, scores, out);
+void AttendBlock(const float* q, int head_dim, const AttentionKeys& keys,
+                 int32_t begin, int32_t end, float scale, float* scores,
+                 AttentionPartial partial) {
+  AttendBlockImpl(q, head_dim, keys, begin, end, scale, scores, partial);
+}
+
+void CombineBlocks(const AttentionPartial* blocks, int n, int head_dim,
+                   float* out) {
+  CombineBlocksImpl(blocks, n, head_dim, out);
 }
 
 }  // namespace lookahead::kernels::internal::ops_avx2

@@ -7,14 +7,19 @@
 
 #include "kernels/cpu/decoder_ops.h"
 
-#define LOOKAHEAD_DECODER_OPS_DECLARE(ns)                                  \
-  namespace ns {                                                           \
-  void RmsNorm(const float* x, int64_t m, int64_t d, const float* w,       \
-               float eps, float* y);                                       \
-  void SiluMul(const float* gate, const float* up, int64_t n, float* out); \
-  void AttendHead(const float* q, int head_dim, const AttentionKeys& keys, \
-                  float scale, float* scores, float* out);                 \
+// clang-format off
+#define LOOKAHEAD_DECODER_OPS_DECLARE(ns)                                     \
+  namespace ns {                                                              \
+  void RmsNorm(const float* x, int64_t m, int64_t d, const float* w,          \
+               float eps, float* y);                                          \
+  void SiluMul(const float* gate, const float* up, int64_t n, float* out);    \
+  void AttendBlock(const float* q, int head_dim, const AttentionKeys& keys,   \
+                   int32_t begin, int32_t end, float scale, float* scores,    \
+                   AttentionPartial partial);                                 \
+  void CombineBlocks(const AttentionPartial* blocks, int n, int head_dim,     \
+                     float* out);                                             \
   }
+// clang-format on
 
 namespace lookahead::kernels::internal {
 LOOKAHEAD_DECODER_OPS_DECLARE(ops_scalar)

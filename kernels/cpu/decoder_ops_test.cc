@@ -1,5 +1,6 @@
 #include "kernels/cpu/decoder_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -195,6 +196,40 @@ TEST(DecoderOpsTest, AttendHeadDependsOnTheKeySequenceOnly) {
              all_extra.data());
   EXPECT_TRUE(SameBits(all_prefix, split));
   EXPECT_TRUE(SameBits(all_prefix, all_extra));
+}
+
+// Blocks of keys merged by CombineBlocks give the one-block result (to
+// rounding), and the same bits on every ISA.
+TEST(DecoderOpsTest, BlocksCombineToTheWholeAttention) {
+  const int hd = 64, n = 700, block = 256;
+  const std::vector<float> q = Random(hd, 21);
+  const std::vector<float> k = Random(n * hd, 22, 2.0f);
+  const std::vector<float> v = Random(n * hd, 23);
+  std::vector<int32_t> extra = {690, 695, 699};
+  AttentionKeys keys{k.data(), v.data(), 650, extra.data(), 3};
+  const float scale = 0.125f;
+  std::vector<float> scores(keys.size()), whole(hd);
+  AttendHead(QuantIsa::kScalar, q.data(), hd, keys, scale, scores.data(),
+             whole.data());
+  std::vector<float> reference;
+  for (QuantIsa isa : Isas()) {
+    const int blocks = (keys.size() + block - 1) / block;
+    std::vector<float> outs(blocks * hd), maxes(blocks), sums(blocks);
+    std::vector<AttentionPartial> partials;
+    for (int b = 0; b < blocks; ++b) {
+      partials.push_back({&outs[b * hd], &maxes[b], &sums[b]});
+      AttendBlock(isa, q.data(), hd, keys, b * block,
+                  std::min(keys.size(), (b + 1) * block), scale, scores.data(),
+                  partials.back());
+    }
+    std::vector<float> out(hd);
+    CombineBlocks(isa, partials.data(), blocks, hd, out.data());
+    for (int d = 0; d < hd; ++d) {
+      ASSERT_NEAR(out[d], whole[d], 1e-6f * (1 + std::fabs(whole[d]))) << d;
+    }
+    if (reference.empty()) reference = out;
+    EXPECT_TRUE(SameBits(out, reference)) << "isa " << static_cast<int>(isa);
+  }
 }
 
 }  // namespace

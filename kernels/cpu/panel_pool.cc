@@ -1,6 +1,8 @@
 #include "kernels/cpu/panel_pool.h"
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,9 +22,23 @@ constexpr uint64_t kMaxChunks = 0xffff;
 
 }  // namespace
 
-PanelPool::PanelPool(int threads) {
+PanelPool::PanelPool(int threads, bool pin) {
+  std::vector<int> cores;
+  cpu_set_t allowed;
+  if (pin && sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+    }
+  }
   for (int i = 1; i < threads; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
+    if (!cores.empty()) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cores[i % cores.size()], &one);
+      pthread_setaffinity_np(workers_.back().native_handle(), sizeof(one),
+                             &one);
+    }
   }
 }
 

@@ -25,8 +25,12 @@ namespace lookahead::kernels {
 
 class PanelPool {
  public:
-  // threads >= 1 hands, the caller included (threads - 1 workers).
-  explicit PanelPool(int threads);
+  // threads >= 1 hands, the caller included (threads - 1 workers). With
+  // `pin`, worker i is pinned to the (i mod n)-th of the n cores this
+  // process may run on (counting from the second, the first being left to
+  // the caller), so the OS never stacks two workers on one core or migrates
+  // a warm one; a failed pin is ignored.
+  explicit PanelPool(int threads, bool pin = false);
   ~PanelPool();  // Joins the workers.
   PanelPool(const PanelPool&) = delete;
   PanelPool& operator=(const PanelPool&) = delete;

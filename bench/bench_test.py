@@ -13,6 +13,7 @@ import unittest
 import harness
 import hf_peer
 import report
+import run
 import sweeps
 import workloads
 
@@ -407,6 +408,37 @@ class ReportSectionsTest(unittest.TestCase):
         self.assertAlmostEqual(rag["hf prompt lookup"]["speedup"], 1.0)
         self.assertAlmostEqual(code["hf prompt lookup"]["speedup"], 3.0)
         self.assertEqual(code["ours plain"]["requests"], 1)
+
+
+class RunArgsTest(unittest.TestCase):
+    def test_llamacpp_peer_raises_the_context_limit(self):
+        flags = lambda *argv: run.parse_args(  # noqa: E731
+            ["--peer=llamacpp", *argv]).verifysvc_flag
+        # Depth 4000 + 128 generated, rounded up to 512.
+        self.assertEqual(flags(), ["--max_context_tokens=4608"])
+        self.assertEqual(flags("--llamacpp_depths=6000"),
+                         ["--max_context_tokens=6144"])
+        # Not where the default does, over the user's own value, for
+        # services it does not start, nor without the peer.
+        self.assertEqual(flags("--llamacpp_depths=64",
+                               "--llamacpp_prompt_sizes=128"), [])
+        self.assertEqual(flags("--verifysvc_flag=--max_context_tokens=3000"),
+                         ["--max_context_tokens=3000"])
+        self.assertEqual(flags("--verifysvc=localhost:1"), [])
+        self.assertEqual(run.parse_args(["--peer=hf"]).verifysvc_flag, [])
+
+    def test_llamacpp_prompts_per_workload_with_text(self):
+        def workload(name, ids):
+            return workloads.Workload(name, "", [], [
+                workloads.Prompt(i, {"tokens": [1]} if i.startswith("soup")
+                                 else {"prompt": i}) for i in ids])
+        selected = [workload("rag", ["r1", "r2", "r3"]),
+                    workload("chat", ["c1"]),
+                    workload("adversarial", ["soup1", "e1", "soup2", "e2"])]
+        jobs = run.peer_text_jobs(selected, 2)
+        self.assertEqual([(w, p.id) for w, p in jobs],
+                         [("rag", "r1"), ("chat", "c1"), ("adversarial", "e1"),
+                          ("rag", "r2"), ("adversarial", "e2")])
 
 
 if __name__ == "__main__":

@@ -14,14 +14,26 @@ Per model (Q4_1, F32) it measures:
             tokens after that many in the context (without -d in the
             version: llama-completion on a prompt that long, its eval rate)
   prompt    llama-bench -p 512,2000 -n 0: prompt processing tok/s
+  forward   llama-bench -p 1,2,4,...,64 -n 0 -d 128: ms of one batch of N
+            prompt tokens after 128 in the context (N / tok/s, fastest
+            repetition), beside verifysvc's own start-up measure of one
+            tree-verify forward of N tokens after 128 (its "forward ms by
+            tokens" line): the forward-cost curve
   requests  llama-completion, greedy (--temp 0), and llama-lookup (prompt
             lookup decoding: drafts from n-grams of this request only), on
-            the peer prompts' text: output tokens / (prompt + decode
-            seconds of llama.cpp's own timings, model load left out)
+            the peer prompts' text (--peer_prompts per workload): output
+            tokens / (prompt + decode seconds of llama.cpp's own timings,
+            model load left out), and greedy's decode rate alone (eval runs
+            / eval seconds)
   rss       each process's peak resident set (wait4's ru_maxrss)
 and the same speeds of ours through the running services (tokens= prompts
-of that length, drafts off). Outputs are compared as text with our plain
-decoding's, and llama.cpp's prompt token ids (--verbose-prompt) with ours.
+of that length, drafts off, each repetition's prompt a different rotation
+of the filler text so that the prefix cache never serves it; decode rate
+of a request: (output tokens - 1) / (seconds - TTFT)). run.py raises
+verifysvc's --max_context_tokens to context_tokens_needed, so that ours
+runs at the deepest context too. Outputs are compared as text with our
+plain decoding's, and llama.cpp's prompt token ids (--verbose-prompt) with
+ours.
 """
 
 import collections
@@ -42,6 +54,14 @@ BUILD_SCRIPT = os.path.join(REPO_ROOT, "tools", "llamacpp_build.sh")
 VERSION = "0.3.36"
 MODEL_F32 = "SmolLM2-135M-Instruct.F32.gguf"
 DECODE_TOKENS = 128  # llama-bench -n: tokens generated per decode test.
+# The forward-cost curve: tokens per pass, after FORWARD_DEPTH in the
+# context (verifysvc measures its own at start, MeasureStepCost's context).
+FORWARD_TOKENS = (1, 2, 4, 8, 16, 32, 64)
+FORWARD_DEPTH = 128
+# verifysvc's default --max_context_tokens, which the peer prompts fit; the
+# peer raises it, in steps of CONTEXT_STEP, where a speed test needs more.
+MIN_CONTEXT = 2048
+CONTEXT_STEP = 512
 COMPLETION_NAMES = ("llama-completion", "llama-cli")  # Newest first.
 
 Tools = collections.namedtuple("Tools", "bench completion lookup build_info")
@@ -228,6 +248,16 @@ def completion_result(perf):
     return perf["eval_runs"] + 1, ms / 1e3
 
 
+def completion_decode(perf):
+    """(decode tokens, decode seconds) of a llama-completion run from its
+    parse_perf: its eval runs (one forward pass each) and their time, the
+    rate llama.cpp prints as the eval line's tokens per second (sampling
+    and the prompt left out)."""
+    if None in (perf["eval_runs"], perf["eval_ms"]):
+        raise ValueError("no eval timings in llama.cpp's output")
+    return perf["eval_runs"], perf["eval_ms"] / 1e3
+
+
 def parse_lookup(text):
     """llama-lookup's summary (stderr): prompt tokens and seconds
     (encoded), output tokens and seconds (decoded), draft size, drafted and
@@ -310,18 +340,77 @@ def parse_vm_hwm(status_text):
     return None if kib is None else kib * 1024
 
 
+def context_tokens_needed(depths, prompt_sizes):
+    """The --max_context_tokens verifysvc needs for ours_speed at `depths`
+    and `prompt_sizes`: DECODE_TOKENS after the deepest context, one token
+    after the largest prompt, rounded up to CONTEXT_STEP and never below
+    MIN_CONTEXT (where the peer prompts fit)."""
+    needed = max([d + DECODE_TOKENS for d in depths]
+                 + [n + 1 for n in prompt_sizes] + [MIN_CONTEXT])
+    return -(-needed // CONTEXT_STEP) * CONTEXT_STEP
+
+
+def parse_step_cost(lines):
+    """{tokens: ms} of verifysvc's start line "verifysvc: forward ms by
+    tokens 1:5.7 2:6.6 ... 64:92.1" (one tree-verify forward pass of that
+    many tokens after FORWARD_DEPTH cached ones, its fastest of two) among
+    `lines`; {} without it."""
+    marker = "forward ms by tokens"
+    for line in lines:
+        if marker in line:
+            return {int(n): float(ms) for n, ms in re.findall(
+                r"(\d+):([\d.]+)", line.split(marker, 1)[1])}
+    return {}
+
+
+def ms_per_pass(tokens, tokens_per_second):
+    """Milliseconds of one forward pass over `tokens` tokens processed at
+    `tokens_per_second`."""
+    return tokens / tokens_per_second * 1e3
+
+
+def forward_cost_rows(ours_ms, llama_rows, sizes):
+    """The forward-cost curve, a row per tree size in `sizes`: {"tokens":
+    N, "ms": {engine: ms of one pass}, "relative": {engine: that / its ms
+    at 1 token}}, engines "ours" (`ours_ms`: parse_step_cost's) and each
+    model of `llama_rows` (model -> llama-bench pp rows; the fastest
+    repetition's ms_per_pass, as verifysvc keeps its fastest). An engine
+    without N is left out of that row, and out of "relative" without 1."""
+    costs = {"ours": dict(ours_ms)}
+    for model, rows in llama_rows.items():
+        costs[model] = {
+            r["n_prompt"]: ms_per_pass(r["n_prompt"], max(
+                r.get("samples") or [r["tokens_per_second"]]))
+            for r in rows if r["n_prompt"] and not r["n_gen"]}
+    return [{"tokens": n,
+             "ms": {e: c[n] for e, c in costs.items() if n in c},
+             "relative": {e: c[n] / c[1] for e, c in costs.items()
+                          if n in c and c.get(1)}} for n in sizes]
+
+
 # --- The runs. ------------------------------------------------------------
 
 def bench_model(tools, model, settings, depth_prompt):
-    """llama-bench's decode and prompt rows for `model`, and its peak RSS.
-    Without -d in this llama-bench, decode at depth d is llama-completion
-    on depth_prompt(d), a file of d tokens, with --ignore-eos."""
-    rows, peak = [], 0
+    """llama-bench's decode and prompt rows for `model`, its forward-cost
+    rows (settings.forward_tokens prompt tokens after FORWARD_DEPTH, kept
+    apart from the prompt rows) and its peak RSS. Without -d in this
+    llama-bench, decode at depth d is llama-completion on depth_prompt(d),
+    a file of d tokens, with --ignore-eos, and the forward cost is at depth
+    0."""
+    rows, forward, peak = [], [], 0
     # A safety net only: F32 at depth 4000 on a busy machine is slow.
     timeout = 600.0 * settings.repetitions * (
-        1 + len(settings.depths) + len(settings.prompt_sizes))
+        2 + len(settings.depths) + len(settings.prompt_sizes))
     help_text = subprocess.run([tools.bench, "--help"], capture_output=True,
                                text=True).stdout
+    if settings.forward_tokens:
+        depths = [FORWARD_DEPTH] if bench_supports_depth(help_text) else []
+        run = checked(run_measured(bench_argv(
+            tools, model, settings.threads, settings.repetitions,
+            settings.forward_tokens, [0], depths), timeout),
+            "llama-bench (forward cost)")
+        forward = parse_bench(run.stdout)
+        peak = max(peak, run.peak_rss)
     if settings.prompt_sizes:
         run = checked(run_measured(bench_argv(
             tools, model, settings.threads, settings.repetitions,
@@ -349,7 +438,7 @@ def bench_model(tools, model, settings, depth_prompt):
                          "n_gen": DECODE_TOKENS, "n_depth": depth,
                          "tokens_per_second": sum(samples) / len(samples),
                          "samples": samples, "via": "llama-completion"})
-    return {"rows": rows, "peak_rss": peak}
+    return {"rows": rows, "forward": forward, "peak_rss": peak}
 
 
 def run_request(tools, model, kind, prompt_path, prompt, settings):
@@ -359,11 +448,15 @@ def run_request(tools, model, kind, prompt_path, prompt, settings):
         run = checked(run_measured(completion_argv(
             tools, model, prompt_path, settings.max_new_tokens,
             settings.threads, settings.context), 600.0), "llama-completion")
-        tokens, seconds = completion_result(parse_perf(run.stderr))
+        perf = parse_perf(run.stderr)
+        tokens, seconds = completion_result(perf)
+        decode_tokens, decode_seconds = completion_decode(perf)
         return {"text": completion_text(run.stdout), "output_tokens": tokens,
                 "seconds": seconds, "wall_seconds": run.seconds,
                 "peak_rss": run.peak_rss,
-                "prompt_ids": parse_prompt_ids(run.stderr)}
+                "prompt_ids": parse_prompt_ids(run.stderr),
+                "decode_tokens": decode_tokens,
+                "decode_seconds": decode_seconds}
     run = checked(run_measured(lookup_argv(
         tools, model, prompt_path, settings.max_new_tokens, settings.threads,
         settings.context), 600.0), "llama-lookup")
@@ -379,21 +472,39 @@ def run_request(tools, model, kind, prompt_path, prompt, settings):
             "accepted": summary["accepted"]}
 
 
+def ours_decode(ids, seconds, ttft):
+    """(decode tokens, decode seconds) of one request of ours: every output
+    token after the first is one forward pass of the decode phase, which
+    runs from the first token (TTFT) to the last."""
+    return max(0, len(ids) - 1), seconds - ttft
+
+
 def request_records(job, runs, detokenize):
     """results.json records of one prompt: ours (job["ours"]: engine ->
-    (seconds, ids)) and llama.cpp's (`runs`: engine -> run_request dict),
-    each compared as text with our plain output (its stop token left out);
-    lookup runs also with the same model's greedy text, as a prefix."""
+    (seconds, ids); job["usage"], if there: engine -> ttft_seconds and
+    cached_prompt_tokens) and llama.cpp's (`runs`: engine -> run_request
+    dict), each compared as text with our plain output (its stop token left
+    out); lookup runs also with the same model's greedy text, as a prefix.
+    decode_tokens / decode_seconds, where known (ours with usage, llama.cpp
+    greedy), is the decode rate without the prompt's time."""
     plain_ids = job["ours"]["ours plain"][1]
     if plain_ids and len(plain_ids) < job["max_new_tokens"]:
         plain_ids = plain_ids[:-1]  # The token it stopped on.
     reference = detokenize(plain_ids)
     records = []
     for engine, (seconds, ids) in job["ours"].items():
-        records.append({"workload": job["workload"], "prompt": job["id"],
-                        "engine": engine, "output_tokens": len(ids),
-                        "seconds": seconds, "identical": ids[:len(plain_ids)]
-                        == plain_ids, "diverged_at": None})
+        record = {"workload": job["workload"], "prompt": job["id"],
+                  "engine": engine, "output_tokens": len(ids),
+                  "seconds": seconds, "identical": ids[:len(plain_ids)]
+                  == plain_ids, "diverged_at": None}
+        usage = job.get("usage", {}).get(engine)
+        if usage is not None:
+            tokens, decode = ours_decode(ids, seconds, usage["ttft_seconds"])
+            record.update(decode_tokens=tokens, decode_seconds=decode,
+                          ttft_seconds=usage["ttft_seconds"],
+                          prompt_tokens=len(job["ids"]),
+                          cached_prompt_tokens=usage["cached_prompt_tokens"])
+        records.append(record)
     for engine, run in runs.items():
         lookup = "lookup" in engine
         identical, at = compare_text(reference, run["text"], prefix=lookup)
@@ -406,6 +517,9 @@ def request_records(job, runs, detokenize):
                       plain_ids, detokenize, run["text"] or "")}
         if "prompt_ids" in run:
             record["prompt_identical"] = run["prompt_ids"] == job["ids"]
+        if run.get("decode_tokens") is not None:
+            record.update(decode_tokens=run["decode_tokens"],
+                          decode_seconds=run["decode_seconds"])
         if lookup:
             greedy = runs.get(engine.replace("lookup", "greedy"))
             record.update(n_draft=run["n_draft"], drafted=run["drafted"],
@@ -423,15 +537,27 @@ def filler(ids, length):
     return (ids * (length // len(ids) + 1))[:length]
 
 
+def rotated_filler(ids, length, offset):
+    """filler() of `ids` rotated left by `offset`: for offsets smaller than
+    the first text in `ids`, a prompt that begins like no other, so that
+    verifysvc's prefix cache has none of it."""
+    offset %= len(ids) if ids else 1
+    return filler(ids[offset:] + ids[:offset], length)
+
+
 def ours_speed(connection, filler_ids, settings):
     """Ours at llama-bench's points, drafts off, through the services:
     decode tok/s generating DECODE_TOKENS after `depth` prompt tokens
     ((output tokens - 1) / (seconds - TTFT): the first token is the
     prefill's) and prompt tok/s (prompt tokens / TTFT, one new token).
+    Every repetition of every point gets its own rotation of the filler
+    (rotated_filler), so no prompt is served from the prefix cache
+    (cached_prompt_tokens, the most of any repetition, says if one was).
     Rows as parse_bench's; a point past the server's context limit
     (settings.context_limit, --max_context_tokens) is skipped."""
     import harness  # Here: the pure parts above load without grpc.
     import workloads
+    offsets = iter(range(1, 10 ** 6))  # 0 is the first peer prompt's start.
 
     def rate(kind, n_prompt, n_gen, depth):
         row = {"test": f"{kind}{n_gen or n_prompt}", "n_prompt": n_prompt,
@@ -439,20 +565,21 @@ def ours_speed(connection, filler_ids, settings):
         if depth + n_prompt + n_gen > settings.context_limit:
             return dict(row, skipped=f"over --max_context_tokens "
                                      f"({settings.context_limit})")
-        prompt = workloads.Prompt(row["test"], {"tokens": filler(
-            filler_ids, depth + n_prompt)})
-        samples = []
+        samples, cached = [], 0
         for _ in range(settings.repetitions):
+            prompt = workloads.Prompt(row["test"], {"tokens": rotated_filler(
+                filler_ids, depth + n_prompt, next(offsets))})
             usage, _, _ = harness.measure(connection, prompt, "off", "",
                                           max(1, n_gen), settings.timeout)
             ttft = usage.time_to_first_token_seconds
+            cached = max(cached, getattr(usage, "cached_prompt_tokens", 0))
             if n_gen:
                 samples.append((usage.output_tokens - 1)
                                / max(1e-9, usage.total_seconds - ttft))
             else:
                 samples.append(usage.prompt_tokens / max(1e-9, ttft))
         return dict(row, tokens_per_second=sum(samples) / len(samples),
-                    samples=samples)
+                    samples=samples, cached_prompt_tokens=cached)
 
     return ([rate("pp", n, 0, 0) for n in settings.prompt_sizes]
             + [rate("tg", 0, DECODE_TOKENS, d) for d in settings.depths])
@@ -460,10 +587,12 @@ def ours_speed(connection, filler_ids, settings):
 
 def run(connection, tools, models, jobs, filler_ids, settings):
     """The whole peer: ours_speed, bench_model per model (name -> GGUF),
-    then every job (run.py's: id, workload, ids, text, max_new_tokens, and
-    ours: engine -> (seconds, ids)) through llama-completion and
-    llama-lookup on every model. results.json's "llamacpp" section, less
-    what run.py adds."""
+    the forward-cost curve (forward_cost_rows of settings.ours_forward_ms,
+    verifysvc's, and llama-bench's), then every job (run.py's: id,
+    workload, ids, text, max_new_tokens, ours: engine -> (seconds, ids),
+    usage: engine -> ttft_seconds, cached_prompt_tokens) through
+    llama-completion and llama-lookup on every model. results.json's
+    "llamacpp" section, less what run.py adds."""
     detokenize = connection.client.detokenize
     print(f"  llamacpp: ours at {settings.prompt_sizes} prompt and "
           f"{settings.depths} context tokens", flush=True)
@@ -477,6 +606,14 @@ def run(connection, tools, models, jobs, filler_ids, settings):
             print(f"  llamacpp: llama-bench {name}", flush=True)
             section["bench"][name] = bench_model(tools, model, settings,
                                                  depth_prompt)
+        section["forward_cost"] = forward_cost_rows(
+            settings.ours_forward_ms, {name: bench["forward"] for name, bench
+                                       in section["bench"].items()},
+            settings.forward_tokens)
+        # Context tokens before each engine's passes (0: no -d here).
+        section["forward_depth"] = {"ours": FORWARD_DEPTH, **{
+            name: bench["forward"][0]["n_depth"] if bench["forward"] else None
+            for name, bench in section["bench"].items()}}
         kinds = ["greedy"] + (["lookup"] if tools.lookup else [])
         engines = [(name, kind) for name in models for kind in kinds]
         for i, job in enumerate(jobs):

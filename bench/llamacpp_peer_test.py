@@ -89,6 +89,21 @@ there'
 """
 
 
+# verifysvc's start lines, as bench/run.py keeps them (results.json's
+# "verifysvc_log").
+VERIFYSVC_LOG = [
+    "verifysvc: model /m.gguf (llama, 30 layers), weights native, in 0.9 s",
+    "verifysvc: forward ms by tokens 1:21.2 2:20.6 3:20.0 4:21.1 8:24.3 "
+    "16:34.5 32:59.7 64:112.5"]
+
+# llama-bench -p 1,2,64 -n 0 -d 128 -o jsonl (fields trimmed).
+FORWARD_JSONL = """\
+{"n_prompt": 1, "n_gen": 0, "n_depth": 128, "avg_ts": 200.0, "samples_ts": [180.0, 220.0]}
+{"n_prompt": 2, "n_gen": 0, "n_depth": 128, "avg_ts": 400.0}
+{"n_prompt": 64, "n_gen": 0, "n_depth": 128, "avg_ts": 700.0, "samples_ts": [600.0, 800.0]}
+"""
+
+
 class ParseTest(unittest.TestCase):
     def test_bench_json_after_log_lines(self):
         rows = llamacpp_peer.parse_bench(BENCH_JSON)
@@ -118,6 +133,52 @@ class ParseTest(unittest.TestCase):
         self.assertAlmostEqual(seconds, 1.3825)
         with self.assertRaisesRegex(ValueError, "no timings"):
             llamacpp_peer.completion_result(llamacpp_peer.parse_perf(""))
+
+    def test_completion_decode_is_the_eval_line(self):
+        tokens, seconds = llamacpp_peer.completion_decode(
+            llamacpp_peer.parse_perf(PERF))
+        self.assertEqual((tokens, seconds), (127, 1.27))
+        # The rate llama.cpp prints on that line.
+        self.assertAlmostEqual(tokens / seconds, 100.0)
+        with self.assertRaisesRegex(ValueError, "no eval timings"):
+            llamacpp_peer.completion_decode(llamacpp_peer.parse_perf(
+                PERF.replace("        eval time", "        xxxx time")))
+
+    def test_step_cost_line(self):
+        cost = llamacpp_peer.parse_step_cost(VERIFYSVC_LOG)
+        self.assertEqual(sorted(cost), [1, 2, 3, 4, 8, 16, 32, 64])
+        self.assertEqual((cost[1], cost[3], cost[64]), (21.2, 20.0, 112.5))
+        self.assertEqual(llamacpp_peer.parse_step_cost(VERIFYSVC_LOG[:1]), {})
+        self.assertEqual(llamacpp_peer.parse_step_cost([]), {})
+
+    def test_ms_per_pass(self):
+        self.assertAlmostEqual(llamacpp_peer.ms_per_pass(1, 250.0), 4.0)
+        self.assertAlmostEqual(llamacpp_peer.ms_per_pass(64, 800.0), 80.0)
+
+    def test_forward_cost_rows_side_by_side(self):
+        llama = llamacpp_peer.parse_bench(FORWARD_JSONL)
+        self.assertEqual([(r["test"], r["n_depth"]) for r in llama],
+                         [("pp1", 128), ("pp2", 128), ("pp64", 128)])
+        rows = llamacpp_peer.forward_cost_rows(
+            llamacpp_peer.parse_step_cost(VERIFYSVC_LOG),
+            {"Q4_1": llama, "F32": llama[1:]}, [1, 2, 64, 128])
+        self.assertEqual([r["tokens"] for r in rows], [1, 2, 64, 128])
+        one, two, wide, none = rows
+        # The fastest repetition: 1 / 220 tok/s, 64 / 800 tok/s; without
+        # samples the mean: 2 / 400 tok/s.
+        self.assertAlmostEqual(one["ms"]["Q4_1"], 1e3 / 220)
+        self.assertAlmostEqual(two["ms"]["Q4_1"], 5.0)
+        self.assertAlmostEqual(wide["ms"]["Q4_1"], 80.0)
+        self.assertEqual((one["ms"]["ours"], wide["ms"]["ours"]),
+                         (21.2, 112.5))
+        self.assertAlmostEqual(wide["relative"]["ours"], 112.5 / 21.2)
+        self.assertAlmostEqual(wide["relative"]["Q4_1"], 80.0 * 220 / 1e3)
+        self.assertAlmostEqual(one["relative"]["ours"], 1.0)
+        # F32 has no 1-token pass: its ms, no ratio; no engine has 128.
+        self.assertAlmostEqual(two["ms"]["F32"], 5.0)
+        self.assertNotIn("F32", two["relative"])
+        self.assertNotIn("F32", one["ms"])
+        self.assertEqual(none, {"tokens": 128, "ms": {}, "relative": {}})
 
     def test_lookup_summary(self):
         summary = llamacpp_peer.parse_lookup(LOOKUP)
@@ -176,6 +237,74 @@ class CommandLineTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             llamacpp_peer.filler([], 3)
 
+    def test_rotated_fillers_begin_differently(self):
+        self.assertEqual(llamacpp_peer.rotated_filler([1, 2, 3], 5, 1),
+                         [2, 3, 1, 2, 3])
+        self.assertEqual(llamacpp_peer.rotated_filler([1, 2, 3], 2, 4), [2, 3])
+        ids = list(range(100, 140))
+        starts = {tuple(llamacpp_peer.rotated_filler(ids, 64, k)[:32])
+                  for k in range(1, 26)}
+        self.assertEqual(len(starts), 25)
+
+    def test_context_for_the_deepest_test(self):
+        # 4000 + 128 generated, rounded up to 512.
+        self.assertEqual(llamacpp_peer.context_tokens_needed(
+            [64, 1000, 4000], [512, 2000]), 4608)
+        self.assertEqual(llamacpp_peer.context_tokens_needed([], [4095]), 4096)
+        self.assertEqual(llamacpp_peer.context_tokens_needed([], [4096]), 4608)
+        # Never below verifysvc's default, where the peer prompts fit.
+        self.assertEqual(llamacpp_peer.context_tokens_needed([64], [128]),
+                         2048)
+
+
+class TokensConnection:
+    """Answers Generate on tokens= prompts: n_gen output tokens, TTFT 0.5
+    s, 0.01 s a token after it; 32 cached prompt tokens when the prompt
+    begins like an earlier one (a prefix cache of 32-token blocks)."""
+
+    def __init__(self):
+        self.prompts = []
+
+    def generate(self, request_kwargs, *, branch_length=0, timeout=None,
+                 **kwargs):
+        tokens = request_kwargs["tokens"]
+        cached = 32 if any(p[:32] == tokens[:32] for p in self.prompts) else 0
+        self.prompts.append(tokens)
+        n = kwargs["max_new_tokens"]
+        usage = types.SimpleNamespace(
+            prompt_tokens=len(tokens), output_tokens=n,
+            time_to_first_token_seconds=0.5, total_seconds=0.5 + 0.01 * (n - 1),
+            cached_prompt_tokens=cached)
+        yield types.SimpleNamespace(token_ids=[7] * n,
+                                    HasField=lambda name: False)
+        yield types.SimpleNamespace(token_ids=[],
+                                    HasField=lambda name: True, usage=usage)
+
+
+class OursSpeedTest(unittest.TestCase):
+    def test_points_repetitions_and_no_prefix_cache(self):
+        fake = TokensConnection()
+        settings = types.SimpleNamespace(
+            repetitions=2, prompt_sizes=[100], depths=[64, 4000],
+            context_limit=2048, timeout=5)
+        rows = llamacpp_peer.ours_speed(fake, list(range(1000, 1300)),
+                                        settings)
+        self.assertEqual([r["test"] for r in rows],
+                         ["pp100", "tg128", "tg128"])
+        pp, tg, deep = rows
+        self.assertEqual(pp["samples"], [200.0, 200.0])  # 100 tokens / 0.5 s
+        self.assertAlmostEqual(tg["tokens_per_second"], 100.0)
+        self.assertEqual(tg["n_depth"], 64)
+        self.assertEqual((pp["cached_prompt_tokens"],
+                          tg["cached_prompt_tokens"]), (0, 0))
+        self.assertIn("2048", deep["skipped"])
+        # Four prompts, none beginning like another, nor like the filler
+        # itself (the first peer prompt).
+        self.assertEqual(len(fake.prompts), 4)
+        starts = {tuple(p[:32]) for p in fake.prompts}
+        self.assertEqual(len(starts), 4)
+        self.assertNotIn(tuple(range(1000, 1032)), starts)
+
 
 class CompareTest(unittest.TestCase):
     def test_compare_text(self):
@@ -203,17 +332,24 @@ def run_dict(text, tokens=10, seconds=1.0, **extra):
                  "wall_seconds": seconds + 0.5, "peak_rss": 2 ** 20}, **extra)
 
 
-def records(workload="chat"):
+def records(workload="chat", ttft=0.5, q4_decode=0.5):
     pieces = {1: "Hi", 2: " there", 3: "!", 9: "<eos>"}
     job = {"id": "q", "workload": workload, "ids": [5, 6], "max_new_tokens": 8,
            "ours": {"ours plain": (2.0, [1, 2, 3, 9]),
-                    "ours trie-hierarchical (cold)": (1.0, [1, 2, 3, 9])}}
+                    "ours trie-hierarchical (cold)": (1.0, [1, 2, 3, 9])},
+           "usage": {"ours plain": {"ttft_seconds": ttft,
+                                    "cached_prompt_tokens": 0},
+                     "ours trie-hierarchical (cold)": {
+                         "ttft_seconds": 0.25, "cached_prompt_tokens": 1}}}
     lookup = dict(n_draft=3, drafted=8, accepted=6)
     runs = {
-        "llama.cpp Q4_1 greedy": run_dict("Hi there?", prompt_ids=[5, 6]),
+        "llama.cpp Q4_1 greedy": run_dict("Hi there?", prompt_ids=[5, 6],
+                                          decode_tokens=9,
+                                          decode_seconds=q4_decode),
         "llama.cpp Q4_1 lookup": run_dict("Hi there?<|im_end|>", 11, 0.5,
                                           **lookup),
-        "llama.cpp F32 greedy": run_dict("Hi there!", 10, 4.0, prompt_ids=[5]),
+        "llama.cpp F32 greedy": run_dict("Hi there!", 10, 4.0, prompt_ids=[5],
+                                         decode_tokens=9, decode_seconds=3.0),
         "llama.cpp F32 lookup": run_dict("Hi there!", 10, 2.0, **lookup),
     }
     return llamacpp_peer.request_records(
@@ -235,6 +371,19 @@ class RecordsTest(unittest.TestCase):
         self.assertFalse(by_engine["llama.cpp Q4_1 lookup"]["identical"])
         self.assertTrue(by_engine["llama.cpp F32 lookup"]["identical"])
 
+    def test_decode_phase_without_the_prompt(self):
+        by_engine = {r["engine"]: r for r in records()}
+        plain = by_engine["ours plain"]
+        # 4 output tokens, 3 after the first; 2.0 s - 0.5 s TTFT.
+        self.assertEqual((plain["decode_tokens"], plain["decode_seconds"]),
+                         (3, 1.5))
+        trie = by_engine["ours trie-hierarchical (cold)"]
+        self.assertEqual((trie["decode_seconds"], trie["prompt_tokens"],
+                          trie["cached_prompt_tokens"]), (0.75, 2, 1))
+        self.assertEqual(by_engine["llama.cpp F32 greedy"]["decode_tokens"], 9)
+        self.assertNotIn("decode_tokens", by_engine["llama.cpp F32 lookup"])
+        self.assertEqual(llamacpp_peer.ours_decode([7], 1.0, 1.0), (0, 0.0))
+
 
 def section():
     tg = lambda depth, ts, **extra: dict(  # noqa: E731
@@ -254,7 +403,12 @@ def section():
         "ours_bench": [pp(512, 400.0), tg(64, 30.0),
                        tg(4000, 0, skipped="over --max_context_tokens (2048)")],
         "bench": {"Q4_1": bench, "F32": dict(bench, rows=[tg(64, 40.0)])},
-        "records": records() + records("rag")}
+        "forward_cost": llamacpp_peer.forward_cost_rows(
+            {1: 20.0, 2: 21.0, 64: 110.0},
+            {"Q4_1": llamacpp_peer.parse_bench(FORWARD_JSONL), "F32": []},
+            [1, 2, 64]),
+        "forward_depth": {"ours": 128, "Q4_1": 128, "F32": None},
+        "records": records() + records("rag", ttft=1.25, q4_decode=0.25)}
 
 
 class ReportTest(unittest.TestCase):
@@ -284,12 +438,47 @@ class ReportTest(unittest.TestCase):
         self.assertAlmostEqual(
             stats["llama.cpp Q4_1 lookup"]["tokens_per_second"], 22.0)
 
+    def test_plain_decode_rows_by_workload(self):
+        rows = {r[0]: r[1:] for r in report.llamacpp_decode_rows(section())}
+        self.assertEqual(list(rows), ["chat", "rag", "all"])
+        # chat: ours 3 tokens / 1.5 s, Q4_1 9 / 0.5 s, F32 9 / 3.0 s.
+        self.assertEqual(rows["chat"][0], 1)
+        self.assertEqual(rows["chat"][1:4], (2.0, 18.0, 3.0))
+        self.assertAlmostEqual(rows["chat"][4], 2.0 / 18.0)
+        # rag: ours 3 / 0.75 s, Q4_1 9 / 0.25 s.
+        self.assertEqual(rows["rag"][1:3], (4.0, 36.0))
+        # all: summed tokens over summed seconds, not a mean of rates.
+        self.assertEqual(rows["all"][0], 2)
+        self.assertAlmostEqual(rows["all"][1], 6 / 2.25)
+        self.assertAlmostEqual(rows["all"][2], 18 / 0.75)
+
+    def test_forward_cost_table(self):
+        text = "\n".join(report.llamacpp_forward_lines(section()))
+        for expected in (
+                "| tokens | ours ms | x1 | llama.cpp Q4_1 ms | x1 | "
+                "llama.cpp F32 ms | x1 |",
+                "| 1 | 20.0 | 1.00 | 4.5 | 1.00 | n/a | n/a |",
+                "| 2 | 21.0 | 1.05 | 5.0 | 1.10 | n/a | n/a |",
+                "| 64 | 110.0 | 5.50 | 80.0 | 17.60 | n/a | n/a |",
+                "after 128 cached tokens"):
+            self.assertIn(expected, text)
+        self.assertNotIn("no -d", text)
+        no_depth = dict(section(), forward_depth={"ours": 128, "Q4_1": 0})
+        self.assertIn("llama.cpp Q4_1 after 0: this llama-bench has no -d",
+                      "\n".join(report.llamacpp_forward_lines(no_depth)))
+        self.assertEqual(report.llamacpp_forward_lines(
+            dict(section(), forward_cost=[])), [])
+
     def test_section_renders(self):
         text = "\n".join(report.llamacpp_lines(section()))
         for expected in ("## Peer: llama.cpp",
                          "| measure | ours | llama.cpp Q4_1 | llama.cpp F32 |",
                          "| decode tok/s, context 4000 | n/a | 60.0 ± 1.4 | n/a |",
                          "| chat | 1 | 2.0 | 4.0 | 10.0 | 22.0 | 2.5 | 5.0 |",
+                         "| chat | 1 | 2.0 | 18.0 | 3.0 | 0.11x |",
+                         "| all | 2 | 2.7 | 24.0 | 3.0 | 0.11x |",
+                         "| 64 | 110.0 | 5.50 | 80.0 | 17.60 | n/a | n/a |",
+                         "and 50% of its prompt tokens came from the prefix",
                          "Requests: the 2 peer prompts",
                          "n-grams of the request only, its default n_draft 3)",
                          "llama-lookup draft acceptance: Q4_1 75%, F32 75%."):
@@ -300,6 +489,11 @@ class ReportTest(unittest.TestCase):
                    "args": {"max_new_tokens": 8}, "sources": {},
                    "llamacpp": section()}
         self.assertIn("## Peer: llama.cpp", report.markdown(results, {}, []))
+        self.assertNotIn("yet up to", text)
+        hit = section()
+        hit["ours_bench"][0]["cached_prompt_tokens"] = 64
+        self.assertIn("serves none of it, yet up to 64 tokens came from it",
+                      "\n".join(report.llamacpp_lines(hit)))
 
 
 if __name__ == "__main__":

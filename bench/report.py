@@ -49,7 +49,21 @@ Other sections, when results.json has them (run.py --concurrency,
                server-side; theirs llama.cpp's prompt + decode timings, load
                left out), greedy vs prompt lookup (llama-lookup) and ours
                plain vs trie-hierarchical (cold), outputs compared as text
-               with our plain decoding
+               with our plain decoding. Then:
+               forward cost  ms of one forward pass of N tokens after 128
+                             in the context, and that / the 1-token pass:
+                             ours = verifysvc's start-up measure of one
+                             tree-verify pass (every node's logits; its
+                             "forward ms by tokens" line, fastest of 2),
+                             llama.cpp = N / tok/s of llama-bench pp N at
+                             depth 128 (one batch, the last token's logits;
+                             fastest repetition)
+               plain decode  per workload, tok/s of the decode phase only:
+                             decode tokens / decode seconds summed over the
+                             prompts; ours plain (output tokens - 1) /
+                             (seconds - TTFT), llama.cpp greedy eval runs /
+                             eval seconds (llama-completion's "eval time"),
+                             and ours / Q4_1
 """
 
 import json
@@ -498,8 +512,10 @@ def _rate(row):
 def llamacpp_request_stats(section, workload=None):
     """{engine: stats} over the llama.cpp section's request records (of one
     workload, or all): requests, tokens, tok/s (summed tokens / summed
-    seconds), outputs identical to our plain decoding, prompts tokenized
-    as ours, lookup's acceptance and outputs equal to its own greedy's."""
+    seconds), decode tok/s (summed decode_tokens / summed decode_seconds
+    of the records that have them; None without), outputs identical to
+    our plain decoding, prompts tokenized as ours, lookup's acceptance and
+    outputs equal to its own greedy's."""
     by_engine = defaultdict(list)
     for r in section["records"]:
         if workload is None or r["workload"] == workload:
@@ -509,9 +525,14 @@ def llamacpp_request_stats(section, workload=None):
         tokens = sum(r["output_tokens"] for r in rs)
         seconds = sum(r["seconds"] for r in rs)
         drafted = sum(r.get("drafted") or 0 for r in rs)
+        decoded = [r for r in rs if r.get("decode_seconds") is not None]
+        decode_seconds = sum(r["decode_seconds"] for r in decoded)
         stats[engine] = {
             "requests": len(rs), "tokens": tokens,
             "tokens_per_second": tokens / seconds if seconds else 0.0,
+            "decode_tokens_per_second": (
+                sum(r["decode_tokens"] for r in decoded) / decode_seconds
+                if decode_seconds > 0 else None),
             "identical": sum(r["identical"] for r in rs),
             "prompt_identical": sum(r.get("prompt_identical", False) for r in rs),
             "same_as_greedy": sum(r.get("same_as_greedy", False) for r in rs),
@@ -581,10 +602,90 @@ def llamacpp_comparison_rows(section):
     return rows
 
 
+def llamacpp_decode_rows(section):
+    """[(workload, prompts, ours plain, llama.cpp Q4_1 greedy, llama.cpp
+    F32 greedy, ours / Q4_1)] of plain decoding's decode-phase tok/s, a row
+    per workload and one over "all"; None where an engine has none."""
+    rows = []
+    for w in list(dict.fromkeys(r["workload"] for r in section["records"])) \
+            + [None]:
+        st = llamacpp_request_stats(section, w)
+        rate = lambda engine: st.get(engine, {}).get(  # noqa: E731
+            "decode_tokens_per_second")
+        ours, q4 = rate("ours plain"), rate("llama.cpp Q4_1 greedy")
+        rows.append((w or "all", st.get("ours plain", {}).get("requests", 0),
+                     ours, q4, rate("llama.cpp F32 greedy"),
+                     ours / q4 if ours and q4 else None))
+    return rows
+
+
+def llamacpp_forward_lines(section):
+    """The forward-cost curve's table (ms per pass and relative to 1 token,
+    ours and each model), or [] without it."""
+    rows = section.get("forward_cost") or []
+    if not any(row["ms"] for row in rows):
+        return []
+    engines = ["ours"] + [m for m in LLAMACPP_MODELS
+                          if m in section.get("bench", {})]
+    depth = section.get("forward_depth", {})
+    context = depth.get("ours", 128)
+    other = ", ".join(f"llama.cpp {e} after {depth[e]}" for e in engines[1:]
+                      if depth.get(e) is not None and depth[e] != context)
+    lines = [
+        "Forward cost by tokens per pass (the critical decoding length: a "
+        "step verifies that many tree tokens in one pass). Ours: one "
+        f"tree-verify forward pass of N tokens after {context} cached "
+        "tokens, every node's logits, measured by verifysvc at start (its "
+        "`forward ms by tokens` line: fastest of 2 after a warm-up, before "
+        "any request). llama.cpp: one batch of N prompt tokens after "
+        f"{context} in the context (llama-bench pp N -d {context}; only the "
+        "last token's logits), ms = N / tok/s of the fastest repetition"
+        + (f" ({other}: this llama-bench has no -d)" if other else "")
+        + ". x1 = ms / the same engine's 1-token pass: what a wider tree "
+        "costs.", "",
+        "| tokens | " + " | ".join(
+            f"{'ours' if e == 'ours' else 'llama.cpp ' + e} ms | x1"
+            for e in engines) + " |",
+        "|---:|" + "---:|---:|" * len(engines)]
+    for row in rows:
+        cells = []
+        for e in engines:
+            ms, rel = row["ms"].get(e), row["relative"].get(e)
+            cells += ["n/a" if ms is None else f"{ms:.1f}",
+                      "n/a" if rel is None else f"{rel:.2f}"]
+        lines.append(f"| {row['tokens']} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def llamacpp_decode_lines(section):
+    """The plain decode table by workload, or [] without decode rates."""
+    rows = llamacpp_decode_rows(section)
+    if not any(ours or q4 or f32 for _, _, ours, q4, f32, _ in rows):
+        return []
+    fmt = lambda x: "n/a" if x is None else f"{x:.1f}"  # noqa: E731
+    lines = [
+        "Plain decode by workload: tok/s of decoding, prompt time excluded "
+        "(decode tokens / decode seconds, summed over the prompts). Ours: "
+        "plain (drafts off), (output tokens - 1) / (request seconds - "
+        "TTFT), server-side; llama.cpp: greedy llama-completion, eval runs "
+        "/ eval seconds of its own timings (sampling excluded). ours / "
+        "Q4_1 >= 1.00 is issue 14's target.", "",
+        "| workload | prompts | ours plain | llama.cpp Q4_1 greedy | "
+        "llama.cpp F32 greedy | ours / Q4_1 |",
+        "|---|---:|---:|---:|---:|---:|"]
+    for w, prompts, ours, q4, f32, ratio in rows:
+        lines.append(f"| {w} | {prompts} | {fmt(ours)} | {fmt(q4)} | "
+                     f"{fmt(f32)} | "
+                     + ("n/a" if ratio is None else f"{ratio:.2f}x") + " |")
+    return lines + [""]
+
+
 def llamacpp_lines(section):
     models = [m for m in LLAMACPP_MODELS if m in section["bench"]]
     drafts = sorted({r["n_draft"] for r in section["records"]
                      if r.get("n_draft") is not None})
+    cached = max((r.get("cached_prompt_tokens") or 0
+                  for r in section["ours_bench"]), default=0)
     lines = [
         "## Peer: llama.cpp", "",
         f"{section['version']}; `-t {section['threads']}`; the same GGUF "
@@ -595,11 +696,17 @@ def llamacpp_lines(section):
         f"{section['decode_tokens']} tokens after that many context tokens "
         "(llama-bench -d; ours: a tokens= prompt of real text that long, "
         "drafts off, (output tokens - 1) / (seconds - TTFT)), prompt = "
-        "llama-bench pp (ours: prompt tokens / TTFT); n/a = past verifysvc's "
+        "llama-bench pp (ours: prompt tokens / TTFT; each repetition's "
+        "prompt a different rotation of the text, so that the prefix cache "
+        "serves none of it"
+        + (f", yet up to {cached} tokens came from it" if cached else "")
+        + "); n/a = past verifysvc's "
         f"--max_context_tokens ({section['context_limit']}). Requests: the "
         f"{len({(r['workload'], r['prompt']) for r in section['records']})} "
-        "peer prompts "
-        "with text (token soup has none), their text from our Detokenize "
+        "peer prompts ("
+        + (f"{section['peer_prompts']} per workload, " if "peer_prompts"
+           in section else "")
+        + "with text: token soup has none), their text from our Detokenize "
         f"RPC, max_new_tokens {section['max_new_tokens']}, greedy; tok/s = "
         "output tokens / request seconds (ours server-side, llama.cpp's "
         "prompt + decode timings, model load left out); prompt lookup = "
@@ -618,7 +725,17 @@ def llamacpp_lines(section):
                ("ours trie-hierarchical (cold)", "ours trie (cold)")] + [
         (f"llama.cpp {m} {k}", f"{m} {k}") for m in models
         for k in ("greedy", "lookup")]
-    lines += ["", "Request tok/s by workload (few prompts each):", "",
+    lines += [""] + llamacpp_forward_lines(section)
+    lines += llamacpp_decode_lines(section)
+    trie = [r for r in section["records"]
+            if r["engine"] == "ours trie-hierarchical (cold)"
+            and r.get("prompt_tokens")]
+    reused = (sum(r["cached_prompt_tokens"] for r in trie)
+              / sum(r["prompt_tokens"] for r in trie)) if trie else 0.0
+    lines += ["Request tok/s by workload (whole requests, prompt included"
+              + (f"; ours trie (cold) runs right after ours plain on the "
+                 f"same prompt, and {reused:.0%} of its prompt tokens came "
+                 "from the prefix cache" if reused else "") + "):", "",
               "| workload | prompts | " + " | ".join(t for _, t in engines)
               + " |", "|---|---:|" + "---:|" * len(engines)]
     for w in dict.fromkeys(r["workload"] for r in section["records"]):

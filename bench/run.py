@@ -24,9 +24,12 @@ More, each behind its flags and with its own section in report.md:
                              greedy and prompt lookup decoding (hf_peer.py;
                              sets up its own venv; never in CI)
     --peer=llamacpp          llama.cpp on the same GGUF, Q4_1 and F32:
-                             llama-bench decode and prompt speeds, greedy and
-                             prompt lookup requests (llamacpp_peer.py; builds
-                             llama.cpp on first use; never in CI);
+                             llama-bench decode and prompt speeds, the
+                             forward-cost curve, greedy and prompt lookup
+                             requests on --peer_prompts prompts per workload
+                             (llamacpp_peer.py; builds llama.cpp on first
+                             use; raises verifysvc's --max_context_tokens
+                             for the deepest context; never in CI);
                              --peer=hf,llamacpp runs both
     --all                    --concurrency=1,4,8,16 --ablations=all
     --no_main                skip the three-mode table (e.g. peer only)
@@ -140,8 +143,9 @@ def parse_args(argv):
                        help="comma-separated peers to run beside ours on the "
                             f"same GGUF: {','.join(PEERS)}")
     group.add_argument("--peer_prompts", type=int,
-                       help="prompts, mixed over the workloads' measured "
-                            "ones (8; quick 1)")
+                       help="hf: prompts in all, mixed over the workloads' "
+                            "measured ones; llamacpp: measured prompts with "
+                            "text per workload, at most --limit (8; quick 1)")
     group.add_argument("--peer_venv", default=hf_peer.default_venv(),
                        help="venv with torch and transformers, created if "
                             "missing (default %(default)s)")
@@ -160,6 +164,12 @@ def parse_args(argv):
                             "(llama-bench -d; default %(default)s)")
     group.add_argument("--llamacpp_prompt_sizes", default="512,2000",
                        help="prompt speed tests (llama-bench -p; default "
+                            "%(default)s)")
+    group.add_argument("--llamacpp_forward_tokens",
+                       default=",".join(map(str, llamacpp_peer.FORWARD_TOKENS)),
+                       help="the forward-cost curve's tokens per pass "
+                            "(llama-bench -p ... -d "
+                            f"{llamacpp_peer.FORWARD_DEPTH}; default "
                             "%(default)s)")
     group.add_argument("--llamacpp_context", type=int,
                        help="llama-completion/llama-lookup -c (default: "
@@ -186,6 +196,8 @@ def parse_args(argv):
         args.llamacpp_depths = harness.parse_int_list(args.llamacpp_depths)
         args.llamacpp_prompt_sizes = harness.parse_int_list(
             args.llamacpp_prompt_sizes)
+        args.llamacpp_forward_tokens = harness.parse_int_list(
+            args.llamacpp_forward_tokens)
     except ValueError as e:
         parser.error(str(e))
     args.peer = [p for p in args.peer.split(",") if p]
@@ -193,6 +205,16 @@ def parse_args(argv):
         parser.error(f"--peer: unknown {sorted(set(args.peer) - set(PEERS))}; "
                      f"pick from {','.join(PEERS)}")
     args.llamacpp_repetitions = args.llamacpp_repetitions or (1 if quick else 5)
+    context = llamacpp_peer.context_tokens_needed(args.llamacpp_depths,
+                                                  args.llamacpp_prompt_sizes)
+    if ("llamacpp" in args.peer and not args.verifysvc
+            and context > llamacpp_peer.MIN_CONTEXT
+            and sweeps.effective_flag(args.verifysvc_flag,
+                                      "max_context_tokens", None) is None):
+        # Room for the deepest decode test; verifysvc caps it at the
+        # model's context length, and ours_speed skips what is past that.
+        args.verifysvc_flag = args.verifysvc_flag + [
+            f"--max_context_tokens={context}"]
     args.ablations = (list(sweeps.ABLATIONS) if args.ablations == "all" else
                       [a for a in args.ablations.split(",") if a])
     unknown = sorted(set(args.ablations) - set(sweeps.ABLATIONS))
@@ -278,9 +300,11 @@ def peer_namespace(results, peer, n):
 def ours_on_peer_prompt(connection, prompt, namespace, args):
     """Ours on one peer prompt: its token ids (our Tokenize RPC) and, for
     plain and trie-hierarchical (in `namespace`, fresh: drafts from the
-    prompt and its own output only), (server seconds, output ids)."""
+    prompt and its own output only), (server seconds, output ids) and
+    {ttft_seconds, cached_prompt_tokens} (trie-hierarchical runs second:
+    its prompt may come from the prefix cache)."""
     ids = hf_peer.prompt_ids(connection.client, prompt.request)
-    mine = {}
+    mine, usages = {}, {}
     for mode in ("plain", "trie-hierarchical"):
         usage, out, _ = harness.measure(connection, prompt, MODES[mode],
                                         namespace, args.max_new_tokens,
@@ -291,14 +315,27 @@ def ours_on_peer_prompt(connection, prompt, namespace, args):
                 f"Generate saw {usage.prompt_tokens}; the peer would "
                 "decode another prompt")
         mine[mode] = (usage.total_seconds, out)
-    return ids, mine
+        usages[mode] = {
+            "ttft_seconds": usage.time_to_first_token_seconds,
+            "cached_prompt_tokens": getattr(usage, "cached_prompt_tokens", 0)}
+    return ids, mine, usages
+
+
+def peer_text_jobs(selected, per_workload):
+    """(workload name, Prompt) of the first `per_workload` measured prompts
+    with text (token soup has none) of every workload, round-robin over
+    the workloads."""
+    return harness.interleave([
+        [(w.name, p) for p in w.measured if "tokens" not in p.request][
+            :per_workload] for w in selected])
 
 
 def run_llamacpp(connection, selected, info, args, results, verifysvc):
     """--peer=llamacpp (llamacpp_peer.py): llama.cpp's speeds and requests
     on the GGUF verifysvc serves (Q4_1) and its F32 copy, ours beside them
-    on the same prompts (those with text: token soup has none). Fills
-    results["llamacpp"]."""
+    on the same prompts (--peer_prompts per workload, those with text:
+    token soup has none) and our forward-cost line from verifysvc's start
+    (results["verifysvc_log"]). Fills results["llamacpp"]."""
     tools = llamacpp_peer.ensure_build(args.llamacpp_dir)
     models = {"Q4_1": info.model_file,
               "F32": os.path.join(args.llamacpp_dir, "models",
@@ -308,19 +345,24 @@ def run_llamacpp(connection, selected, info, args, results, verifysvc):
         depths=args.llamacpp_depths, prompt_sizes=args.llamacpp_prompt_sizes,
         max_new_tokens=args.max_new_tokens, timeout=args.timeout,
         context_limit=info.context_length,
-        context=args.llamacpp_context or info.context_length)
+        context=args.llamacpp_context or info.context_length,
+        forward_tokens=args.llamacpp_forward_tokens,
+        ours_forward_ms=llamacpp_peer.parse_step_cost(
+            results.get("verifysvc_log", [])))
     texts = [(w, p) for w, p in mixed_jobs(selected, "measured", 10 ** 6)
              if "tokens" not in p.request]
     jobs, filler_ids = [], []
-    for n, (workload, prompt) in enumerate(texts[:args.peer_prompts]):
-        ids, mine = ours_on_peer_prompt(
+    engines = {"plain": "ours plain",
+               "trie-hierarchical": "ours trie-hierarchical (cold)"}
+    for n, (workload, prompt) in enumerate(
+            peer_text_jobs(selected, args.peer_prompts)):
+        ids, mine, usages = ours_on_peer_prompt(
             connection, prompt, peer_namespace(results, "llamacpp", n), args)
         jobs.append({"id": prompt.id, "workload": workload, "ids": ids,
                      "text": connection.client.detokenize(ids),
                      "max_new_tokens": args.max_new_tokens,
-                     "ours": {"ours plain": mine["plain"],
-                              "ours trie-hierarchical (cold)":
-                                  mine["trie-hierarchical"]}})
+                     "ours": {e: mine[m] for m, e in engines.items()},
+                     "usage": {e: usages[m] for m, e in engines.items()}})
     # Real text for the long contexts of the speed tests.
     for workload, prompt in texts:
         if len(filler_ids) > max(args.llamacpp_depths + args.llamacpp_prompt_sizes,
@@ -338,6 +380,7 @@ def run_llamacpp(connection, selected, info, args, results, verifysvc):
         build_info=tools.build_info, threads=args.peer_threads,
         repetitions=args.llamacpp_repetitions, context=settings.context,
         context_limit=info.context_length, max_new_tokens=args.max_new_tokens,
+        peer_prompts=args.peer_prompts,
         decode_tokens=llamacpp_peer.DECODE_TOKENS,
         models={k: os.path.basename(v) for k, v in models.items()},
         lookup=tools.lookup is not None, ours_peak_rss=ours_rss)
@@ -352,8 +395,8 @@ def run_peer(connection, selected, info, args, results):
     jobs, ours = [], []
     for n, (workload, prompt) in enumerate(
             mixed_jobs(selected, "measured", args.peer_prompts)):
-        ids, mine = ours_on_peer_prompt(connection, prompt,
-                                        peer_namespace(results, "hf", n), args)
+        ids, mine, _ = ours_on_peer_prompt(
+            connection, prompt, peer_namespace(results, "hf", n), args)
         # Our end-of-generation ids: the model's EOS, and the token our plain
         # run stopped on (the chat template's end of turn may differ).
         eos = [info.eos_token_id]
@@ -490,7 +533,8 @@ def run_all(stack, args, results, started_services):
         results["peer"]["seconds"] = time.perf_counter() - start
     if "llamacpp" in args.peer:
         start = time.perf_counter()
-        print(f"peer llamacpp: {args.peer_prompts} prompts", flush=True)
+        print(f"peer llamacpp: {args.peer_prompts} prompts per workload",
+              flush=True)
         run_llamacpp(connection, selected, info, args, results,
                      started_services[0] if started_services else None)
         results["llamacpp"]["seconds"] = time.perf_counter() - start

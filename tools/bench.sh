@@ -9,6 +9,11 @@
 #                             # (~30 minutes)
 #   tools/bench.sh --peer=hf  # plus Hugging Face transformers on the same
 #                             # GGUF (sets up its own venv; not in CI)
+#   tools/bench.sh --peer=llamacpp --no_main
+#                             # llama.cpp on the same GGUF beside ours:
+#                             # decode/prompt speeds, forward-cost curve,
+#                             # plain decode per workload (builds llama.cpp
+#                             # on first use; not in CI)
 #   tools/bench.sh --quick    # CI: 2 prompts per workload, checks outputs only
 #
 # Other flags go to bench/run.py (bench/run.py --help), e.g. --limit=4,

@@ -217,13 +217,16 @@ class ServiceRagTest : public SharedPairTest<ServiceRagTest> {
   }
 };
 
-// A single passage's repeat may tie (when its first sight already filled
-// every step's draft budget, as one CI run showed: 3.765 both times; the
-// budget follows measured step costs, so it varies a little run to run);
-// over all passages the repeats must gain.
-TEST_F(ServiceRagTest, PassageQuotesReachEdlTwoAndImproveOnRepeat) {
-  double first_steps = 0, repeat_steps = 0, first_tokens = 0,
-         repeat_tokens = 0;
+// First sight must reach EDL 1.5: with the native engine a one-token pass
+// costs ~5-7 ms and every extra tree token ~1 ms more (fp32 FMA throughput
+// bound), so the budget drafts 2-4 tokens a step and first sights land at
+// EDL 1.8-2.6 here (it was 2+ when a one-token pass cost 20 ms and 16
+// tokens 1.7x that). A single passage's repeat may tie (when its first sight
+// already filled every step's draft budget, as one CI run showed: 3.765 both
+// times; the budget follows measured step costs, so it varies a little run to
+// run); over all passages the repeats must gain.
+TEST_F(ServiceRagTest, PassageQuotesReachEdlOneAndAHalfAndImproveOnRepeat) {
+  double first_steps = 0, repeat_steps = 0, first_tokens = 0, repeat_tokens = 0;
   for (const RagCase& c : kRagCases) {
     SCOPED_TRACE(c.name);
     absl::StatusOr<int64_t> seen = pair_->OutputNodes(c.name);
@@ -262,7 +265,7 @@ TEST_F(ServiceRagTest, PassageQuotesReachEdlTwoAndImproveOnRepeat) {
         static_cast<long long>(u2.draft_tokens()), u2.tokens_per_second(),
         second_plain.usage.tokens_per_second(), first_fast.text.c_str(),
         second_fast.text.c_str());
-    EXPECT_GE(u1.edl(), 2.0) << "first sight of the passage";
+    EXPECT_GE(u1.edl(), 1.5) << "first sight of the passage";
     first_steps += u1.decoding_steps();
     first_tokens += u1.output_tokens();
     repeat_steps += u2.decoding_steps();

@@ -533,6 +533,46 @@ TEST(LoadTest, UnsupportedArchitectureIsClearError) {
   EXPECT_THAT(model.status().message(), HasSubstr("'gpt2'"));
 }
 
+// The native pass computes every GGUF type it keeps from the same
+// dequantized values as the LibTorch path: logits agree up to the order of
+// the sums.
+TEST(WeightTypeTest, NativeMatchesF32OnEveryGgufType) {
+  ASSERT_TRUE(ConfigureThreads({}).ok());
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
+                        GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    SCOPED_TRACE(TypeName(type));
+    TinyModelSpec spec;
+    spec.dim = 256;
+    spec.ffn = 512;
+    spec.weight_type = type;
+    auto native = LoadTinyModel(spec);
+    ASSERT_TRUE(native.ok()) << native.status();
+    ASSERT_TRUE((*native)->native());
+    EXPECT_THAT((*native)->DescribeWeights(), HasSubstr(TypeName(type)));
+    ModelOptions f32;
+    f32.weights = WeightFormat::kF32;
+    auto reference = LoadTinyModel(spec, f32);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    std::mt19937 rng(11);
+    std::vector<int32_t> tokens(19);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % spec.vocab);
+    std::vector<torch::Tensor> logits;
+    for (LlamaModel* model : {native->get(), reference->get()}) {
+      auto cache = model->NewCache();
+      ASSERT_TRUE(cache.ok());
+      TreeInput in = ChainInput(cache->get(), tokens);
+      in.last_logits_only = false;
+      auto out = model->Forward(absl::MakeConstSpan(&in, 1));
+      ASSERT_TRUE(out.ok()) << out.status();
+      logits.push_back((*out)[0]);
+    }
+    const double scale = logits[1].abs().max().item<double>();
+    EXPECT_GT(scale, 0.1);
+    EXPECT_LT(MaxAbsDiff(logits[0], logits[1]), 1e-4 * (1 + scale));
+  }
+}
+
 TEST(LoadTest, MissingOrMisshapenTensor) {
   GgufWriter w;
   w.AddMetadata("general.architecture", GgufValue::String("llama"));

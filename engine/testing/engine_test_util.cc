@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/gguf/dequant.h"
 #include "engine/model/device_options.h"
 #include "engine/model/threading.h"
 #include "engine/testing/gguf_writer.h"
@@ -22,6 +24,26 @@ std::vector<float> RandomValues(std::mt19937_64& rng, int64_t n, float scale,
   std::vector<float> v(n);
   for (float& x : v) x = normal(rng);
   return v;
+}
+
+// n rows of k random `type` weights, as raw block bytes: random quants with
+// scales (d, dmin) small enough for values of about +-0.2.
+std::string RandomKQuantRows(GgmlType type, int64_t n, int64_t k,
+                             std::mt19937_64& rng) {
+  const int64_t blocks = n * k / 256, block_bytes = TypeSize(type);
+  std::string out(blocks * block_bytes, '\0');
+  for (char& c : out) c = static_cast<char>(rng());
+  const uint16_t d = FloatToHalf(2e-4f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    char* p = out.data() + b * block_bytes;
+    if (type == GgmlType::kQ6_K) {
+      std::memcpy(p + 208, &d, 2);
+    } else {  // Q4_K, Q5_K: d, then dmin
+      std::memcpy(p, &d, 2);
+      std::memcpy(p + 2, &d, 2);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -49,8 +71,19 @@ absl::StatusOr<std::string> TinyModelGguf(const TinyModelSpec& s) {
                  float scale, float mean = 0.0f) -> absl::Status {
     int64_t n = 1;
     for (int64_t x : dims) n *= x;
-    return w.AddTensor(name, std::move(dims),
-                       RandomValues(rng, n, scale, mean));
+    const GgmlType type = dims.size() == 2 ? s.weight_type : GgmlType::kF32;
+    if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
+        type == GgmlType::kQ6_K) {
+      if (dims[0] % 256 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": ", TypeName(type), " needs rows of 256k values"));
+      }
+      w.AddRawTensor(name, dims, static_cast<uint32_t>(type),
+                     RandomKQuantRows(type, n / dims[0], dims[0], rng));
+      return absl::OkStatus();
+    }
+    return w.AddTensor(name, std::move(dims), RandomValues(rng, n, scale, mean),
+                       type);
   };
   RETURN_IF_ERROR(add("token_embd.weight", {d, v}, 1.0f));
   for (int l = 0; l < s.layers; ++l) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/gguf/dequant.h"
 #include "engine/gguf/gguf.h"
 #include "engine/model/llama_model.h"
 #include "engine/text/tokenizer.h"
@@ -31,10 +32,15 @@ struct TinyModelSpec {
   bool tied = true;
   float rope_base = 10000.0f;
   float weight_scale = 0.3f;  // stddev of random weights
+  // Type of token_embd and the matmul weights: F32, F16, BF16, Q8_0, Q4_0
+  // and Q4_1 quantize random normal weights (dims must be multiples of 32);
+  // Q4_K, Q5_K and Q6_K are random blocks with small scales (multiples of
+  // 256). Norms stay F32.
+  GgmlType weight_type = GgmlType::kF32;
   uint64_t seed = 1;
 };
 
-// Returns the bytes of a GGUF file with random F32 weights for `spec`.
+// Returns the bytes of a GGUF file with random weights for `spec`.
 absl::StatusOr<std::string> TinyModelGguf(const TinyModelSpec& spec);
 
 // Loads TinyModelGguf(spec) with default options (float32, CPU).

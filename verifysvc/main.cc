@@ -49,6 +49,7 @@ absl::Status Run(VerifysvcConfig c) {
   c.model.max_cache_tokens = c.limits.max_context_tokens;
   ASSIGN_OR_RETURN(std::unique_ptr<engine::LlamaModel> model,
                    engine::LlamaModel::Load(*file, c.model));
+  file->ReleaseMappedPages();  // the model holds its own copy
   std::printf("verifysvc: model %s (%s, %d layers), weights %s, in %.1f s\n",
               c.model_path.c_str(), probe.architecture.c_str(),
               probe.block_count, model->DescribeWeights().c_str(),

@@ -788,4 +788,8 @@ absl::StatusOr<std::vector<float>> GgufFile::DequantizeTensor(
   return out;
 }
 
+void GgufFile::ReleaseMappedPages() const {
+  if (map_ != nullptr) madvise(map_, size_, MADV_DONTNEED);
+}
+
 }  // namespace lookahead::engine

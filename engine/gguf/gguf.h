@@ -198,6 +198,12 @@ class GgufFile {
   // REQUIRES: `info` is an element of tensors().
   absl::Span<const uint8_t> TensorData(const GgufTensorInfo& info) const;
 
+  // Tells the OS this process no longer needs the mapped file's pages (after
+  // a model copied what it keeps), so they leave its resident set; reading
+  // tensor data afterwards still works (the pages fault back in). No-op for
+  // FromBuffer files. Thread-compatible.
+  void ReleaseMappedPages() const;
+
   // Decodes the tensor into `out`. INVALID_ARGUMENT iff out.size() !=
   // num_elements; UNIMPLEMENTED iff !CanDequantize(info.type).
   // REQUIRES: `info` is an element of tensors().

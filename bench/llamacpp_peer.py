@@ -54,6 +54,8 @@ BUILD_SCRIPT = os.path.join(REPO_ROOT, "tools", "llamacpp_build.sh")
 VERSION = "0.3.36"
 MODEL_F32 = "SmolLM2-135M-Instruct.F32.gguf"
 DECODE_TOKENS = 128  # llama-bench -n: tokens generated per decode test.
+# Ours decodes with EOS on: a decode sample needs at least this many tokens.
+MIN_DECODE_TOKENS = 32
 # The forward-cost curve: tokens per pass, after FORWARD_DEPTH in the
 # context (verifysvc measures its own at start, MeasureStepCost's context).
 FORWARD_TOKENS = (1, 2, 4, 8, 16, 32, 64)
@@ -565,21 +567,32 @@ def ours_speed(connection, filler_ids, settings):
         if depth + n_prompt + n_gen > settings.context_limit:
             return dict(row, skipped=f"over --max_context_tokens "
                                      f"({settings.context_limit})")
-        samples, cached = [], 0
-        for _ in range(settings.repetitions):
+        samples, cached, stopped_early = [], 0, 0
+        # A rotation the model ends early (EOS within MIN_DECODE_TOKENS) is
+        # no decode measurement: llama-bench always generates n_gen. Try
+        # the next rotation instead, a few times at most.
+        for _ in range(3 * settings.repetitions):
+            if len(samples) == settings.repetitions:
+                break
             prompt = workloads.Prompt(row["test"], {"tokens": rotated_filler(
                 filler_ids, depth + n_prompt, next(offsets))})
             usage, _, _ = harness.measure(connection, prompt, "off", "",
                                           max(1, n_gen), settings.timeout)
             ttft = usage.time_to_first_token_seconds
             cached = max(cached, getattr(usage, "cached_prompt_tokens", 0))
-            if n_gen:
+            if n_gen and usage.output_tokens < min(n_gen, MIN_DECODE_TOKENS):
+                stopped_early += 1
+            elif n_gen:
                 samples.append((usage.output_tokens - 1)
                                / max(1e-9, usage.total_seconds - ttft))
             else:
                 samples.append(usage.prompt_tokens / max(1e-9, ttft))
+        if not samples:
+            return dict(row, skipped=f"the model stopped within "
+                                     f"{MIN_DECODE_TOKENS} tokens every time")
         return dict(row, tokens_per_second=sum(samples) / len(samples),
-                    samples=samples, cached_prompt_tokens=cached)
+                    samples=samples, cached_prompt_tokens=cached,
+                    stopped_early=stopped_early)
 
     return ([rate("pp", n, 0, 0) for n in settings.prompt_sizes]
             + [rate("tg", 0, DECODE_TOKENS, d) for d in settings.depths])

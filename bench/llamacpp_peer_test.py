@@ -262,8 +262,9 @@ class TokensConnection:
     s, 0.01 s a token after it; 32 cached prompt tokens when the prompt
     begins like an earlier one (a prefix cache of 32-token blocks)."""
 
-    def __init__(self):
+    def __init__(self, early_stops=0):
         self.prompts = []
+        self.early_stops = early_stops  # first decodes to end at 1 token
 
     def generate(self, request_kwargs, *, branch_length=0, timeout=None,
                  **kwargs):
@@ -271,6 +272,9 @@ class TokensConnection:
         cached = 32 if any(p[:32] == tokens[:32] for p in self.prompts) else 0
         self.prompts.append(tokens)
         n = kwargs["max_new_tokens"]
+        if n > 1 and self.early_stops > 0:
+            self.early_stops -= 1
+            n = 1  # EOS right away
         usage = types.SimpleNamespace(
             prompt_tokens=len(tokens), output_tokens=n,
             time_to_first_token_seconds=0.5, total_seconds=0.5 + 0.01 * (n - 1),
@@ -304,6 +308,22 @@ class OursSpeedTest(unittest.TestCase):
         starts = {tuple(p[:32]) for p in fake.prompts}
         self.assertEqual(len(starts), 4)
         self.assertNotIn(tuple(range(1000, 1032)), starts)
+
+
+    def test_a_decode_that_stops_early_is_retried_not_averaged(self):
+        fake = TokensConnection(early_stops=1)
+        settings = types.SimpleNamespace(
+            repetitions=2, prompt_sizes=[], depths=[64],
+            context_limit=2048, timeout=5)
+        (tg,) = llamacpp_peer.ours_speed(fake, list(range(1000, 1300)),
+                                         settings)
+        self.assertEqual(tg["samples"], [100.0, 100.0])
+        self.assertEqual(tg["stopped_early"], 1)
+        self.assertEqual(len(fake.prompts), 3)
+        always = TokensConnection(early_stops=10)
+        (tg,) = llamacpp_peer.ours_speed(always, list(range(1000, 1300)),
+                                         settings)
+        self.assertIn("stopped within", tg["skipped"])
 
 
 class CompareTest(unittest.TestCase):

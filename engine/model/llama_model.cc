@@ -201,8 +201,11 @@ absl::StatusOr<WeightFormat> ParseWeightFormat(absl::string_view name) {
 
 std::string LlamaModel::DescribeWeights() const {
   if (native_) return native_->Describe();
-  return absl::StrCat("f32: ", c10::toString(options_.dtype), " on ",
-                      options_.device.str(), " through LibTorch");
+  const char* dtype = options_.dtype == torch::kBFloat16 ? "bfloat16"
+                      : options_.dtype == torch::kHalf   ? "float16"
+                                                         : "float32";
+  return absl::StrCat("f32: ", dtype, " on ", options_.device.str(),
+                      " through LibTorch");
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(

@@ -412,8 +412,9 @@ class ReportSectionsTest(unittest.TestCase):
 
 class RunArgsTest(unittest.TestCase):
     def test_llamacpp_peer_raises_the_context_limit(self):
-        flags = lambda *argv: run.parse_args(  # noqa: E731
-            ["--peer=llamacpp", *argv]).verifysvc_flag
+        def flags(*argv):
+            return [f for f in run.parse_args(["--peer=llamacpp", *argv])
+                    .verifysvc_flag if "prefix_cache" not in f]
         # Depth 4000 + 128 generated, rounded up to 512.
         self.assertEqual(flags(), ["--max_context_tokens=4608"])
         self.assertEqual(flags("--llamacpp_depths=6000"),
@@ -425,7 +426,17 @@ class RunArgsTest(unittest.TestCase):
         self.assertEqual(flags("--verifysvc_flag=--max_context_tokens=3000"),
                          ["--max_context_tokens=3000"])
         self.assertEqual(flags("--verifysvc=localhost:1"), [])
-        self.assertEqual(run.parse_args(["--peer=hf"]).verifysvc_flag, [])
+        self.assertEqual(run.parse_args(["--peer=hf"]).verifysvc_flag,
+                         ["--prefix_cache_mib=0"])
+
+    def test_the_prefix_cache_is_off_unless_asked_for(self):
+        self.assertEqual(run.parse_args([]).verifysvc_flag,
+                         ["--prefix_cache_mib=0"])
+        self.assertEqual(run.parse_args(
+            ["--verifysvc_flag=--prefix_cache_mib=64"]).verifysvc_flag,
+            ["--prefix_cache_mib=64"])
+        self.assertEqual(run.parse_args(
+            ["--verifysvc=localhost:1"]).verifysvc_flag, [])
 
     def test_llamacpp_prompts_per_workload_with_text(self):
         def workload(name, ids):

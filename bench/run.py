@@ -215,6 +215,13 @@ def parse_args(argv):
         # model's context length, and ours_speed skips what is past that.
         args.verifysvc_flag = args.verifysvc_flag + [
             f"--max_context_tokens={context}"]
+    if (not args.verifysvc and sweeps.effective_flag(
+            args.verifysvc_flag, "prefix_cache_mib", None) is None):
+        # The modes run one after another on each prompt: with the prefix
+        # cache on, the later ones would skip the prefill the first one
+        # paid for, and the ratios would credit drafts with the cache's
+        # gain (prefix_cache_bench measures that on its own).
+        args.verifysvc_flag = args.verifysvc_flag + ["--prefix_cache_mib=0"]
     args.ablations = (list(sweeps.ABLATIONS) if args.ablations == "all" else
                       [a for a in args.ablations.split(",") if a])
     unknown = sorted(set(args.ablations) - set(sweeps.ABLATIONS))

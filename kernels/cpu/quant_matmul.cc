@@ -1,5 +1,7 @@
 #include "kernels/cpu/quant_matmul.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 
 #include "kernels/cpu/quant_matmul_isa.h"
@@ -51,9 +53,11 @@ int64_t QuantRowBytes(QuantType type, int64_t k) {
 QuantIsa BestQuantIsa() {
   static const QuantIsa best = [] {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) {
-      return QuantIsa::kScalar;
-    }
+    // F16C from CPUID leaf 1 (clang's __builtin_cpu_supports lacks "f16c").
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c =
+        __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    if (!__builtin_cpu_supports("fma") || !f16c) return QuantIsa::kScalar;
     if (__builtin_cpu_supports("avx512f")) return QuantIsa::kAvx512;
     if (__builtin_cpu_supports("avx2")) return QuantIsa::kAvx2;
     return QuantIsa::kScalar;

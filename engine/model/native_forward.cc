@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -41,12 +42,15 @@ int64_t ChunkOf(int64_t n, const kernels::PanelPool* pool) {
   return std::max<int64_t>(1, n / (4 * threads));
 }
 
-void RunOn(kernels::PanelPool* pool, int64_t n, int64_t chunk,
-           const std::function<void(int64_t, int64_t)>& fn) {
+// fn(begin, end) over [0, n) on `pool`, or inline when that is one chunk.
+// Passed by reference: a std::function of a std::reference_wrapper does not
+// allocate, so a pass makes no heap allocation here.
+template <typename F>
+void RunOn(kernels::PanelPool* pool, int64_t n, int64_t chunk, const F& fn) {
   if (pool == nullptr || pool->threads() == 1 || n <= chunk) {
     fn(0, n);
   } else {
-    pool->Run(n, chunk, fn);
+    pool->Run(n, chunk, std::cref(fn));
   }
 }
 
@@ -238,7 +242,8 @@ std::vector<torch::Tensor> NativeForward::Forward(
   ws->seq_first.clear();
   ws->cos.clear();
   ws->sin.clear();
-  std::vector<int64_t> logit_rows;
+  std::vector<int64_t>& logit_rows = ws->logit_rows;
+  logit_rows.clear();
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceRows& in = batch[s];
     const int64_t first = static_cast<int64_t>(ws->row_seq.size());

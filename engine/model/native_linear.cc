@@ -1,6 +1,7 @@
 #include "engine/model/native_linear.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -85,7 +86,7 @@ void NativeLinear::Apply(kernels::QuantIsa isa, const float* x, int64_t m,
   const int64_t chunks = 8 * pool->threads();
   const int64_t chunk =
       std::max<int64_t>(16, (out_ + chunks - 1) / chunks + 15) / 16 * 16;
-  pool->Run(out_, chunk, run);
+  pool->Run(out_, chunk, std::cref(run));  // no std::function allocation
 }
 
 void NativeLinear::Row(int64_t n, float* out) const {

@@ -118,6 +118,16 @@ class PrometheusTest(unittest.TestCase):
         self.assertAlmostEqual(rule[0][1], expected, delta=0.01 * expected)
         self.assertGreater(expected, 1.0)  # Drafts were used.
 
+    def test_prefix_cache_hits_match_the_responses(self):
+        # The same chat prompt ran three times: the later runs restore its
+        # whole blocks from the prefix cache.
+        cached = sum(u.cached_prompt_tokens for u in self.usages)
+        self.assertGreater(cached, 0)
+        hits = query("sum(lookahead_prefix_cache_hit_tokens_total)")
+        self.assertEqual([v for _, v in hits], [float(cached)])
+        lookups = query("sum(lookahead_prefix_cache_lookup_tokens_total)")
+        self.assertGreaterEqual(lookups[0][1], float(cached))
+
     def test_every_dashboard_and_rule_query_returns_data(self):
         empty = []
         for expr in read_lines("queries.txt"):

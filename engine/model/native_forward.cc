@@ -161,13 +161,12 @@ void NativeForward::Attend(int layer, absl::Span<const SequenceRows> batch,
     kernels::Rope(q, heads + kv_heads, hd, c.rope_dim, pairs,
                   ws->cos.data() + r * half, ws->sin.data() + r * half);
     const int s = ws->row_seq[r];
-    KvCache* cache = batch[s].cache;
-    const int64_t cap = cache->Capacity();
-    const int64_t slot = cache->Length() + (r - ws->seq_first[s]);
-    float* k_base = cache->k().data_ptr<float>() +
-                    static_cast<int64_t>(layer) * kv_heads * cap * hd;
-    float* v_base = cache->v().data_ptr<float>() +
-                    static_cast<int64_t>(layer) * kv_heads * cap * hd;
+    const int64_t cap = ws->seq_capacity[s];
+    const int64_t slot = batch[s].cache->Length() + (r - ws->seq_first[s]);
+    float* k_base =
+        ws->seq_k[s] + static_cast<int64_t>(layer) * kv_heads * cap * hd;
+    float* v_base =
+        ws->seq_v[s] + static_cast<int64_t>(layer) * kv_heads * cap * hd;
     for (int g = 0; g < kv_heads; ++g) {
       std::copy_n(q + qd + g * hd, hd, k_base + (g * cap + slot) * hd);
       std::copy_n(q + qd + kvd + g * hd, hd, v_base + (g * cap + slot) * hd);
@@ -182,13 +181,14 @@ void NativeForward::Attend(int layer, absl::Span<const SequenceRows> batch,
     for (int64_t u = begin; u < end; ++u) {
       const Workspace::Unit unit = ws->units[u];
       const int64_t r = unit.row;
-      KvCache* cache = batch[ws->row_seq[r]].cache;
-      const int64_t cap = cache->Capacity();
+      const int s = ws->row_seq[r];
       const int64_t head_offset =
-          ((static_cast<int64_t>(layer) * kv_heads + unit.kv_head) * cap) * hd;
+          ((static_cast<int64_t>(layer) * kv_heads + unit.kv_head) *
+           ws->seq_capacity[s]) *
+          hd;
       kernels::AttentionKeys keys;
-      keys.k = cache->k().data_ptr<float>() + head_offset;
-      keys.v = cache->v().data_ptr<float>() + head_offset;
+      keys.k = ws->seq_k[s] + head_offset;
+      keys.v = ws->seq_v[s] + head_offset;
       keys.prefix = ws->row_prefix[r];
       keys.extra = ws->extra.data() + ws->extra_begin[r];
       keys.n_extra = ws->extra_begin[r + 1] - ws->extra_begin[r];
@@ -240,6 +240,9 @@ std::vector<torch::Tensor> NativeForward::Forward(
   ws->extra.clear();
   ws->extra_begin.assign(1, 0);
   ws->seq_first.clear();
+  ws->seq_k.clear();
+  ws->seq_v.clear();
+  ws->seq_capacity.clear();
   ws->cos.clear();
   ws->sin.clear();
   std::vector<int64_t>& logit_rows = ws->logit_rows;
@@ -249,6 +252,9 @@ std::vector<torch::Tensor> NativeForward::Forward(
     const int64_t first = static_cast<int64_t>(ws->row_seq.size());
     const int32_t len = in.cache->Length();
     ws->seq_first.push_back(first);
+    ws->seq_k.push_back(in.cache->k().data_ptr<float>());
+    ws->seq_v.push_back(in.cache->v().data_ptr<float>());
+    ws->seq_capacity.push_back(in.cache->Capacity());
     for (int i = 0; i < in.size(); ++i) {
       ws->row_seq.push_back(static_cast<int32_t>(s));
       // Rows 0..run-1 visible: the same keys as a cache of len + run slots.

@@ -78,7 +78,11 @@ class NativeForward {
     std::vector<float> x, h, qkv, attn, tmp, gate_up, act, cos, sin;
     // Per row: its sequence, and the keys it sees beyond the cache prefix.
     std::vector<int32_t> row_seq, row_prefix, extra_begin, extra;
-    std::vector<int64_t> seq_first;   // first row of each sequence
+    std::vector<int64_t> seq_first;  // first row of each sequence
+    // Per sequence: its cache's K and V (layers, KV, capacity, hd) and
+    // capacity, read once per pass instead of once per row and layer.
+    std::vector<float*> seq_k, seq_v;
+    std::vector<int64_t> seq_capacity;
     std::vector<int64_t> logit_rows;  // rows whose logits are returned
     // Split attention: per row its first key block (row_block[r] ..
     // row_block[r + 1]); per block and query head an AttentionPartial's

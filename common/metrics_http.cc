@@ -1,98 +1,249 @@
 #include "common/metrics_http.h"
 
-#include <sys/socket.h>
-
-#include <atomic>
 #include <chrono>
+#include <list>
+#include <optional>
+#include <memory>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "boost/asio.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
 #include "common/port_file.h"
-#include "httplib.h"
 
 namespace lookahead::metrics {
 namespace {
 
-// Scrapes are rare and cheap; two workers let a slow or idle keep-alive
-// client not block a second scraper, without httplib's default of one
-// thread per core.
-constexpr int kWorkerThreads = 2;
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
 
-// A worker parked on an idle keep-alive connection (or one that sent no
-// request yet) notices Stop() only when this expires, so it bounds Stop().
-// Requests are a few hundred bytes, so one second is ample.
-constexpr int kIdleTimeoutSeconds = 1;
+// Largest request body accepted: a scrape is a GET and has none.
+constexpr int kMaxBodyBytes = 1024;
 
 }  // namespace
 
+// Everything below runs on the one server thread (Start's setup and Stop's
+// hand-over aside), so no member needs a lock.
+class MetricsServer::Impl {
+ public:
+  Impl(const Registry* registry, const MetricsServerOptions& options)
+      : registry_(registry), options_(options), acceptor_(io_) {}
+
+  absl::Status Bind(const std::string& host, int port);
+  int port() const { return acceptor_.local_endpoint().port(); }
+
+  void Run() {
+    Accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+
+  // Closes the port and every connection and joins the thread. Idempotent.
+  void Stop();
+
+ private:
+  class Connection;
+  using Connections = std::list<std::shared_ptr<Connection>>;
+
+  void Accept();
+  // Makes room for one more connection under options_.max_connections.
+  void EvictOldestIdle();
+
+  const Registry* const registry_;
+  const MetricsServerOptions options_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  Connections connections_;  // oldest first
+  std::thread thread_;
+};
+
+// One client connection: reads a request within the read timeout, answers
+// it, and repeats while the client keeps the connection alive.
+class MetricsServer::Impl::Connection
+    : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Impl* server, tcp::socket socket)
+      : server_(server),
+        socket_(std::move(socket)),
+        deadline_(socket_.get_executor()) {}
+
+  void Start(Connections::iterator self) {
+    self_ = self;
+    ReadRequest();
+  }
+
+  // Whether it may be evicted: open and not in the middle of an answer.
+  bool idle() const { return !answering_ && socket_.is_open(); }
+
+  // Closes the socket; pending operations complete with an error and the
+  // connection leaves the server's list.
+  void Close() {
+    boost::system::error_code ignored;
+    deadline_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+ private:
+  void ReadRequest() {
+    parser_.emplace();
+    parser_->header_limit(server_->options_.max_request_bytes);
+    parser_->body_limit(kMaxBodyBytes);
+    deadline_.expires_after(std::chrono::microseconds(
+        absl::ToInt64Microseconds(server_->options_.read_timeout)));
+    deadline_.async_wait(
+        [self = shared_from_this()](boost::system::error_code ec) {
+          if (!ec) self->Close();  // timed out, not cancelled
+        });
+    http::async_read(socket_, buffer_, *parser_,
+                     [self = shared_from_this()](boost::system::error_code ec,
+                                                 size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(boost::system::error_code ec) {
+    deadline_.cancel();
+    if (ec == http::error::header_limit) {
+      Answer(http::status::request_header_fields_too_large, "", false);
+      return;
+    }
+    if (ec) return Finish();
+    const http::request<http::empty_body>& request = parser_->get();
+    if (request.target() != "/metrics") {
+      Answer(http::status::not_found, "Not Found\n", request.keep_alive());
+    } else if (request.method() != http::verb::get &&
+               request.method() != http::verb::head) {
+      Answer(http::status::method_not_allowed, "", request.keep_alive());
+    } else {
+      Answer(http::status::ok, server_->registry_->Render(),
+             request.keep_alive(), request.method() == http::verb::head);
+    }
+  }
+
+  void Answer(http::status status, std::string body, bool keep_alive,
+              bool head = false) {
+    answering_ = true;
+    response_ = {};
+    response_.result(status);
+    response_.version(11);
+    response_.set(http::field::content_type,
+                  status == http::status::ok ? kContentType : "text/plain");
+    response_.keep_alive(keep_alive);
+    response_.body() = std::move(body);
+    response_.prepare_payload();
+    if (head) response_.body().clear();
+    http::async_write(socket_, response_,
+                      [self = shared_from_this(), keep_alive](
+                          boost::system::error_code ec, size_t) {
+                        self->answering_ = false;
+                        if (ec || !keep_alive) return self->Finish();
+                        self->ReadRequest();
+                      });
+  }
+
+  // Closes the connection and drops it from the server's list.
+  void Finish() {
+    Close();
+    if (self_ != Connections::iterator()) {
+      server_->connections_.erase(std::exchange(self_, {}));
+    }
+  }
+
+  Impl* const server_;
+  tcp::socket socket_;
+  asio::steady_timer deadline_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::empty_body>> parser_;
+  http::response<http::string_body> response_;
+  Connections::iterator self_;
+  bool answering_ = false;
+};
+
+void MetricsServer::Impl::Stop() {
+  if (!thread_.joinable()) return;
+  asio::post(io_, [this] {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    for (const std::shared_ptr<Connection>& c : connections_) c->Close();
+    io_.stop();
+  });
+  thread_.join();
+}
+
+absl::Status MetricsServer::Impl::Bind(const std::string& host, int port) {
+  boost::system::error_code ec;
+  tcp::resolver resolver(io_);
+  const tcp::resolver::results_type endpoints =
+      resolver.resolve(host, std::to_string(port), ec);
+  if (!ec && !endpoints.empty()) {
+    const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+    acceptor_.open(endpoint.protocol(), ec);
+    // SO_REUSEADDR allows a quick restart; no SO_REUSEPORT, which would let
+    // a second process bind the same port and steal half the scrapes.
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  }
+  if (ec || endpoints.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot bind the metrics server to ", host, ":", port,
+        "; is the port in use or the host not local? (", ec.message(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+void MetricsServer::Impl::Accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec,
+                                tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    if (!ec) {
+      EvictOldestIdle();
+      auto connection = std::make_shared<Connection>(this, std::move(socket));
+      connections_.push_back(connection);
+      connection->Start(std::prev(connections_.end()));
+    }
+    Accept();
+  });
+}
+
+void MetricsServer::Impl::EvictOldestIdle() {
+  if (static_cast<int>(connections_.size()) < options_.max_connections) return;
+  for (const std::shared_ptr<Connection>& c : connections_) {
+    if (c->idle()) {
+      c->Close();  // its pending read fails and removes it
+      return;
+    }
+  }
+}
+
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& host, int port, const Registry* registry) {
+    const std::string& host, int port, const Registry* registry,
+    const MetricsServerOptions& options) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "metrics port ", port, " is out of range; use 0..65535 (0 = any)"));
   }
-  auto server = std::make_unique<httplib::Server>();
-  server->new_task_queue = [] {
-    return new httplib::ThreadPool(kWorkerThreads);
-  };
-  server->Get("/metrics",
-              [registry](const httplib::Request&, httplib::Response& res) {
-                res.set_content(registry->Render(), kContentType);
-              });
-  // Unregistered paths get httplib's 404.
-  server->set_keep_alive_timeout(kIdleTimeoutSeconds);
-  server->set_read_timeout(kIdleTimeoutSeconds);
-  // httplib's default also sets SO_REUSEPORT, which would let a second
-  // process bind the same port and steal half the scrapes; a taken port must
-  // fail instead. SO_REUSEADDR still allows a quick restart.
-  server->set_socket_options([](int sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-
-  int bound_port = port;
-  if (port == 0) {
-    bound_port = server->bind_to_any_port(host);
-  } else if (!server->bind_to_port(host, port)) {
-    bound_port = -1;
+  if (options.max_connections < 1 || options.max_request_bytes < 256 ||
+      options.read_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "metrics server options: max_connections must be >= 1, "
+        "max_request_bytes >= 256 and read_timeout > 0");
   }
-  if (bound_port <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot bind the metrics server to ", host, ":", port,
-                     "; is the port in use or the host not local?"));
-  }
-
-  std::unique_ptr<MetricsServer> metrics_server(
-      new MetricsServer(std::move(server), bound_port));
-  httplib::Server* raw = metrics_server->server_.get();
-  auto listen_done = std::make_shared<std::atomic<bool>>(false);
-  metrics_server->listener_ = std::thread([raw, listen_done] {
-    raw->listen_after_bind();
-    listen_done->store(true);
-  });
-  // httplib's stop() is a no-op until the accept loop has started, so wait
-  // for it; otherwise an early Stop() would leave the thread unjoinable.
-  while (!raw->is_running() && !listen_done->load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!raw->is_running()) {
-    metrics_server->listener_.join();
-    return absl::InternalError(absl::StrCat("the metrics server on ", host, ":",
-                                            bound_port, " stopped at once"));
-  }
-  return metrics_server;
+  auto impl = std::make_unique<Impl>(registry, options);
+  if (absl::Status bound = impl->Bind(host, port); !bound.ok()) return bound;
+  const int bound_port = impl->port();
+  impl->Run();
+  return std::unique_ptr<MetricsServer>(
+      new MetricsServer(std::move(impl), bound_port));
 }
 
-MetricsServer::MetricsServer(std::unique_ptr<httplib::Server> server, int port)
-    : server_(std::move(server)), port_(port) {}
+MetricsServer::MetricsServer(std::unique_ptr<Impl> impl, int port)
+    : impl_(std::move(impl)), port_(port) {}
 
 MetricsServer::~MetricsServer() { Stop(); }
 
-void MetricsServer::Stop() {
-  if (!listener_.joinable()) return;
-  server_->stop();
-  listener_.join();
-}
+void MetricsServer::Stop() { impl_->Stop(); }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
     const std::string& host, int port, const std::string& port_file,

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/metrics.h"
@@ -119,8 +121,110 @@ TEST_F(MetricsServerTest, StopWithAnOpenKeepAliveConnection) {
   ASSERT_TRUE(client.Get("/metrics"));
   const auto start = std::chrono::steady_clock::now();
   server_.reset();
-  // Bounded by the server's 1 s idle timeout, not httplib's default 5 s.
+  // Closing does not wait for the idle connection.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+// Opens a TCP connection to 127.0.0.1:port and returns its descriptor (-1
+// on failure); the caller closes it.
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Clients that connect and then say nothing (or stop halfway through a
+// request) must not take the server's workers: a scrape is still answered
+// at once. With a worker blocked per connection until its read timeout,
+// 300 such connections stalled scrapes for minutes.
+TEST_F(MetricsServerTest, IdleConnectionsDoNotStallScrapes) {
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = Connect(server_->port());
+    ASSERT_GE(fd, 0) << "connection " << i;
+    if (i % 2 == 1) {
+      const std::string partial = "GET /metr";
+      ASSERT_EQ(write(fd, partial.data(), partial.size()),
+                static_cast<ssize_t>(partial.size()));
+    }
+    idle.push_back(fd);
+  }
+  httplib::Client client("127.0.0.1", server_->port());
+  client.set_connection_timeout(std::chrono::seconds(5));
+  client.set_read_timeout(std::chrono::seconds(5));
+  const auto start = std::chrono::steady_clock::now();
+  httplib::Result result = client.Get("/metrics");
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(result) << "no answer within 5 s with 300 idle connections";
+  EXPECT_EQ(result->status, 200);
+  EXPECT_THAT(result->body, HasSubstr("scrapes_seen_total 41"));
+  EXPECT_LT(elapsed, std::chrono::seconds(1));
+  std::printf("scrape with 300 idle connections held: %.1f ms\n",
+              std::chrono::duration<double, std::milli>(elapsed).count());
+  for (int fd : idle) close(fd);
+}
+
+// Past the connection cap the oldest idle connection is closed, so new
+// clients (a scraper) always get in and descriptors stay bounded.
+TEST(MetricsServerOptionsTest, ConnectionCapClosesTheOldestIdle) {
+  Registry registry;
+  MetricsServerOptions options;
+  options.max_connections = 8;
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start("127.0.0.1", 0, &registry, options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = Connect((*server)->port());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  const std::string response =
+      RawExchange((*server)->port(),
+                  "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: "
+                  "close\r\n\r\n");
+  EXPECT_THAT(response, StartsWith("HTTP/1.1 200"));
+  // The first connections were closed by the server: a read sees EOF.
+  char byte;
+  timeval timeout = {5, 0};
+  setsockopt(idle[0], SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  EXPECT_EQ(read(idle[0], &byte, 1), 0);
+  for (int fd : idle) close(fd);
+}
+
+// A client that sends nothing is dropped after the read timeout.
+TEST(MetricsServerOptionsTest, SilentClientIsDroppedAfterTheReadTimeout) {
+  Registry registry;
+  MetricsServerOptions options;
+  options.read_timeout = absl::Milliseconds(200);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start("127.0.0.1", 0, &registry, options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int fd = Connect((*server)->port());
+  ASSERT_GE(fd, 0);
+  timeval timeout = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  char byte;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(read(fd, &byte, 1), 0);  // EOF, not the 10 s receive timeout
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  close(fd);
+}
+
+// An oversized request head is refused, not buffered.
+TEST_F(MetricsServerTest, OversizedRequestIsRefused) {
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: " +
+                              std::string(64 << 10, 'a') + "\r\n\r\n";
+  const std::string response = RawExchange(server_->port(), request);
+  EXPECT_THAT(response, ::testing::Not(HasSubstr("scrapes_seen_total")));
 }
 
 TEST(MetricsServerStartTest, PortInUseIsUnavailable) {

@@ -18,7 +18,7 @@ readonly PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pip python3-grpcio unzip ca-certificates
   python3-protobuf
-  libcpp-httplib-dev prometheus python3-kubernetes python3-yaml curl
+  libcpp-httplib-dev libboost-dev prometheus python3-kubernetes python3-yaml curl
   python3-matplotlib man-db
 )
 

@@ -66,6 +66,10 @@ int ChildProcess::Kill(int signal) {
   return status_;
 }
 
+void ChildProcess::Signal(int signal) {
+  if (pid_ > 0) ::kill(pid_, signal);
+}
+
 std::string ChildProcess::Log() const {
   std::ifstream in(log_file_);
   std::stringstream ss;

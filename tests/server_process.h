@@ -25,6 +25,8 @@ class ChildProcess {
   bool Running();
   // Sends `signal` (0: none) and reaps the process; returns its wait status.
   int Kill(int signal);
+  // Sends `signal` (e.g. SIGSTOP, SIGCONT) without waiting for the process.
+  void Signal(int signal);
   // The process's output so far.
   std::string Log() const;
 

@@ -298,6 +298,10 @@ void ServicePair::KillDraftsvc() {
   if (draftsvc_ != nullptr) draftsvc_->Kill(SIGKILL);
 }
 
+void ServicePair::SignalDraftsvc(int signal) {
+  if (draftsvc_ != nullptr) draftsvc_->Signal(signal);
+}
+
 absl::Status ServicePair::RestartDraftsvc() {
   return StartDraftsvc(draftsvc_port_);
 }

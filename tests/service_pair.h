@@ -106,6 +106,8 @@ class ServicePair {
 
   // SIGKILLs draftsvc (verifysvc keeps running).
   void KillDraftsvc();
+  // Sends `signal` to draftsvc without waiting (SIGSTOP, SIGCONT).
+  void SignalDraftsvc(int signal);
   // Starts draftsvc again on the same database and the same port.
   absl::Status RestartDraftsvc();
 

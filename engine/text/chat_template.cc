@@ -3,12 +3,14 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace lookahead::engine {
 namespace {
@@ -39,32 +41,81 @@ uint32_t DecodeAt(const unsigned char* p, size_t len) {
   return 0xFFFFFFFF;
 }
 
-// Python's str.strip() on UTF-8 text (only 1-3 byte spaces exist).
-absl::string_view StripPython(absl::string_view s) {
+// Length of the Python space that starts `s` (0 if none); only 1-3 byte
+// spaces exist.
+size_t LeadingSpace(absl::string_view s) {
+  if (s.empty()) return 0;
   const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-  size_t begin = 0, end = s.size();
-  while (begin < end) {
-    size_t len = b[begin] < 0x80 ? 1 : (b[begin] >= 0xE0 ? 3 : 2);
-    if (begin + len > end || !IsPythonSpace(DecodeAt(b + begin, len))) break;
-    begin += len;
+  size_t len = b[0] < 0x80 ? 1 : (b[0] >= 0xE0 ? 3 : 2);
+  return len <= s.size() && IsPythonSpace(DecodeAt(b, len)) ? len : 0;
+}
+// Length of the Python space that ends `s` (0 if none).
+size_t TrailingSpace(absl::string_view s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t len = 1; len <= 3 && len <= s.size(); ++len) {
+    if (IsPythonSpace(DecodeAt(b + s.size() - len, len))) return len;
   }
-  while (end > begin) {
-    bool stripped = false;
-    for (size_t len = 1; len <= 3 && len <= end - begin; ++len) {
-      if (IsPythonSpace(DecodeAt(b + end - len, len))) {
-        end -= len;
-        stripped = true;
-        break;
-      }
-    }
-    if (!stripped) break;
-  }
-  return s.substr(begin, end - begin);
+  return 0;
 }
 
-absl::Status CheckRole(const ChatMessage& m, size_t index) {
-  if (m.role == "system" || m.role == "user" || m.role == "assistant") {
-    return absl::OkStatus();
+// Python's str.strip() on UTF-8 text.
+absl::string_view StripPython(absl::string_view s) {
+  while (size_t len = LeadingSpace(s)) s.remove_prefix(len);
+  while (size_t len = TrailingSpace(s)) s.remove_suffix(len);
+  return s;
+}
+
+// Builds RenderSegments' result: drops empty runs, merges adjacent runs of
+// one kind.
+class SegmentWriter {
+ public:
+  void Markup(absl::string_view text) {
+    Append(ChatSegment::Kind::kMarkup, text);
+  }
+  void Content(absl::string_view text) {
+    Append(ChatSegment::Kind::kContent, text);
+  }
+  void Append(ChatSegment::Kind kind, absl::string_view text) {
+    if (text.empty()) return;
+    if (!segments_.empty() && segments_.back().kind == kind) {
+      segments_.back().text.append(text.data(), text.size());
+    } else {
+      segments_.push_back(ChatSegment{kind, std::string(text)});
+    }
+  }
+  // Appends `unit` with Python's str.strip() applied to its concatenated
+  // text (Jinja's `.strip()`/`trim` of a string built from markup and
+  // content). Stripping run by run is the same: a unit's content runs are
+  // kept apart by ASCII markup, so no space character straddles two runs.
+  void AppendStripped(std::vector<ChatSegment> unit) {
+    for (size_t i = 0; i < unit.size(); ++i) {
+      std::string& t = unit[i].text;
+      size_t n = 0;
+      while (size_t len = LeadingSpace(absl::string_view(t).substr(n))) {
+        n += len;
+      }
+      t.erase(0, n);
+      if (!t.empty()) break;
+    }
+    for (size_t i = unit.size(); i-- > 0;) {
+      std::string& t = unit[i].text;
+      while (size_t len = TrailingSpace(t)) t.resize(t.size() - len);
+      if (!t.empty()) break;
+    }
+    for (const ChatSegment& s : unit) Append(s.kind, s.text);
+  }
+  std::vector<ChatSegment> Take() { return std::move(segments_); }
+
+ private:
+  std::vector<ChatSegment> segments_;
+};
+
+// The template's spelling of `m`'s role iff it is system, user or
+// assistant; else INVALID_ARGUMENT naming the message.
+absl::StatusOr<absl::string_view> CheckRole(const ChatMessage& m,
+                                            size_t index) {
+  for (absl::string_view role : {"system", "user", "assistant"}) {
+    if (m.role == role) return role;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("message ", index, " has role '", m.role,
@@ -134,75 +185,98 @@ ChatTemplate ChatTemplate::ChatMl(std::string default_system) {
 
 absl::StatusOr<std::string> ChatTemplate::Render(
     absl::Span<const ChatMessage> messages, bool add_generation_prompt) const {
-  for (size_t i = 0; i < messages.size(); ++i) {
-    absl::Status status = CheckRole(messages[i], i);
-    if (!status.ok()) return status;
-  }
+  ASSIGN_OR_RETURN(std::vector<ChatSegment> segments,
+                   RenderSegments(messages, add_generation_prompt));
   std::string out;
+  for (const ChatSegment& s : segments) out += s.text;
+  return out;
+}
+
+absl::StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderSegments(
+    absl::Span<const ChatMessage> messages, bool add_generation_prompt) const {
+  // The template's own spelling of each (checked) role: request bytes never
+  // reach the markup.
+  std::vector<absl::string_view> roles;
+  roles.reserve(messages.size());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    ASSIGN_OR_RETURN(absl::string_view role, CheckRole(messages[i], i));
+    roles.push_back(role);
+  }
+  SegmentWriter out;
   switch (format_) {
     case ChatFormat::kChatMl:
       for (size_t i = 0; i < messages.size(); ++i) {
-        if (i == 0 && messages[0].role != "system" &&
-            !default_system_.empty()) {
-          absl::StrAppend(&out, "<|im_start|>system\n", default_system_,
-                          "<|im_end|>\n");
+        if (i == 0 && roles[0] != "system" && !default_system_.empty()) {
+          out.Markup(absl::StrCat("<|im_start|>system\n", default_system_,
+                                  "<|im_end|>\n"));
         }
-        absl::StrAppend(&out, "<|im_start|>", messages[i].role, "\n",
-                        messages[i].content, "<|im_end|>\n");
+        out.Markup(absl::StrCat("<|im_start|>", roles[i], "\n"));
+        out.Content(messages[i].content);
+        out.Markup("<|im_end|>\n");
       }
-      if (add_generation_prompt) out += "<|im_start|>assistant\n";
-      return out;
+      if (add_generation_prompt) out.Markup("<|im_start|>assistant\n");
+      return out.Take();
     case ChatFormat::kLlama3:
       for (size_t i = 0; i < messages.size(); ++i) {
-        if (i == 0) out += bos_text_;
-        absl::StrAppend(&out, "<|start_header_id|>", messages[i].role,
-                        "<|end_header_id|>\n\n",
-                        StripPython(messages[i].content), "<|eot_id|>");
+        if (i == 0) out.Markup(bos_text_);
+        out.Markup(absl::StrCat("<|start_header_id|>", roles[i],
+                                "<|end_header_id|>\n\n"));
+        out.Content(StripPython(messages[i].content));
+        out.Markup("<|eot_id|>");
       }
       if (add_generation_prompt) {
-        out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+        out.Markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
       }
-      return out;
+      return out.Take();
     case ChatFormat::kLlama2: {
       // Meta's template: an optional leading system message is folded into
       // the first user turn; then user/assistant must alternate.
       size_t first = 0;
       const ChatMessage* system = nullptr;
-      if (!messages.empty() && messages[0].role == "system") {
+      if (!messages.empty() && roles[0] == "system") {
         system = &messages[0];
         first = 1;
       }
       for (size_t i = first; i < messages.size(); ++i) {
         const bool expect_user = (i - first) % 2 == 0;
-        if ((messages[i].role == "user") != expect_user ||
-            (!expect_user && messages[i].role != "assistant")) {
+        if ((roles[i] == "user") != expect_user ||
+            (!expect_user && roles[i] != "assistant")) {
           return absl::InvalidArgumentError(absl::StrCat(
               "message ", i, " has role '", messages[i].role,
               "'; Llama 2 chat roles must alternate user/assistant/user/... "
               "after an optional first system message"));
         }
-        std::string content = messages[i].content;
+        // content = ("<<SYS>>\n" + system + "\n<</SYS>>\n\n")? + message,
+        // stripped as one string.
+        std::vector<ChatSegment> content;
         if (i == first && system != nullptr) {
-          content = absl::StrCat("<<SYS>>\n", system->content, "\n<</SYS>>\n\n",
-                                 content);
+          content.push_back({ChatSegment::Kind::kMarkup, "<<SYS>>\n"});
+          content.push_back({ChatSegment::Kind::kContent, system->content});
+          content.push_back({ChatSegment::Kind::kMarkup, "\n<</SYS>>\n\n"});
         }
+        content.push_back({ChatSegment::Kind::kContent, messages[i].content});
         if (expect_user) {
-          absl::StrAppend(&out, bos_text_, "[INST] ", StripPython(content),
-                          " [/INST]");
+          out.Markup(absl::StrCat(bos_text_, "[INST] "));
+          out.AppendStripped(std::move(content));
+          out.Markup(" [/INST]");
         } else {
-          absl::StrAppend(&out, " ", StripPython(content), " ", eos_text_);
+          out.Markup(" ");
+          out.AppendStripped(std::move(content));
+          out.Markup(absl::StrCat(" ", eos_text_));
         }
       }
-      return out;
+      return out.Take();
     }
     case ChatFormat::kZephyr:
-      for (const ChatMessage& m : messages) {
-        absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, eos_text_, "\n");
+      for (size_t i = 0; i < messages.size(); ++i) {
+        out.Markup(absl::StrCat("<|", roles[i], "|>\n"));
+        out.Content(messages[i].content);
+        out.Markup(absl::StrCat(eos_text_, "\n"));
       }
       if (add_generation_prompt && !messages.empty()) {
-        out += "<|assistant|>\n";
+        out.Markup("<|assistant|>\n");
       }
-      return out;
+      return out.Take();
   }
   return absl::InternalError("unknown chat format");
 }

@@ -8,12 +8,16 @@
 //   Zephyr   "<|user|>"                TinyLlama chat, Zephyr
 // An absent (empty) template falls back to plain ChatML, as llama.cpp does;
 // a non-empty template we do not recognize is an error (UNIMPLEMENTED), not
-// a guess. Thread-safety: immutable; Render is safe to call concurrently.
+// a guess. RenderSegments keeps the template's own text (markup) apart from
+// the messages' content, so a tokenizer can give control tokens to the
+// markup alone (Tokenizer::EncodeChat). Thread-safety: immutable; Render and
+// RenderSegments are safe to call concurrently.
 #ifndef LOOKAHEAD_ENGINE_TEXT_CHAT_TEMPLATE_H_
 #define LOOKAHEAD_ENGINE_TEXT_CHAT_TEMPLATE_H_
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -27,6 +31,22 @@ struct ChatMessage {
 };
 
 enum class ChatFormat { kChatMl, kLlama3, kLlama2, kZephyr };
+
+// One run of a rendered chat. Markup is the template's own text: its markers
+// ("<|im_start|>", "[INST]", ...), the role names (written by the template
+// from its own spelling of system/user/assistant, never copied from the
+// request), separators, BOS/EOS text and a default system message from the
+// model file. Content is a message's text as the client sent it (after the
+// template's strip, where it has one), however it is spelled.
+struct ChatSegment {
+  enum class Kind { kMarkup, kContent };
+  Kind kind;
+  std::string text;  // never empty
+
+  bool operator==(const ChatSegment& o) const {
+    return kind == o.kind && text == o.text;
+  }
+};
 
 class ChatTemplate {
  public:
@@ -46,6 +66,11 @@ class ChatTemplate {
   // user/assistant after an optional leading system message.
   absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
                                      bool add_generation_prompt) const;
+  // The same rendering as runs of markup and content, in order: their texts
+  // concatenated are Render's result. Adjacent runs differ in kind. Errors
+  // as Render.
+  absl::StatusOr<std::vector<ChatSegment>> RenderSegments(
+      absl::Span<const ChatMessage> messages, bool add_generation_prompt) const;
 
   ChatFormat format() const { return format_; }
   // ChatML only: the system message inserted when none is given ("" none).

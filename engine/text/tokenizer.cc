@@ -7,9 +7,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
 #include "engine/gguf/gguf.h"
@@ -134,8 +136,9 @@ constexpr absl::string_view kEndOfGenerationTexts[] = {
 Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(
-    TokenizerSpec spec) {
+    TokenizerSpec spec, const TokenizerOptions& options) {
   std::unique_ptr<Tokenizer> tokenizer(new Tokenizer());
+  tokenizer->options_ = options;
   RETURN_IF_ERROR(tokenizer->Init(std::move(spec)));
   return tokenizer;
 }
@@ -355,62 +358,80 @@ absl::StatusOr<TokenizerSpec> Tokenizer::SpecFromGguf(const GgufFile& file) {
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(
-    const GgufFile& file) {
+    const GgufFile& file, const TokenizerOptions& options) {
   ASSIGN_OR_RETURN(TokenizerSpec spec, SpecFromGguf(file));
-  return Create(std::move(spec));
+  return Create(std::move(spec), options);
 }
 
 std::vector<int32_t> Tokenizer::Encode(absl::string_view text,
                                        const EncodeOptions& options) const {
+  const TextSpan span{text, options.parse_special};
+  return EncodeSpans(absl::MakeConstSpan(&span, 1), options.add_special);
+}
+
+std::vector<int32_t> Tokenizer::EncodeSpans(absl::Span<const TextSpan> spans,
+                                            bool add_special) const {
   std::vector<int32_t> out;
-  if (options.add_special && add_bos_) out.push_back(bos_id_);
+  if (add_special && add_bos_) out.push_back(bos_id_);
   // Split off special-token matches (leftmost-longest), encode the rest.
+  // `raw`: the plain text since the last special token, one piece per span.
   bool prev_special = true;  // SentencePiece: space prefix after specials
-  size_t raw_begin = 0;
-  auto flush_raw = [&](size_t end) {
-    if (end > raw_begin) {
-      absl::string_view raw = text.substr(raw_begin, end - raw_begin);
-      if (is_spm_) {
-        std::string prefixed = add_space_prefix_ && prev_special
-                                   ? absl::StrCat(" ", raw)
-                                   : std::string(raw);
-        EncodeRawSpm(prefixed, &out);
-      } else {
-        EncodeRawGpt2(raw, &out);
-      }
-      prev_special = false;
+  absl::InlinedVector<absl::string_view, 4> raw;
+  std::string joined;
+  auto flush_raw = [&] {
+    if (raw.empty()) return;
+    absl::string_view text = raw[0];
+    if (raw.size() > 1) {
+      joined = absl::StrJoin(raw, "");
+      text = joined;
     }
+    raw.clear();
+    if (is_spm_) {
+      std::string prefixed = add_space_prefix_ && prev_special
+                                 ? absl::StrCat(" ", text)
+                                 : std::string(text);
+      EncodeRawSpm(prefixed, &out);
+    } else {
+      EncodeRawGpt2(text, &out);
+    }
+    prev_special = false;
   };
-  size_t i = 0;
-  while (i < text.size()) {
-    if (!special_first_byte_[static_cast<unsigned char>(text[i])]) {
-      ++i;
-      continue;
-    }
-    int32_t match = -1;
-    size_t match_len = 0;
-    for (const auto& [special_text, id] : special_) {
-      if (!options.parse_special && types_[id] != TokenType::kUserDefined) {
+  for (const TextSpan& span : spans) {
+    const absl::string_view text = span.text;
+    size_t raw_begin = 0;
+    size_t i = 0;
+    while (i < text.size()) {
+      if (!special_first_byte_[static_cast<unsigned char>(text[i])]) {
+        ++i;
         continue;
       }
-      if (text.compare(i, special_text.size(), special_text) == 0) {
-        match = id;
-        match_len = special_text.size();
-        break;  // longest first
+      int32_t match = -1;
+      size_t match_len = 0;
+      for (const auto& [special_text, id] : special_) {
+        if (!span.parse_special && types_[id] != TokenType::kUserDefined) {
+          continue;
+        }
+        if (text.compare(i, special_text.size(), special_text) == 0) {
+          match = id;
+          match_len = special_text.size();
+          break;  // longest first
+        }
       }
+      if (match < 0) {
+        ++i;
+        continue;
+      }
+      if (i > raw_begin) raw.push_back(text.substr(raw_begin, i - raw_begin));
+      flush_raw();
+      out.push_back(match);
+      prev_special = true;
+      i += match_len;
+      raw_begin = i;
     }
-    if (match < 0) {
-      ++i;
-      continue;
-    }
-    flush_raw(i);
-    out.push_back(match);
-    prev_special = true;
-    i += match_len;
-    raw_begin = i;
+    if (text.size() > raw_begin) raw.push_back(text.substr(raw_begin));
   }
-  flush_raw(text.size());
-  if (options.add_special && add_eos_) out.push_back(eos_id_);
+  flush_raw();
+  if (add_special && add_eos_) out.push_back(eos_id_);
   return out;
 }
 
@@ -616,12 +637,27 @@ absl::StatusOr<std::string> Tokenizer::RenderChat(
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodeChat(
     absl::Span<const ChatMessage> messages, bool add_generation_prompt) const {
-  ASSIGN_OR_RETURN(std::string text,
-                   RenderChat(messages, add_generation_prompt));
-  EncodeOptions options;
-  options.parse_special = true;
-  options.add_special = false;
-  return Encode(text, options);
+  if (options_.parse_special_in_content) {  // HF's behaviour
+    ASSIGN_OR_RETURN(std::string text,
+                     RenderChat(messages, add_generation_prompt));
+    EncodeOptions options;
+    options.parse_special = true;
+    return Encode(text, options);
+  }
+  if (!chat_template_.ok()) {
+    return RenderChat(messages, add_generation_prompt).status();
+  }
+  ASSIGN_OR_RETURN(
+      std::vector<ChatSegment> segments,
+      chat_template_->RenderSegments(messages, add_generation_prompt));
+  // Control tokens from the template's markup only.
+  std::vector<TextSpan> spans;
+  spans.reserve(segments.size());
+  for (const ChatSegment& segment : segments) {
+    spans.push_back(
+        TextSpan{segment.text, segment.kind == ChatSegment::Kind::kMarkup});
+  }
+  return EncodeSpans(spans, /*add_special=*/false);
 }
 
 bool Tokenizer::IsEndOfGeneration(int32_t id) const {

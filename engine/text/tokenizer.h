@@ -3,6 +3,8 @@
 // ranks and a named pre-tokenizer, e.g. SmolLM2, Llama 3) and "llama"
 // (SentencePiece BPE by token scores with byte fallback, e.g. Llama 2,
 // TinyLlama). Matches HF tokenizers / llama.cpp on the same vocabulary.
+// Chat content is text: EncodeChat gives control tokens only to the chat
+// template's markers unless TokenizerOptions says otherwise.
 // Thread-safety: immutable after Create; every const method is safe to call
 // concurrently.
 #ifndef LOOKAHEAD_ENGINE_TEXT_TOKENIZER_H_
@@ -65,6 +67,18 @@ struct TokenizerSpec {
   std::string chat_template;
 };
 
+// How a server uses the tokenizer; not read from the model file.
+struct TokenizerOptions {
+  // EncodeChat: control-token strings inside message content ("<|im_start|>"
+  // in a user's text) become control tokens iff true. True is HF
+  // transformers' apply_chat_template(tokenize=True): a user can then open a
+  // new turn with any role, e.g. a system turn. False (the default, and
+  // OpenAI's API) encodes content as plain text, so only the template places
+  // control tokens. Chats without such strings encode to the same ids
+  // either way. [verifysvc --parse_special_in_content]
+  bool parse_special_in_content = false;
+};
+
 struct EncodeOptions {
   // Text equal to a control token (<|im_start|>, <s>, ...) becomes that id
   // (leftmost-longest match, never split) iff true; else it is plain text.
@@ -89,11 +103,12 @@ class Tokenizer {
   // out-of-range special ids, empty vocab, a "llama" vocab missing byte
   // tokens without an unk id, malformed merges); UNIMPLEMENTED for other
   // models or pre-tokenizers.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(TokenizerSpec spec);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(
+      TokenizerSpec spec, const TokenizerOptions& options = {});
   // Reads the spec from GGUF metadata; errors as GgufFile's getters (with
   // the key) or Create.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(
-      const GgufFile& file);
+      const GgufFile& file, const TokenizerOptions& options = {});
   static absl::StatusOr<TokenizerSpec> SpecFromGguf(const GgufFile& file);
 
   Tokenizer(const Tokenizer&) = delete;
@@ -122,14 +137,21 @@ class Tokenizer {
   // FAILED_PRECONDITION if the spec's template was not recognized).
   absl::StatusOr<std::string> RenderChat(absl::Span<const ChatMessage> messages,
                                          bool add_generation_prompt) const;
-  // RenderChat, then Encode with parse_special and without add_special (the
-  // rendered text already holds any BOS the template wants).
+  // The ids of RenderChat's text, without add_special (the template places
+  // any BOS it wants). The template's markup is encoded with parse_special;
+  // message content as plain text unless options().parse_special_in_content
+  // (then the whole text is Encode'd with parse_special, as HF does). Plain
+  // text between two control tokens is pre-tokenized as one string whether
+  // it came from markup or content ("user\n" + content), exactly as Encode
+  // would, so a chat whose content spells no control token encodes to the
+  // same ids in both modes. Errors as RenderChat.
   absl::StatusOr<std::vector<int32_t>> EncodeChat(
       absl::Span<const ChatMessage> messages, bool add_generation_prompt) const;
   const absl::StatusOr<ChatTemplate>& chat_template() const {
     return chat_template_;
   }
 
+  const TokenizerOptions& options() const { return options_; }
   int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
   int32_t bos_id() const { return bos_id_; }  // -1 if none
   int32_t eos_id() const { return eos_id_; }  // -1 if none
@@ -153,12 +175,23 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   absl::Status Init(TokenizerSpec spec);
+  // A piece of text to encode and whether control tokens in it are parsed.
+  struct TextSpan {
+    absl::string_view text;
+    bool parse_special;
+  };
+  // Encode over the concatenation of `spans`, matching control tokens only
+  // inside spans that parse them (user-defined tokens everywhere). Plain
+  // text runs on across span boundaries until the next special token.
+  std::vector<int32_t> EncodeSpans(absl::Span<const TextSpan> spans,
+                                   bool add_special) const;
   // Encodes text without special tokens into `out`.
   void EncodeBpePiece(absl::string_view piece, std::vector<int32_t>* out) const;
   void EncodeRawGpt2(absl::string_view text, std::vector<int32_t>* out) const;
   void EncodeRawSpm(absl::string_view text, std::vector<int32_t>* out) const;
 
   // All constant after Init.
+  TokenizerOptions options_;
   bool is_spm_ = false;  // "llama" model; else "gpt2"
   std::vector<std::string> tokens_;
   std::vector<TokenType> types_;

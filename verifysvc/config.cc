@@ -21,6 +21,13 @@ ABSL_FLAG(std::string, draftsvc, "127.0.0.1:50061",
 ABSL_FLAG(std::string, replica_id, "",
           "Prefix of this replica's draftsvc session ids; empty = "
           "<hostname>-<pid>-<start time>.");
+ABSL_FLAG(bool, parse_special_in_content, false,
+          "Chat message content that spells a control token "
+          "(\"<|im_start|>\") becomes that token, as in HF transformers' "
+          "apply_chat_template: a user can then open a turn with any role. "
+          "Off: content is plain text and only the chat template places "
+          "control tokens. Generate and Tokenize both follow it; text "
+          "prompts are always plain text.");
 ABSL_FLAG(int, max_running, 16, "Sequences decoded together (batch slots).");
 ABSL_FLAG(int, max_queued, 64,
           "Requests waiting for a slot; beyond it RESOURCE_EXHAUSTED.");
@@ -118,6 +125,8 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.port_file = absl::GetFlag(FLAGS_port_file);
   c.model_path = absl::GetFlag(FLAGS_model);
   if (c.model_path.empty()) c.model_path = engine::DefaultModelPath();
+  c.tokenizer.parse_special_in_content =
+      absl::GetFlag(FLAGS_parse_special_in_content);
   c.draftsvc = absl::GetFlag(FLAGS_draftsvc);
   c.draft_client.step_deadline =
       absl::Milliseconds(absl::GetFlag(FLAGS_draft_deadline_ms));

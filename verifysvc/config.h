@@ -11,6 +11,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/prefix_cache.h"
 #include "engine/model/threading.h"
+#include "engine/text/tokenizer.h"
 #include "verifysvc/draftsvc_client/draftsvc_client.h"
 #include "verifysvc/draftsvc_client/draftsvc_sessions.h"
 #include "verifysvc/serving/request_builder.h"
@@ -28,6 +29,8 @@ struct VerifysvcConfig {
   DraftSessionsOptions draft_sessions;
   engine::ThreadOptions threads;
   engine::ModelOptions model;
+  // Chat content as text or, with --parse_special_in_content, HF's way.
+  engine::TokenizerOptions tokenizer;
   RequestLimits limits;  // completed by FitLimitsToModel
   SchedulerOptions scheduler;
   // capacity_bytes 0: no prefix cache.

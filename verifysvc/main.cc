@@ -42,7 +42,7 @@ absl::Status Run(VerifysvcConfig c) {
   ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> file,
                    engine::OpenModelFile(c.model_path));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Tokenizer> tokenizer,
-                   engine::Tokenizer::FromGguf(*file));
+                   engine::Tokenizer::FromGguf(*file, c.tokenizer));
   ASSIGN_OR_RETURN(engine::ModelConfig probe,
                    engine::ModelConfig::FromGguf(*file));
   FitLimitsToModel(probe, &c.limits);

@@ -148,10 +148,13 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(
     case RawPrompt::Kind::kText: {
       engine::EncodeOptions options;
       options.add_special = true;  // BOS iff the model wants one.
+      // parse_special stays false: "<|im_end|>" in the text is text.
       return tokenizer.Encode(prompt.text, options);
     }
     case RawPrompt::Kind::kChat:
       RETURN_IF_ERROR(ValidateChat(prompt.chat));
+      // Control tokens from the template only, unless the tokenizer was
+      // built with parse_special_in_content (--parse_special_in_content).
       return tokenizer.EncodeChat(prompt.chat, /*add_generation_prompt=*/true);
     case RawPrompt::Kind::kTokens:
       RETURN_IF_ERROR(

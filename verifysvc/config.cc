@@ -35,7 +35,10 @@ ABSL_FLAG(int, max_context_tokens, 2048,
           "Most prompt + output tokens per request (0 = the model's context "
           "length).");
 ABSL_FLAG(int, max_prompt_tokens, 0,
-          "Most prompt tokens per request; 0 = max_context_tokens - 1.");
+          "Most prompt tokens per request; 0 = max_context_tokens - 1. Text "
+          "is rejected unread past this many times the vocabulary's longest "
+          "token in bytes (a chat's messages together; Tokenize's input past "
+          "--max_context_tokens times it): it could not fit.");
 ABSL_FLAG(int, default_max_new_tokens, 256,
           "Output limit of a request that sets max_new_tokens = 0.");
 ABSL_FLAG(int, decoding_length, 32,
@@ -43,6 +46,11 @@ ABSL_FLAG(int, decoding_length, 32,
           "up to --max_decoding_length); the scheduler gives fewer when they "
           "do not pay for their cost in the forward pass.");
 ABSL_FLAG(int, max_decoding_length, 64, "Largest decoding_length allowed.");
+ABSL_FLAG(int, max_stop_strings, 16, "Most stop strings per request.");
+ABSL_FLAG(int, max_stop_bytes, 1024,
+          "Most bytes per stop string. Every step scans each stop string "
+          "against the text held back (shorter than the longest one), on the "
+          "scheduler's thread.");
 ABSL_FLAG(int, branch_length, 16,
           "Draft branch depth: most draft tokens one step can accept "
           "(bench/results: RAG decode speedup 1.64x at 8, 1.77x at 16, 1.81x "
@@ -113,6 +121,8 @@ RequestLimits LimitsFromFlags() {
   limits.default_decoding_length = absl::GetFlag(FLAGS_decoding_length);
   limits.max_decoding_length = absl::GetFlag(FLAGS_max_decoding_length);
   limits.default_branch_length = absl::GetFlag(FLAGS_branch_length);
+  limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  limits.max_stop_bytes = absl::GetFlag(FLAGS_max_stop_bytes);
   return limits;
 }
 
@@ -152,10 +162,12 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   if (c.limits.default_decoding_length < 0 ||
       c.limits.default_decoding_length > c.limits.max_decoding_length ||
       c.limits.default_max_new_tokens < 1 ||
-      c.limits.default_branch_length < 1) {
+      c.limits.default_branch_length < 1 || c.limits.max_stop_strings < 0 ||
+      c.limits.max_stop_bytes < 1) {
     return absl::InvalidArgumentError(
         "--decoding_length must be in [0, --max_decoding_length]; "
-        "--default_max_new_tokens and --branch_length >= 1");
+        "--default_max_new_tokens, --branch_length and --max_stop_bytes >= 1; "
+        "--max_stop_strings >= 0");
   }
   c.scheduler.max_running = absl::GetFlag(FLAGS_max_running);
   c.scheduler.max_queued = absl::GetFlag(FLAGS_max_queued);

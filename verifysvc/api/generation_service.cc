@@ -134,20 +134,20 @@ v1::GenerationStatsResponse StatsToProto(const SchedulerStats& s) {
   return stats;
 }
 
-// Streams a scheduler's output to one client. Writes go out one at a time
+// Streams a scheduler's output to one client, each GenerateResponse
+// serialized as the generated handler would. Writes go out one at a time
 // (the callback API allows one in flight); the rest wait in `pending_`.
 // Deletes itself when gRPC is done with the call (after Finish).
-class GenerateReactor final
-    : public grpc::ServerWriteReactor<v1::GenerateResponse>,
-      public GenerationSink {
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                              public GenerationSink {
  public:
   // Ends the call now with `status` (a request that never reached the
   // scheduler).
   void Reject(const absl::Status& status) { FinishCall(ToGrpcStatus(status)); }
 
   void Send(GenerationOutput output) override {
-    const v1::GenerateResponse* first = nullptr;
-    v1::GenerateResponse response = ResponseFromOutput(output);
+    const grpc::ByteBuffer* first = nullptr;
+    grpc::ByteBuffer response = SerializeResponse(ResponseFromOutput(output));
     {
       absl::MutexLock lock(&mu_);
       if (cancelled_) return;
@@ -177,7 +177,7 @@ class GenerateReactor final
   }
 
   void OnWriteDone(bool ok) override {
-    const v1::GenerateResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     grpc::Status finish;
     bool do_finish = false;
     {
@@ -211,12 +211,12 @@ class GenerateReactor final
 
  private:
   void FinishCall(const grpc::Status& status) {
-    grpc::ServerWriteReactor<v1::GenerateResponse>::Finish(status);
+    grpc::ServerWriteReactor<grpc::ByteBuffer>::Finish(status);
   }
 
   mutable absl::Mutex mu_;
   // std::deque keeps the element being written in place while more arrive.
-  std::deque<v1::GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> pending_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_pending_ ABSL_GUARDED_BY(mu_) = false;
@@ -228,6 +228,33 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// Tokenize's answer: the input's byte limit first, then the tokenizer.
+absl::StatusOr<std::vector<int32_t>> TokenizeIds(
+    v1::TokenizeRequest request, const engine::Tokenizer& tokenizer,
+    const RequestLimits& limits) {
+  RawPrompt input;
+  switch (request.input_case()) {
+    case v1::TokenizeRequest::kText:
+      input.kind = RawPrompt::Kind::kText;
+      input.text = std::move(*request.mutable_text());
+      break;
+    case v1::TokenizeRequest::kChat:
+      input.kind = RawPrompt::Kind::kChat;
+      input.chat = ChatFromProto(request.chat());
+      break;
+    case v1::TokenizeRequest::INPUT_NOT_SET:
+      return absl::InvalidArgumentError("no input: set text or chat");
+  }
+  RETURN_IF_ERROR(CheckTokenizeBytes(input, limits));
+  if (input.kind == RawPrompt::Kind::kText) {
+    engine::EncodeOptions options;
+    options.add_special = request.add_special();
+    return tokenizer.Encode(input.text, options);
+  }
+  RETURN_IF_ERROR(ValidateChat(input.chat));
+  return tokenizer.EncodeChat(input.chat, true);
 }
 
 }  // namespace
@@ -245,11 +272,19 @@ RawRequest RawRequestFromProto(const v1::GenerateRequest& request) {
   return raw;
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire) {
   auto* reactor = new GenerateReactor();
+  v1::GenerateRequest request;
+  absl::Status parsed = ParseWireRequest(*wire, &request);
+  if (!parsed.ok()) {
+    wire_rejections_.Log(
+        absl::StrCat("rejected a Generate request: ", parsed.message()));
+  }
   absl::StatusOr<GenerationRequest> built =
-      BuildRequest(RawRequestFromProto(*request), *tokenizer_, limits_);
+      parsed.ok()
+          ? BuildRequest(RawRequestFromProto(request), *tokenizer_, limits_)
+          : parsed;
   absl::Status submitted = built.status();
   if (submitted.ok()) {
     submitted = scheduler_->Submit(*std::move(built), reactor);  // Counts.
@@ -261,28 +296,22 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(
-    grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
-    v1::TokenizeResponse* response) {
-  absl::StatusOr<std::vector<int32_t>> ids;
-  switch (request->input_case()) {
-    case v1::TokenizeRequest::kText: {
-      engine::EncodeOptions options;
-      options.add_special = request->add_special();
-      ids = tokenizer_->Encode(request->text(), options);
-      break;
-    }
-    case v1::TokenizeRequest::kChat: {
-      const std::vector<engine::ChatMessage> messages =
-          ChatFromProto(request->chat());
-      absl::Status valid = ValidateChat(messages);
-      ids = valid.ok() ? tokenizer_->EncodeChat(messages, true) : valid;
-      break;
-    }
-    case v1::TokenizeRequest::INPUT_NOT_SET:
-      ids = absl::InvalidArgumentError("no input: set text or chat");
-      break;
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire,
+    grpc::ByteBuffer* response) {
+  v1::TokenizeRequest request;
+  absl::Status parsed = ParseWireRequest(*wire, &request);
+  if (!parsed.ok()) {
+    wire_rejections_.Log(
+        absl::StrCat("rejected a Tokenize request: ", parsed.message()));
+    return FinishUnary(context, parsed);
   }
-  if (ids.ok()) *response->mutable_ids() = {ids->begin(), ids->end()};
+  absl::StatusOr<std::vector<int32_t>> ids =
+      TokenizeIds(std::move(request), *tokenizer_, limits_);
+  if (ids.ok()) {
+    v1::TokenizeResponse tokens;
+    *tokens.mutable_ids() = {ids->begin(), ids->end()};
+    *response = SerializeResponse(tokens);
+  }
   return FinishUnary(context, ids.status());
 }
 

@@ -3,16 +3,22 @@
 // with the shared BuildRequest on the RPC's thread (microseconds to a
 // millisecond), hands it to the scheduler, and streams what the scheduler
 // emits as GenerateResponses; never blocks a gRPC reaction on the model.
+// Generate and Tokenize, whose requests carry strings, are registered raw:
+// their wire bytes are checked for invalid UTF-8 before parsing
+// (wire_request.h), so a bad byte is INVALID_ARGUMENT naming the field.
 // The only layer of verifysvc that includes generated proto headers.
 // Thread-safe.
 #ifndef LOOKAHEAD_VERIFYSVC_API_GENERATION_SERVICE_H_
 #define LOOKAHEAD_VERIFYSVC_API_GENERATION_SERVICE_H_
+
+#include <grpcpp/support/byte_buffer.h>
 
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/text/tokenizer.h"
 #include "proto/generation.grpc.pb.h"
+#include "verifysvc/api/wire_request.h"
 #include "verifysvc/serving/request_builder.h"
 #include "verifysvc/serving/scheduler.h"
 
@@ -21,26 +27,36 @@ namespace lookahead::verifysvc {
 // The client's request as the neutral RawRequest that BuildRequest checks.
 RawRequest RawRequestFromProto(const lookahead::v1::GenerateRequest& request);
 
-class GenerationServiceImpl final
-    : public lookahead::v1::GenerationService::CallbackService {
+// The callback service with Generate and Tokenize taking wire bytes.
+using GenerationServiceBase =
+    lookahead::v1::GenerationService::WithRawCallbackMethod_Generate<
+        lookahead::v1::GenerationService::WithRawCallbackMethod_Tokenize<
+            lookahead::v1::GenerationService::WithCallbackMethod_Detokenize<
+                lookahead::v1::GenerationService::WithCallbackMethod_ModelInfo<
+                    lookahead::v1::GenerationService::WithCallbackMethod_Stats<
+                        lookahead::v1::GenerationService::Service>>>>>;
+
+class GenerationServiceImpl final : public GenerationServiceBase {
  public:
   // `tokenizer` and `scheduler` are not owned and must outlive the service.
-  // `info` is what ModelInfo returns.
+  // `info` is what ModelInfo returns. The byte limits come from `limits`
+  // and the tokenizer's vocabulary (FitLimitsToTokenizer).
   GenerationServiceImpl(const engine::Tokenizer* tokenizer,
                         Scheduler* scheduler, RequestLimits limits,
                         lookahead::v1::ModelInfoResponse info)
       : tokenizer_(tokenizer),
         scheduler_(scheduler),
-        limits_(limits),
+        limits_(FitLimitsToTokenizer(limits, *tokenizer)),
         info_(std::move(info)) {}
 
-  grpc::ServerWriteReactor<lookahead::v1::GenerateResponse>* Generate(
+  // A GenerateRequest in, GenerateResponses out, as wire bytes.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(
       grpc::CallbackServerContext* context,
-      const lookahead::v1::GenerateRequest* request) override;
-  grpc::ServerUnaryReactor* Tokenize(
-      grpc::CallbackServerContext* context,
-      const lookahead::v1::TokenizeRequest* request,
-      lookahead::v1::TokenizeResponse* response) override;
+      const grpc::ByteBuffer* request) override;
+  // A TokenizeRequest in, a TokenizeResponse out, as wire bytes.
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Detokenize(
       grpc::CallbackServerContext* context,
       const lookahead::v1::DetokenizeRequest* request,
@@ -59,6 +75,8 @@ class GenerationServiceImpl final
   Scheduler* const scheduler_;
   const RequestLimits limits_;
   const lookahead::v1::ModelInfoResponse info_;
+  // Requests whose bytes did not parse (invalid UTF-8): one line a minute.
+  RateLimitedLog wire_rejections_{absl::Minutes(1)};
 };
 
 }  // namespace lookahead::verifysvc

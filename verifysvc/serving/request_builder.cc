@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "engine/text/stop_strings.h"
 #include "proto/namespace_name.h"
 
@@ -23,8 +25,9 @@ absl::StatusOr<engine::SamplingParams> Sampling(const RawRequest& raw) {
         "sampling.top_p is ", raw.top_p, "; use a value in (0, 1] (0 = off)"));
   }
   if (raw.top_k < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.top_k is ", raw.top_k, "; use >= 0 (0 = off)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling.top_k = ", raw.top_k, " is outside [0, ", INT32_MAX,
+        "] (0 = off; values >= the vocabulary size are off too)"));
   }
   engine::SamplingParams params;
   params.temperature = raw.temperature;
@@ -58,22 +61,23 @@ absl::StatusOr<DraftPolicy> Draft(const RawDraftParams& draft,
   if (draft.decoding_length < 0 ||
       draft.decoding_length > limits.max_decoding_length) {
     return absl::InvalidArgumentError(
-        absl::StrCat("draft.decoding_length is ", draft.decoding_length,
-                     "; use 0 (server default) to ", limits.max_decoding_length,
-                     " (--max_decoding_length)"));
+        absl::StrCat("draft.decoding_length = ", draft.decoding_length,
+                     " is outside [0, ", limits.max_decoding_length,
+                     "] (0 = server default; --max_decoding_length)"));
   }
   if (draft.branch_length < 0 ||
       draft.branch_length > limits.max_branch_length) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft.branch_length is ", draft.branch_length,
-                     "; use 0 (server default) to ", limits.max_branch_length));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "draft.branch_length = ", draft.branch_length, " is outside [0, ",
+        limits.max_branch_length, "] (0 = server default)"));
   }
   policy.name_space =
       draft.name_space.empty() ? v1::kDefaultNamespace : draft.name_space;
-  absl::Status name = v1::ValidateNamespaceName(policy.name_space);
-  if (!name.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft.namespace: ", name.message()));
+  if (!v1::ValidateNamespaceName(policy.name_space).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "draft.namespace: ", QuoteInput(policy.name_space),
+        " is not a namespace name; use 1..", v1::kMaxNamespaceBytes,
+        " bytes of [A-Za-z0-9_.-] (empty = \"", v1::kDefaultNamespace, "\")"));
   }
   policy.decoding_length = draft.decoding_length == 0
                                ? limits.default_decoding_length
@@ -85,33 +89,120 @@ absl::StatusOr<DraftPolicy> Draft(const RawDraftParams& draft,
 }
 
 // The output limit: the request's, or the default cut to the context left.
+// REQUIRES: 1 <= prompt <= limits.max_prompt_tokens < max_context_tokens.
 absl::StatusOr<int> MaxNewTokens(const RawRequest& raw, int prompt,
                                  const RequestLimits& limits) {
-  if (raw.max_new_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_new_tokens is ", raw.max_new_tokens,
-                     "; use 0 (server default) or more"));
+  // In 64 bits and compared, never added: prompt + a huge max_new_tokens
+  // would wrap.
+  const int64_t left = int64_t{limits.max_context_tokens} - prompt;
+  if (raw.max_new_tokens < 0 || raw.max_new_tokens > left) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens = ", raw.max_new_tokens, " is outside [0, ", left,
+        "] (0 = server default): the prompt has ", prompt,
+        " tokens and the context holds ", limits.max_context_tokens,
+        " (--max_context_tokens)"));
   }
   if (raw.max_new_tokens == 0) {
-    return std::min(limits.default_max_new_tokens,
-                    limits.max_context_tokens - prompt);
-  }
-  // Compared without adding: prompt + a huge 64-bit max_new_tokens would
-  // overflow. The sum is only printed, unsigned (both are positive here).
-  if (raw.max_new_tokens > limits.max_context_tokens - prompt) {
-    const uint64_t total = static_cast<uint64_t>(prompt) +
-                           static_cast<uint64_t>(raw.max_new_tokens);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt, " tokens) + max_new_tokens (", raw.max_new_tokens,
-        ") = ", total, " exceeds the context limit of ",
-        limits.max_context_tokens,
-        " tokens (--max_context_tokens); ask for at most ",
-        limits.max_context_tokens - prompt, " new tokens"));
+    return static_cast<int>(
+        std::min<int64_t>(limits.default_max_new_tokens, left));
   }
   return static_cast<int>(raw.max_new_tokens);
 }
 
+// Prompt text within `max_bytes` (a chat's roles and contents together)
+// and at most `max_messages` chat messages. `limit` says where max_bytes
+// comes from, for the message.
+absl::Status CheckTextBytes(const RawPrompt& prompt, int64_t max_bytes,
+                            int64_t max_messages, absl::string_view limit) {
+  if (max_bytes <= 0) return absl::OkStatus();  // byte limits off
+  if (prompt.kind == RawPrompt::Kind::kText &&
+      static_cast<int64_t>(prompt.text.size()) > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("text is ", prompt.text.size(), " bytes; use at most ",
+                     max_bytes, " (", limit, ")"));
+  }
+  if (prompt.kind != RawPrompt::Kind::kChat) return absl::OkStatus();
+  if (static_cast<int64_t>(prompt.chat.size()) > max_messages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chat.messages has ", prompt.chat.size(), " messages; use at most ",
+        max_messages, " (each message takes at least one token)"));
+  }
+  int64_t total = 0;
+  auto add = [&](size_t i, absl::string_view field, const std::string& text) {
+    total += static_cast<int64_t>(text.size());
+    if (total <= max_bytes) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat.messages[", i, "].", field, " is ", text.size(),
+                     " bytes, making the chat ", total, " bytes; use at most ",
+                     max_bytes, " in all (", limit, ")"));
+  };
+  for (size_t i = 0; i < prompt.chat.size(); ++i) {
+    RETURN_IF_ERROR(add(i, "role", prompt.chat[i].role));
+    RETURN_IF_ERROR(add(i, "content", prompt.chat[i].content));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+RequestLimits FitLimitsToTokenizer(RequestLimits limits,
+                                   const engine::Tokenizer& tokenizer) {
+  size_t longest = 4;  // one UTF-8 character as an unknown token
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    longest = std::max(longest, tokenizer.TokenBytes(id).size());
+  }
+  limits.max_token_bytes = static_cast<int>(longest);
+  return limits;
+}
+
+int64_t MaxPromptBytes(const RequestLimits& limits) {
+  return int64_t{limits.max_prompt_tokens} * limits.max_token_bytes;
+}
+
+int64_t MaxTokenizeBytes(const RequestLimits& limits) {
+  return int64_t{limits.max_context_tokens} * limits.max_token_bytes;
+}
+
+absl::Status CheckPromptBytes(const RawPrompt& prompt,
+                              const RequestLimits& limits) {
+  return CheckTextBytes(
+      prompt, MaxPromptBytes(limits), limits.max_prompt_tokens,
+      absl::StrCat("--max_prompt_tokens=", limits.max_prompt_tokens,
+                   " tokens of at most ", limits.max_token_bytes, " bytes"));
+}
+
+absl::Status CheckTokenizeBytes(const RawPrompt& input,
+                                const RequestLimits& limits) {
+  return CheckTextBytes(
+      input, MaxTokenizeBytes(limits), limits.max_context_tokens,
+      absl::StrCat("--max_context_tokens=", limits.max_context_tokens,
+                   " tokens of at most ", limits.max_token_bytes, " bytes"));
+}
+
+absl::Status CheckStopStrings(absl::Span<const std::string> stop,
+                              const RequestLimits& limits) {
+  if (stop.size() > static_cast<size_t>(limits.max_stop_strings)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop has ", stop.size(), " strings; use at most ",
+                     limits.max_stop_strings, " (--max_stop_strings)"));
+  }
+  for (size_t i = 0; i < stop.size(); ++i) {
+    if (stop[i].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop[", i, "] is empty; remove it"));
+    }
+    if (stop[i].size() > static_cast<size_t>(limits.max_stop_bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop[", i, "] is ", stop[i].size(), " bytes; use at most ",
+          limits.max_stop_bytes, " (--max_stop_bytes)"));
+    }
+    if (!IsValidUtf8(stop[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop[", i, "] ", QuoteInput(stop[i]), " is not valid UTF-8"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateChat(absl::Span<const engine::ChatMessage> messages) {
   if (messages.empty()) {
@@ -122,8 +213,8 @@ absl::Status ValidateChat(absl::Span<const engine::ChatMessage> messages) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant") {
       return absl::InvalidArgumentError(
-          absl::StrCat("chat.messages[", i, "].role is \"", role,
-                       "\"; use system, user or assistant"));
+          absl::StrCat("chat.messages[", i, "].role is ", QuoteInput(role),
+                       "; use system, user or assistant"));
     }
   }
   return absl::OkStatus();
@@ -171,6 +262,13 @@ absl::StatusOr<GenerationRequest> BuildRequest(
     const RawRequest& raw, const engine::Tokenizer& tokenizer,
     const RequestLimits& limits) {
   GenerationRequest request;
+  RETURN_IF_ERROR(CheckStopStrings(raw.stop, limits));
+  request.stop = raw.stop;
+  RETURN_IF_ERROR(
+      engine::ValidateStopStrings(request.stop, limits.max_stop_strings));
+  ASSIGN_OR_RETURN(request.sampling, Sampling(raw));
+  ASSIGN_OR_RETURN(request.draft, Draft(raw.draft, limits));
+  RETURN_IF_ERROR(CheckPromptBytes(raw.prompt, limits));
   ASSIGN_OR_RETURN(request.prompt,
                    EncodePrompt(raw.prompt, tokenizer, limits.vocab_size));
   const int prompt = static_cast<int>(request.prompt.size());
@@ -184,11 +282,6 @@ absl::StatusOr<GenerationRequest> BuildRequest(
         limits.max_prompt_tokens, " (--max_prompt_tokens)"));
   }
   ASSIGN_OR_RETURN(request.max_new_tokens, MaxNewTokens(raw, prompt, limits));
-  ASSIGN_OR_RETURN(request.sampling, Sampling(raw));
-  request.stop = raw.stop;
-  RETURN_IF_ERROR(
-      engine::ValidateStopStrings(request.stop, limits.max_stop_strings));
-  ASSIGN_OR_RETURN(request.draft, Draft(raw.draft, limits));
   return request;
 }
 

@@ -4,7 +4,8 @@
 // (text with BOS as the model wants, chat through the model's template with
 // the generation prompt, or token ids), applies the server's defaults and
 // limits, and returns INVALID_ARGUMENT naming the field, the limit and the
-// flag that sets it. Pure functions of their arguments; thread-safe.
+// flag that sets it. Text is measured in bytes before it is tokenized (see
+// MaxPromptBytes). Pure functions of their arguments; thread-safe.
 #ifndef LOOKAHEAD_VERIFYSVC_SERVING_REQUEST_BUILDER_H_
 #define LOOKAHEAD_VERIFYSVC_SERVING_REQUEST_BUILDER_H_
 
@@ -37,8 +38,18 @@ struct RequestLimits {
   // Draft branch depth when a request leaves branch_length 0; most allowed.
   int default_branch_length = 8;
   int max_branch_length = 32;
+  // Most stop strings per request (--max_stop_strings), and bytes per stop
+  // string (--max_stop_bytes). The stop matcher scans its held-back text
+  // (shorter than the longest stop string) once per stop string per step,
+  // on the scheduler's thread: 16 x 1 KiB bounds that scan for everyone.
   int max_stop_strings = 16;
+  int max_stop_bytes = 1024;
   int32_t vocab_size = 0;
+  // Bytes of text one token can stand for: the vocabulary's longest token,
+  // at least 4 (a character missing from the vocabulary may become one
+  // unknown token). Set by FitLimitsToTokenizer; 0 turns the byte limits
+  // below off.
+  int max_token_bytes = 0;
 };
 
 // The prompt as the client gave it: exactly one of text, chat, token ids.
@@ -79,6 +90,42 @@ struct RawRequest {
   RawDraftParams draft;
 };
 
+// `limits` with max_token_bytes from `tokenizer`'s vocabulary.
+RequestLimits FitLimitsToTokenizer(RequestLimits limits,
+                                   const engine::Tokenizer& tokenizer);
+
+// Byte limits on text, checked before any tokenizing. Every token stands
+// for at most max_token_bytes bytes, so a text longer than N x
+// max_token_bytes needs more than N tokens and cannot fit: rejecting it
+// unread loses nothing. (Except text the tokenizer drops, such as the 21
+// bytes SmolLM2's vocabulary lacks, which no one sends on purpose.)
+// A text prompt, or a chat's roles and contents together:
+// max_prompt_tokens x max_token_bytes.
+int64_t MaxPromptBytes(const RequestLimits& limits);
+// Tokenize's input: max_context_tokens x max_token_bytes.
+int64_t MaxTokenizeBytes(const RequestLimits& limits);
+
+// OK iff `prompt`'s text is within MaxPromptBytes and a chat has at most
+// max_prompt_tokens messages (every template gives each message at least
+// one token); else INVALID_ARGUMENT naming the field, its size and the
+// limit. Reads sizes only.
+absl::Status CheckPromptBytes(const RawPrompt& prompt,
+                              const RequestLimits& limits);
+// The same for Tokenize's input, against MaxTokenizeBytes and
+// max_context_tokens messages.
+absl::Status CheckTokenizeBytes(const RawPrompt& input,
+                                const RequestLimits& limits);
+
+// OK iff there are at most max_stop_strings stop strings, each non-empty,
+// valid UTF-8 and at most max_stop_bytes long; else INVALID_ARGUMENT naming
+// stop[i].
+absl::Status CheckStopStrings(absl::Span<const std::string> stop,
+                              const RequestLimits& limits);
+
+// Checks what costs nothing first (stop strings, sampling, drafts, the
+// prompt's bytes), then tokenizes the prompt and checks its tokens and
+// max_new_tokens. Every error is INVALID_ARGUMENT naming the field, its
+// value (client strings through QuoteInput) and the range or limit.
 absl::StatusOr<GenerationRequest> BuildRequest(
     const RawRequest& raw, const engine::Tokenizer& tokenizer,
     const RequestLimits& limits);

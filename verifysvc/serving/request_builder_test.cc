@@ -71,6 +71,7 @@ class RequestBuilderTest : public ::testing::Test {
   void SetUp() override {
     tokenizer_ = TinyTokenizer(/*add_bos=*/false);
     ASSERT_NE(tokenizer_, nullptr);
+    limits_ = FitLimitsToTokenizer(SmallLimits(), *tokenizer_);
   }
 
   absl::StatusOr<GenerationRequest> Build(const RawRequest& raw) {
@@ -214,28 +215,30 @@ TEST_F(RequestBuilderTest, TokenIdsOutsideTheVocabularyAreRejected) {
 TEST_F(RequestBuilderTest, NegativeMaxNewTokensIsRejected) {
   RawRequest raw = TokensRequest(3);
   raw.max_new_tokens = -1;
-  ExpectInvalid(raw, {"max_new_tokens is -1; use 0 (server default) or more"});
+  ExpectInvalid(
+      raw, {"max_new_tokens = -1 is outside [0, 29] (0 = server default)"});
 }
 
 TEST_F(RequestBuilderTest, MaxNewTokensOverTheContextIsRejected) {
   RawRequest raw = TokensRequest(3);
   raw.max_new_tokens = 30;
-  ExpectInvalid(raw, {"prompt (3 tokens) + max_new_tokens (30) = 33 exceeds "
-                      "the context limit of 32 tokens (--max_context_tokens)",
-                      "ask for at most 29 new tokens"});
+  ExpectInvalid(raw, {"max_new_tokens = 30 is outside [0, 29]",
+                      "the prompt has 3 tokens and the context holds 32 "
+                      "(--max_context_tokens)"});
 }
 
 TEST_F(RequestBuilderTest, HugeMaxNewTokensDoesNotWrap) {
   RawRequest raw = TokensRequest(3);
   raw.max_new_tokens = 2147483647;  // 3 + this wraps in 32 bits.
-  ExpectInvalid(raw, {"max_new_tokens (2147483647)", "exceeds the context"});
+  ExpectInvalid(raw, {"max_new_tokens = 2147483647 is outside [0, 29]"});
   // RawRequest::max_new_tokens is 64-bit: a front end may pass any value.
-  raw.max_new_tokens = std::numeric_limits<int64_t>::max();
-  ExpectInvalid(raw, {"max_new_tokens (9223372036854775807) = "
-                      "9223372036854775810 exceeds the context limit of 32",
-                      "ask for at most 29 new tokens"});
-  raw.max_new_tokens = std::numeric_limits<int64_t>::max() - 2;
-  ExpectInvalid(raw, {"max_new_tokens", "exceeds the context"});
+  for (int64_t huge : {std::numeric_limits<int64_t>::max(),
+                       std::numeric_limits<int64_t>::max() - 2,
+                       std::numeric_limits<int64_t>::min()}) {
+    raw.max_new_tokens = huge;
+    ExpectInvalid(
+        raw, {absl::StrCat("max_new_tokens = ", huge, " is outside [0, 29]")});
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -269,7 +272,8 @@ TEST_F(RequestBuilderTest, BadTopPIsRejected) {
 TEST_F(RequestBuilderTest, NegativeTopKIsRejected) {
   RawRequest raw = TokensRequest(3);
   raw.top_k = -1;
-  ExpectInvalid(raw, {"sampling.top_k is -1; use >= 0 (0 = off)"});
+  ExpectInvalid(raw, {"sampling.top_k = -1 is outside [0, 2147483647] (0 = "
+                      "off"});
 }
 
 // ---------------------------------------------------------------------------
@@ -278,11 +282,17 @@ TEST_F(RequestBuilderTest, NegativeTopKIsRejected) {
 TEST_F(RequestBuilderTest, BadStopStringsAreRejected) {
   RawRequest raw = TokensRequest(3);
   raw.stop = {"a", "b", "c"};
-  ExpectInvalid(raw, {"stop has 3 strings; at most 2"});
+  ExpectInvalid(raw,
+                {"stop has 3 strings; use at most 2 (--max_stop_strings)"});
   raw.stop = {"ok", ""};
   ExpectInvalid(raw, {"stop[1] is empty; remove it"});
   raw.stop = {"\xff"};
-  ExpectInvalid(raw, {"stop[0] is not valid UTF-8"});
+  ExpectInvalid(raw, {"stop[0] \"\\xff\" is not valid UTF-8"});
+  raw.stop = {std::string(limits_.max_stop_bytes + 1, 's')};
+  ExpectInvalid(raw, {"stop[0] is 1025 bytes; use at most 1024 "
+                      "(--max_stop_bytes)"});
+  raw.stop = {std::string(limits_.max_stop_bytes, 's')};
+  EXPECT_TRUE(Build(raw).ok());
 }
 
 // ---------------------------------------------------------------------------
@@ -301,9 +311,9 @@ TEST_F(RequestBuilderTest, DecodingLengthOutOfRangeIsRejected) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.draft.decoding_length = bad;
-    ExpectInvalid(raw, {absl::StrCat("draft.decoding_length is ", bad,
-                                     "; use 0 (server default) to 12 "
-                                     "(--max_decoding_length)")});
+    ExpectInvalid(raw, {absl::StrCat("draft.decoding_length = ", bad,
+                                     " is outside [0, 12] (0 = server "
+                                     "default; --max_decoding_length)")});
   }
 }
 
@@ -312,8 +322,9 @@ TEST_F(RequestBuilderTest, BranchLengthOutOfRangeIsRejected) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.draft.branch_length = bad;
-    ExpectInvalid(raw, {absl::StrCat("draft.branch_length is ", bad,
-                                     "; use 0 (server default) to 6")});
+    ExpectInvalid(raw, {absl::StrCat("draft.branch_length = ", bad,
+                                     " is outside [0, 6] (0 = server "
+                                     "default)")});
   }
 }
 
@@ -463,6 +474,82 @@ TEST(CheckTokenIdsTest, NamesTheFieldAndTheFirstBadIndex) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
             "draft.ids[1] = -3 is outside the vocabulary [0, 6)");
+}
+
+// ---------------------------------------------------------------------------
+// Byte limits, checked before tokenizing, and client input in messages.
+
+TEST_F(RequestBuilderTest, ByteLimitsComeFromTheLongestToken) {
+  EXPECT_EQ(limits_.max_token_bytes, 12);  // "<|im_start|>"
+  EXPECT_EQ(MaxPromptBytes(limits_), 20 * 12);
+  EXPECT_EQ(MaxTokenizeBytes(limits_), 32 * 12);
+}
+
+TEST_F(RequestBuilderTest, TextOverTheByteLimitIsRejectedUnread) {
+  RawRequest raw;
+  raw.prompt.kind = RawPrompt::Kind::kText;
+  raw.prompt.text = std::string(241, 'a');
+  ExpectInvalid(raw, {"text is 241 bytes; use at most 240 "
+                      "(--max_prompt_tokens=20 tokens of at most 12 bytes)"});
+  // At the limit the tokenizer decides: 240 byte tokens are too many.
+  raw.prompt.text.pop_back();
+  ExpectInvalid(raw, {"prompt has 240 tokens"});
+}
+
+TEST_F(RequestBuilderTest, ChatBytesCountRolesAndContentsTogether) {
+  RawRequest raw;
+  raw.prompt.kind = RawPrompt::Kind::kChat;
+  raw.prompt.chat = {{"system", std::string(100, 's')},
+                     {"user", std::string(130, 'u')}};
+  // 6 + 100 + 4 + 130 = 240: within the limit (then too many tokens).
+  ExpectInvalid(raw, {"prompt has"});
+  raw.prompt.chat[1].content.push_back('u');
+  ExpectInvalid(raw, {"chat.messages[1].content is 131 bytes, making the chat "
+                      "241 bytes; use at most 240 in all"});
+  raw.prompt.chat.assign(21, {"user", ""});
+  ExpectInvalid(raw, {"chat.messages has 21 messages; use at most 20"});
+}
+
+TEST_F(RequestBuilderTest, TokenizeInputHasItsOwnByteLimit) {
+  RawPrompt input;
+  input.kind = RawPrompt::Kind::kText;
+  input.text = std::string(384, 'a');
+  EXPECT_TRUE(CheckTokenizeBytes(input, limits_).ok());
+  input.text.push_back('a');
+  const absl::Status status = CheckTokenizeBytes(input, limits_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("text is 385 bytes; use at most 384 "
+                                          "(--max_context_tokens=32"));
+}
+
+TEST_F(RequestBuilderTest, CheapChecksComeBeforeTokenizing) {
+  // Bad stop strings and draft parameters are reported even when the
+  // prompt is too long to tokenize: nothing was tokenized.
+  RawRequest raw;
+  raw.prompt.kind = RawPrompt::Kind::kText;
+  raw.prompt.text = std::string(1 << 20, 'a');
+  raw.stop = std::vector<std::string>(10000, "x");
+  ExpectInvalid(raw, {"stop has 10000 strings"});
+  raw.stop.clear();
+  raw.draft.decoding_length = -1;
+  ExpectInvalid(raw, {"draft.decoding_length = -1"});
+}
+
+TEST_F(RequestBuilderTest, ClientStringsAreQuotedShort) {
+  RawRequest raw = TokensRequest(3);
+  raw.draft.name_space = std::string(100000, '/');
+  absl::StatusOr<GenerationRequest> built = Build(raw);
+  ASSERT_FALSE(built.ok());
+  EXPECT_LT(built.status().message().size(), 300u) << built.status();
+  EXPECT_THAT(built.status().message(), HasSubstr("(100000 bytes)"));
+  EXPECT_THAT(built.status().message(), HasSubstr("draft.namespace"));
+
+  const std::vector<engine::ChatMessage> chat = {
+      {std::string(100000, 'r') + "\n\xff", "x"}};
+  const absl::Status role = ValidateChat(chat);
+  EXPECT_LT(role.message().size(), 300u) << role;
+  EXPECT_THAT(role.message(), HasSubstr("chat.messages[0].role is \"rrrr"));
+  EXPECT_THAT(role.message(), HasSubstr("(100002 bytes)"));
 }
 
 }  // namespace

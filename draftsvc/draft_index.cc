@@ -6,6 +6,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "draftsvc/trie_format.h"
 
@@ -13,6 +14,17 @@ namespace lookahead::draftsvc {
 namespace {
 
 constexpr size_t kMaxSessionIdBytes = 256;
+
+// INVALID_ARGUMENT naming the field, the length and the limit iff
+// `session_id` is empty or longer than any session's.
+absl::Status CheckSessionId(absl::string_view session_id) {
+  if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_id is ", session_id.size(), " bytes; need 1..",
+                     kMaxSessionIdBytes));
+  }
+  return absl::OkStatus();
+}
 // Prune batches are split so no single batch holds millions of paths.
 constexpr size_t kMaxMutationsPerBatch = size_t{1} << 16;
 
@@ -61,6 +73,9 @@ struct DraftIndex::Session {
   Namespace* ns = nullptr;
   int32_t branch_length = 0;
   std::unique_ptr<TokenTrie> prompt_trie;  // Read-only once published.
+  // Last open or FindSession, as absl::ToUnixNanos: renewed under mu_'s
+  // reader lock, read by the sweeper under its writer lock.
+  std::atomic<int64_t> last_used_nanos{0};
 
   absl::Mutex mu;
   bool closed ABSL_GUARDED_BY(mu) = false;
@@ -113,19 +128,86 @@ absl::Status DraftIndex::ValidateOptions(const IndexOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_vocab_size ", o.max_vocab_size, " is outside [1, 2^30]"));
   }
+  if (o.max_sessions_per_namespace < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_sessions_per_namespace ",
+                     o.max_sessions_per_namespace, " must be >= 1"));
+  }
+  if (o.session_lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_lease ", absl::FormatDuration(o.session_lease),
+                     " must be > 0 (infinite: never expire)"));
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<DraftIndex>> DraftIndex::Create(
-    IndexOptions options, MutationSink* sink) {
+    IndexOptions options, MutationSink* sink, Clock clock) {
   RETURN_IF_ERROR(ValidateOptions(options));
-  return std::make_unique<DraftIndex>(std::move(options), sink);
+  return std::make_unique<DraftIndex>(std::move(options), sink,
+                                      std::move(clock));
 }
 
-DraftIndex::DraftIndex(IndexOptions options, MutationSink* sink)
-    : options_(std::move(options)), sink_(sink) {}
+DraftIndex::DraftIndex(IndexOptions options, MutationSink* sink, Clock clock)
+    : options_(std::move(options)),
+      sink_(sink),
+      clock_(clock ? std::move(clock) : Clock([] { return absl::Now(); })) {
+  if (options_.session_lease != absl::InfiniteDuration()) {
+    sweeper_ = std::thread([this] { SweepLoop(); });
+  }
+}
 
-DraftIndex::~DraftIndex() = default;
+DraftIndex::~DraftIndex() { StopExpiry(); }
+
+void DraftIndex::StopExpiry() {
+  {
+    absl::MutexLock lock(&sweeper_mu_);
+    if (stop_sweeper_) return;
+    stop_sweeper_ = true;
+  }
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+void DraftIndex::SweepLoop() {
+  const absl::Duration period = std::clamp(
+      options_.session_lease / 10, absl::Milliseconds(10), absl::Seconds(10));
+  while (true) {
+    {
+      absl::MutexLock lock(&sweeper_mu_);
+      sweeper_mu_.AwaitWithTimeout(absl::Condition(&stop_sweeper_), period);
+      if (stop_sweeper_) return;
+    }
+    ExpireIdleSessions(clock_());
+  }
+}
+
+bool DraftIndex::Idle(const Session& session, absl::Time now) const {
+  return now - absl::FromUnixNanos(session.last_used_nanos.load()) >=
+         options_.session_lease;
+}
+
+int64_t DraftIndex::ExpireIdleSessions(absl::Time now) {
+  if (options_.session_lease == absl::InfiniteDuration()) return 0;
+  std::vector<std::shared_ptr<Session>> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (!Idle(*it->second, now)) {
+        ++it;
+        continue;
+      }
+      it->second->ns->open_sessions.fetch_sub(1);
+      expired.push_back(std::move(it->second));
+      sessions_.erase(it++);
+    }
+  }
+  for (const std::shared_ptr<Session>& session : expired) {
+    std::function<void(absl::Status)> nobody_waits;
+    Retire(*session, nobody_waits);
+  }
+  expired_sessions_.fetch_add(static_cast<int64_t>(expired.size()));
+  return static_cast<int64_t>(expired.size());
+}
 
 absl::StatusOr<std::string> DraftIndex::CanonicalNamespace(
     absl::string_view ns) {
@@ -143,14 +225,27 @@ DraftIndex::Namespace* DraftIndex::FindNamespace(
 }
 
 absl::StatusOr<std::shared_ptr<DraftIndex::Session>> DraftIndex::FindSession(
-    absl::string_view session_id) const {
-  absl::ReaderMutexLock lock(&mu_);
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("session \"", session_id, "\" is not open (reopen it)"));
+    absl::string_view session_id) {
+  RETURN_IF_ERROR(CheckSessionId(session_id));
+  const absl::Time now = clock_();
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "session ", QuoteInput(session_id), " is not open (reopen it)"));
+    }
+    if (!Idle(*it->second, now)) {
+      it->second->last_used_nanos.store(absl::ToUnixNanos(now));
+      return it->second;
+    }
   }
-  return it->second;
+  // Its lease ran out before the sweeper got to it: expire it now.
+  ExpireIdleSessions(now);
+  return absl::NotFoundError(
+      absl::StrCat("session ", QuoteInput(session_id), " expired after ",
+                   absl::FormatDuration(options_.session_lease),
+                   " idle (session lease); reopen it"));
 }
 
 absl::Status DraftIndex::RestoreNamespace(absl::string_view ns,
@@ -166,7 +261,7 @@ absl::Status DraftIndex::RestoreNamespace(absl::string_view ns,
   if (it != namespaces_.end()) {
     if (it->second->vocab_size != vocab_size) {
       return absl::FailedPreconditionError(
-          absl::StrCat("namespace \"", name, "\" has vocab_size ",
+          absl::StrCat("namespace ", QuoteInput(name), " has vocab_size ",
                        it->second->vocab_size, ", not ", vocab_size));
     }
     return absl::OkStatus();
@@ -181,8 +276,9 @@ absl::Status DraftIndex::RestoreNode(absl::string_view ns,
   ASSIGN_OR_RETURN(std::string name, CanonicalNamespace(ns));
   Namespace* space = FindNamespace(name);
   if (space == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "namespace \"", name, "\" not restored yet (RestoreNamespace first)"));
+    return absl::NotFoundError(
+        absl::StrCat("namespace ", QuoteInput(name),
+                     " not restored yet (RestoreNamespace first)"));
   }
   RETURN_IF_ERROR(CheckTokens(path, space->vocab_size, "restored path"));
   absl::MutexLock lock(&space->mu);
@@ -193,11 +289,7 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
     absl::string_view session_id, absl::string_view ns, int32_t vocab_size,
     absl::Span<const int32_t> prompt_tokens, int32_t branch_length) {
   // Validate everything before touching any state.
-  if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("session_id is ", session_id.size(), " bytes; need 1..",
-                     kMaxSessionIdBytes));
-  }
+  RETURN_IF_ERROR(CheckSessionId(session_id));
   ASSIGN_OR_RETURN(std::string name, CanonicalNamespace(ns));
   if (vocab_size < 1 || vocab_size > options_.max_vocab_size) {
     return absl::InvalidArgumentError(
@@ -227,24 +319,48 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
   auto check_admission = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) -> absl::Status {
     if (sessions_.contains(session_id)) {
       return absl::AlreadyExistsError(
-          absl::StrCat("session \"", session_id, "\" is already open"));
+          absl::StrCat("session ", QuoteInput(session_id), " is already open"));
     }
     if (static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("already ", sessions_.size(),
-                       " sessions open (max_sessions); close some first"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "draftsvc already has ", sessions_.size(),
+          " sessions open, its cap (max_sessions, flag --max_sessions); "
+          "close some or wait for idle ones to expire"));
     }
     auto it = namespaces_.find(name);
-    if (it != namespaces_.end() && it->second->vocab_size != vocab_size) {
+    if (it == namespaces_.end()) return absl::OkStatus();
+    if (it->second->open_sessions.load() >=
+        options_.max_sessions_per_namespace) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "namespace ", QuoteInput(name), " already has ",
+          it->second->open_sessions.load(),
+          " sessions open, its cap (max_sessions_per_namespace, flag "
+          "--max_sessions_per_namespace); close some or wait for idle ones "
+          "to expire"));
+    }
+    if (it->second->vocab_size != vocab_size) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "namespace \"", name, "\" has vocab_size ", it->second->vocab_size,
-          ", but the request says ", vocab_size));
+          "namespace ", QuoteInput(name), " has vocab_size ",
+          it->second->vocab_size, ", but the request says ", vocab_size));
     }
     return absl::OkStatus();
   };
   {
-    absl::ReaderMutexLock lock(&mu_);
-    RETURN_IF_ERROR(check_admission());
+    absl::Status admitted;
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      admitted = check_admission();
+    }
+    if (absl::IsAlreadyExists(admitted) ||
+        absl::IsResourceExhausted(admitted)) {
+      // An expired session the sweeper has not reached yet may hold the id
+      // or the slot.
+      if (ExpireIdleSessions(clock_()) > 0) {
+        absl::ReaderMutexLock lock(&mu_);
+        admitted = check_admission();
+      }
+    }
+    RETURN_IF_ERROR(admitted);
   }
 
   auto session = std::make_shared<Session>();
@@ -273,6 +389,7 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
   session->ns = it->second.get();
   session->ns->open_sessions.fetch_add(1);
   session->ns->prompt_nodes.fetch_add(prompt_nodes);
+  session->last_used_nanos.store(absl::ToUnixNanos(clock_()));
   sessions_.emplace(session->id, std::move(session));
   return OpenResult{name, prompt_nodes};
 }
@@ -343,7 +460,7 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
     absl::MutexLock session_lock(&session->mu);
     if (session->closed) {
       return absl::NotFoundError(
-          absl::StrCat("session \"", session_id, "\" was closed"));
+          absl::StrCat("session ", QuoteInput(session_id), " was closed"));
     }
     const size_t bl = static_cast<size_t>(session->branch_length);
     // seq = not-yet-windowed output tail + new tokens; every full window
@@ -390,7 +507,7 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
     absl::MutexLock lock(&session->mu);
     if (session->closed) {
       return absl::NotFoundError(
-          absl::StrCat("session \"", session_id, "\" was closed"));
+          absl::StrCat("session ", QuoteInput(session_id), " was closed"));
     }
     context.assign(session->context.begin(), session->context.end());
   }
@@ -413,38 +530,46 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
 absl::Status DraftIndex::CloseSession(
     absl::string_view session_id,
     std::function<void(absl::Status)> on_durable) {
+  RETURN_IF_ERROR(CheckSessionId(session_id));
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) {
       return absl::NotFoundError(
-          absl::StrCat("session \"", session_id, "\" is not open"));
+          absl::StrCat("session ", QuoteInput(session_id),
+                       " is not open (never opened, closed, or expired after ",
+                       absl::FormatDuration(options_.session_lease), " idle)"));
     }
     session = std::move(it->second);
     sessions_.erase(it);
+    session->ns->open_sessions.fetch_sub(1);
   }
+  const bool submitted = Retire(*session, on_durable);
+  if (!submitted && on_durable) on_durable(absl::OkStatus());
+  return absl::OkStatus();
+}
+
+bool DraftIndex::Retire(Session& session,
+                        std::function<void(absl::Status)>& on_durable) {
   bool submitted = false;
   {
-    Session* const closing = session.get();
-    absl::MutexLock session_lock(&closing->mu);
-    closing->closed = true;
+    absl::MutexLock session_lock(&session.mu);
+    session.closed = true;
     // The trailing windows (length 2..branch_length) that never became
     // full windows (a copy: at most branch_length tokens).
-    const std::vector<int32_t> tail = closing->output_tail;
+    const std::vector<int32_t> tail = session.output_tail;
     std::vector<absl::Span<const int32_t>> windows;
     for (size_t i = 0; i + 2 <= tail.size(); ++i) {
       windows.push_back(absl::MakeConstSpan(tail).subspan(i));
     }
     if (!windows.empty()) {
-      absl::MutexLock ns_lock(&closing->ns->mu);
-      submitted = InsertWindowsLocked(closing->ns, windows, on_durable);
+      absl::MutexLock ns_lock(&session.ns->mu);
+      submitted = InsertWindowsLocked(session.ns, windows, on_durable);
     }
   }
-  session->ns->open_sessions.fetch_sub(1);
-  session->ns->prompt_nodes.fetch_sub(session->prompt_trie->node_count());
-  if (!submitted && on_durable) on_durable(absl::OkStatus());
-  return absl::OkStatus();
+  session.ns->prompt_nodes.fetch_sub(session.prompt_trie->node_count());
+  return submitted;
 }
 
 absl::StatusOr<PruneResult> DraftIndex::Prune(
@@ -458,7 +583,7 @@ absl::StatusOr<PruneResult> DraftIndex::Prune(
   Namespace* space = FindNamespace(name);
   if (space == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("namespace \"", name, "\" does not exist"));
+        absl::StrCat("namespace ", QuoteInput(name), " does not exist"));
   }
   PruneResult result;
   bool submitted = false;
@@ -540,7 +665,7 @@ absl::Status DraftIndex::ForEachNode(
   Namespace* space = FindNamespace(name);
   if (space == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("namespace \"", name, "\" does not exist"));
+        absl::StrCat("namespace ", QuoteInput(name), " does not exist"));
   }
   absl::ReaderMutexLock lock(&space->mu);
   space->trie.ForEach(fn);

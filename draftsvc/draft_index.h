@@ -3,16 +3,21 @@
 // context tail. Every change to a global trie is described to a MutationSink
 // (the RocksDB store) so that disk follows memory; nothing here waits for it.
 //
+// Sessions hold an idle lease (IndexOptions::session_lease): a background
+// thread of the index expires the ones nobody used for that long.
+//
 // Thread-safety: all methods are safe to call concurrently. Retrieval takes
 // the namespace's reader lock; Append/Prune take its writer lock. The
 // Restore* methods are for the single-threaded rebuild before serving.
 #ifndef LOOKAHEAD_DRAFTSVC_DRAFT_INDEX_H_
 #define LOOKAHEAD_DRAFTSVC_DRAFT_INDEX_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -21,6 +26,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "draftsvc/draft_tree_builder.h"
 #include "draftsvc/token_trie.h"
@@ -63,6 +70,20 @@ struct IndexOptions {
   // Open sessions at once (RESOURCE_EXHAUSTED beyond). Each holds its prompt
   // trie (~20 bytes x ~(branch_length+1) x prompt tokens, at most).
   int64_t max_sessions = 16384;
+  // Open sessions per namespace (RESOURCE_EXHAUSTED beyond), so that one
+  // tenant's burst or leak cannot take every slot of max_sessions. 4096 is
+  // 256 verifiers' worth of 16 running sequences each.
+  int64_t max_sessions_per_namespace = 4096;
+  // Idle lease of a session: one not opened, stepped (Append) or retrieved
+  // from for this long is expired, i.e. closed exactly as CloseSession would
+  // close it (its trailing output windows reach the global trie, its prompt
+  // trie is dropped), by a background sweeper (every lease/10, 10 ms..10 s)
+  // or lazily by the next call that finds it. A verifier that died or lost
+  // its network leaves its sessions this long; a live verifier Steps every
+  // few tokens and reopens a session it finds expired (NOT_FOUND). Shorter
+  // frees a dead verifier's memory sooner but risks expiring a stalled live
+  // one (it only loses drafts). InfiniteDuration(): never expire.
+  absl::Duration session_lease = absl::Minutes(5);
 };
 
 struct OpenResult {
@@ -88,14 +109,20 @@ struct NamespaceStats {
 
 class DraftIndex {
  public:
+  // The time leases are measured in; absl::Now unless a test passes its own.
+  using Clock = std::function<absl::Time()>;
+
   // Returns INVALID_ARGUMENT naming the field iff `options` is unusable.
   static absl::Status ValidateOptions(const IndexOptions& options);
   // ValidateOptions, then the constructor.
   static absl::StatusOr<std::unique_ptr<DraftIndex>> Create(
-      IndexOptions options, MutationSink* sink);
-  // `sink` may be null (nothing persisted); not owned; must outlive this.
+      IndexOptions options, MutationSink* sink, Clock clock = nullptr);
+  // `sink` may be null (nothing persisted); not owned; must outlive this (or
+  // StopExpiry() be called before it goes). Starts the lease sweeper thread
+  // unless the lease is infinite. `clock` null: absl::Now.
   // REQUIRES: ValidateOptions(options) is OK.
-  explicit DraftIndex(IndexOptions options, MutationSink* sink);
+  DraftIndex(IndexOptions options, MutationSink* sink, Clock clock = nullptr);
+  // Stops the sweeper (StopExpiry) first.
   ~DraftIndex();
   DraftIndex(const DraftIndex&) = delete;
   DraftIndex& operator=(const DraftIndex&) = delete;
@@ -122,7 +149,9 @@ class DraftIndex {
   // Errors: INVALID_ARGUMENT (ids, namespace, empty/oversized prompt, token
   // out of [0, vocab_size), vocab_size out of [1, max_vocab_size],
   // branch_length out of [0, max_branch_length]); ALREADY_EXISTS;
-  // FAILED_PRECONDITION (vocab_size != namespace's); RESOURCE_EXHAUSTED.
+  // FAILED_PRECONDITION (vocab_size != namespace's); RESOURCE_EXHAUSTED
+  // naming the cap (max_sessions, max_sessions_per_namespace) once expired
+  // sessions have been swept. Error messages quote ids with QuoteInput.
   absl::StatusOr<OpenResult> OpenSession(
       absl::string_view session_id, absl::string_view ns, int32_t vocab_size,
       absl::Span<const int32_t> prompt_tokens, int32_t branch_length);
@@ -153,10 +182,22 @@ class DraftIndex {
 
   // Closes the session: inserts its trailing output windows shorter than
   // branch_length + 1 (length >= 2; as Ant's final stream_put does) and
-  // drops its prompt trie. `on_durable` as in Append. NOT_FOUND if unknown.
+  // drops its prompt trie. `on_durable` as in Append. NOT_FOUND if unknown
+  // (or expired).
   absl::Status CloseSession(
       absl::string_view session_id,
       std::function<void(absl::Status)> on_durable = nullptr);
+
+  // ---- Leases ----
+  // Expires every session idle for at least session_lease at `now`: each is
+  // closed as CloseSession closes it (nobody waits for its writes). Returns
+  // how many. The sweeper thread calls this; tests may too.
+  int64_t ExpireIdleSessions(absl::Time now);
+  // Sessions expired so far (by the sweeper or lazily), since construction.
+  int64_t ExpiredSessions() const { return expired_sessions_.load(); }
+  // Stops the sweeper thread and waits for it (sessions still expire lazily).
+  // Call before the sink goes away. Idempotent.
+  void StopExpiry();
 
   // ---- Admin ----
   // Prunes ns's global trie down to target_nodes (0 = low_water x
@@ -206,8 +247,21 @@ class DraftIndex {
   // Returns the namespace or null. Namespaces are never destroyed before
   // the index, so the pointer stays valid.
   Namespace* FindNamespace(absl::string_view canonical) const;
+  // Returns the open session and renews its lease; NOT_FOUND if unknown, or
+  // if its lease ran out (it is expired now); INVALID_ARGUMENT if the id is
+  // longer than any session's.
   absl::StatusOr<std::shared_ptr<Session>> FindSession(
-      absl::string_view session_id) const;
+      absl::string_view session_id);
+  // Whether `session` has been idle for at least the lease at `now`.
+  bool Idle(const Session& session, absl::Time now) const;
+  // Finishes closing a session already taken out of sessions_ (and out of
+  // its namespace's open_sessions): marks it closed, inserts its trailing
+  // output windows and releases its prompt-node count. Returns whether
+  // on_durable was consumed (as InsertWindowsLocked).
+  bool Retire(Session& session, std::function<void(absl::Status)>& on_durable);
+  // The sweeper thread's loop: ExpireIdleSessions every sweep period until
+  // StopExpiry.
+  void SweepLoop();
   // Inserts `windows` into ns's trie, prunes it if over capacity and
   // submits the mutations with `on_durable`. Returns false iff nothing was
   // submitted (on_durable not consumed: the caller runs it after unlocking).
@@ -230,12 +284,18 @@ class DraftIndex {
 
   const IndexOptions options_;
   MutationSink* const sink_;  // May be null.
+  const Clock clock_;
+  std::atomic<int64_t> expired_sessions_{0};
 
   mutable absl::Mutex mu_;  // Guards the two maps (not what they point to).
   absl::flat_hash_map<std::string, std::unique_ptr<Namespace>> namespaces_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_
       ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex sweeper_mu_;
+  bool stop_sweeper_ ABSL_GUARDED_BY(sweeper_mu_) = false;
+  std::thread sweeper_;  // Last: starts once everything above exists.
 };
 
 }  // namespace lookahead::draftsvc

@@ -9,7 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace lookahead::draftsvc {
@@ -414,6 +417,200 @@ TEST(DraftIndexTest, BadInputsGetCodeAndMessage) {
   ExpectCode(index.Append("s", Path{1}, nullptr), C::kNotFound, "\"s\"");
   ExpectCode(index.CloseSession("s"), C::kNotFound, "\"s\"");
   ASSERT_TRUE(index.OpenSession("s", "v", kVocab, ok_prompt, 0).ok());
+}
+
+// A clock the test moves by hand.
+class FakeClock {
+ public:
+  DraftIndex::Clock AsClock() {
+    return [this] {
+      absl::MutexLock lock(&mu_);
+      return now_;
+    };
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+  absl::Time Now() {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1000000);
+};
+
+int64_t OpenSessions(const DraftIndex& index) {
+  int64_t open = 0;
+  for (const NamespaceStats& s : index.Stats("")) open += s.open_sessions;
+  return open;
+}
+
+// An hour-long lease on a fake clock: the sweeper thread (every 10 s of real
+// time) never runs during the test; expiry happens only where the test
+// moves the clock.
+IndexOptions HourLease() {
+  IndexOptions options;
+  options.default_branch_length = 3;
+  options.session_lease = absl::Hours(1);
+  return options;
+}
+
+TEST(DraftIndexLeaseTest, IdleSessionsExpireAsCloseSessionWouldClose) {
+  FakeClock clock;
+  OracleSink sink;
+  DraftIndex index(HourLease(), &sink, clock.AsClock());
+  ASSERT_TRUE(
+      index.OpenSession("idle", "ns", kVocab, Path{1, 2, 3, 4}, 0).ok());
+  ASSERT_TRUE(index.OpenSession("busy", "ns", kVocab, Path{5, 6, 7}, 0).ok());
+  // Two output tokens: no full window (branch_length 3 + 1) yet.
+  ASSERT_TRUE(index.Append("idle", Path{8, 9}, nullptr).ok());
+  EXPECT_TRUE(Dump(index, "ns").empty());
+
+  clock.Advance(absl::Minutes(59));
+  ASSERT_TRUE(index.Append("busy", Path{}, nullptr).ok());  // Renews busy.
+  EXPECT_EQ(index.ExpireIdleSessions(clock.Now()), 0);
+  clock.Advance(absl::Minutes(1));  // idle: 60 min since its Append.
+  EXPECT_EQ(index.ExpireIdleSessions(clock.Now()), 1);
+  EXPECT_EQ(index.ExpiredSessions(), 1);
+
+  // What CloseSession leaves: the trailing window [8 9], persisted too.
+  EXPECT_EQ(Dump(index, "ns"), (Oracle{{{8}, 1}, {{8, 9}, 1}}));
+  EXPECT_EQ(sink.Trie("ns"), Dump(index, "ns"));
+  ExpectCode(index.Append("idle", Path{1}, nullptr),
+             absl::StatusCode::kNotFound, "\"idle\" is not open");
+  ExpectCode(index.CloseSession("idle"), absl::StatusCode::kNotFound,
+             "expired after 1h idle");
+  const std::vector<NamespaceStats> stats = index.Stats("ns");
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].open_sessions, 1);
+  EXPECT_EQ(stats[0].prompt_nodes, 5);  // busy's [5 6 7] and [6 7].
+  EXPECT_TRUE(index.Retrieve("busy", 4, 0, DraftMode::kHierarchical).ok());
+
+  // The id is free again.
+  EXPECT_TRUE(index.OpenSession("idle", "ns", kVocab, Path{1}, 0).ok());
+}
+
+TEST(DraftIndexLeaseTest, AnExpiredSessionIsExpiredByTheNextCallThatFindsIt) {
+  FakeClock clock;
+  OracleSink sink;
+  DraftIndex index(HourLease(), &sink, clock.AsClock());
+  ASSERT_TRUE(index.OpenSession("s", "ns", kVocab, Path{1, 2}, 0).ok());
+  ASSERT_TRUE(index.Append("s", Path{3, 4, 5}, nullptr).ok());
+  clock.Advance(absl::Hours(1));
+  // No sweep ran: the Step finds the lease over and expires it itself.
+  ExpectCode(index.Retrieve("s", 4, 0, DraftMode::kHierarchical).status(),
+             absl::StatusCode::kNotFound, "\"s\" expired after 1h idle");
+  EXPECT_EQ(index.ExpiredSessions(), 1);
+  EXPECT_EQ(OpenSessions(index), 0);
+  EXPECT_EQ(index.Stats("ns")[0].prompt_nodes, 0);
+  EXPECT_EQ(Dump(index, "ns").count(Path{3, 4, 5}), 1u);  // Its tail went in.
+  ExpectCode(index.Append("s", Path{6}, nullptr), absl::StatusCode::kNotFound,
+             "not open");
+
+  // Reopening an id whose lease ran out needs no sweep either.
+  ASSERT_TRUE(index.OpenSession("t", "ns", kVocab, Path{1}, 0).ok());
+  clock.Advance(absl::Hours(2));
+  EXPECT_TRUE(index.OpenSession("t", "ns", kVocab, Path{1}, 0).ok());
+  EXPECT_EQ(index.ExpiredSessions(), 2);
+}
+
+TEST(DraftIndexLeaseTest, CapsNameTheirFlagAndExpiredSessionsFreeSlots) {
+  FakeClock clock;
+  IndexOptions options = HourLease();
+  options.max_sessions = 3;
+  options.max_sessions_per_namespace = 2;
+  DraftIndex index(options, nullptr, clock.AsClock());
+  const Path prompt = {1, 2, 3};
+  ASSERT_TRUE(index.OpenSession("a1", "a", kVocab, prompt, 0).ok());
+  ASSERT_TRUE(index.OpenSession("a2", "a", kVocab, prompt, 0).ok());
+  ExpectCode(index.OpenSession("a3", "a", kVocab, prompt, 0).status(),
+             absl::StatusCode::kResourceExhausted,
+             "namespace \"a\" already has 2 sessions open, its cap "
+             "(max_sessions_per_namespace, flag --max_sessions_per_namespace)");
+  ASSERT_TRUE(index.OpenSession("b1", "b", kVocab, prompt, 0).ok());
+  ExpectCode(index.OpenSession("b2", "b", kVocab, prompt, 0).status(),
+             absl::StatusCode::kResourceExhausted,
+             "already has 3 sessions open, its cap (max_sessions, flag "
+             "--max_sessions)");
+  // A close frees a slot in both caps.
+  ASSERT_TRUE(index.CloseSession("a1").ok());
+  ASSERT_TRUE(index.OpenSession("a3", "a", kVocab, prompt, 0).ok());
+  // At the cap, sessions past their lease make room without a sweep.
+  clock.Advance(absl::Minutes(30));
+  ASSERT_TRUE(index.Append("b1", Path{}, nullptr).ok());
+  clock.Advance(absl::Minutes(30));
+  ASSERT_TRUE(index.OpenSession("a4", "a", kVocab, prompt, 0).ok());
+  EXPECT_EQ(index.ExpiredSessions(), 2);  // a2 and a3; b1 was renewed.
+  EXPECT_EQ(OpenSessions(index), 2);
+}
+
+TEST(DraftIndexLeaseTest, TheSweeperExpiresWithoutAnyCalls) {
+  IndexOptions options;
+  options.session_lease = absl::Milliseconds(50);
+  DraftIndex index(options, nullptr);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(
+        index.OpenSession(absl::StrCat("s", i), "ns", kVocab, Path{1, 2, 3}, 0)
+            .ok());
+  }
+  // Generous for a loaded machine; it takes ~60 ms.
+  const absl::Time end = absl::Now() + absl::Seconds(30);
+  while (OpenSessions(index) > 0 && absl::Now() < end) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(OpenSessions(index), 0);
+  EXPECT_EQ(index.ExpiredSessions(), 8);
+  index.StopExpiry();
+  index.StopExpiry();  // Idempotent.
+}
+
+TEST(DraftIndexLeaseTest, HugeAndBinaryIdsGetShortQuotedErrors) {
+  DraftIndex index(IndexOptions{}, nullptr);
+  const std::string huge(1 << 20, 'x');
+  using C = absl::StatusCode;
+  for (const absl::Status& s :
+       {index.Append(huge, Path{1}, nullptr),
+        index.Retrieve(huge, 4, 0, DraftMode::kHierarchical).status(),
+        index.CloseSession(huge),
+        index.OpenSession(huge, "", kVocab, Path{1}, 0).status()}) {
+    ExpectCode(s, C::kInvalidArgument,
+               "session_id is 1048576 bytes; need 1..256");
+    EXPECT_LT(s.message().size(), 100u);
+  }
+  std::string binary(200, '\0');
+  for (size_t i = 0; i < binary.size(); ++i) {
+    binary[i] = static_cast<char>(255 - i);
+  }
+  for (const absl::Status& s :
+       {index.Append(binary, Path{1}, nullptr), index.CloseSession(binary)}) {
+    ExpectCode(s, C::kNotFound, "...\" (200 bytes)");
+    EXPECT_LT(s.message().size(), 400u);
+    for (char c : s.message()) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << int(c);
+  }
+}
+
+TEST(DraftIndexLeaseTest, OptionsAreValidated) {
+  IndexOptions options;
+  options.session_lease = absl::ZeroDuration();
+  EXPECT_EQ(DraftIndex::ValidateOptions(options).code(),
+            absl::StatusCode::kInvalidArgument);
+  options.session_lease = absl::InfiniteDuration();
+  EXPECT_TRUE(DraftIndex::ValidateOptions(options).ok());
+  options.max_sessions_per_namespace = 0;
+  ExpectCode(DraftIndex::ValidateOptions(options),
+             absl::StatusCode::kInvalidArgument, "max_sessions_per_namespace");
+  // An infinite lease starts no sweeper and never expires anything.
+  IndexOptions never;
+  never.session_lease = absl::InfiniteDuration();
+  FakeClock clock;
+  DraftIndex index(never, nullptr, clock.AsClock());
+  ASSERT_TRUE(index.OpenSession("s", "", kVocab, Path{1}, 0).ok());
+  clock.Advance(absl::Hours(24 * 365));
+  EXPECT_EQ(index.ExpireIdleSessions(clock.Now()), 0);
+  EXPECT_TRUE(index.Append("s", Path{2}, nullptr).ok());
 }
 
 TEST(DraftIndexTest, StatsAndBytesPerNode) {

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/grpc_status.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"
@@ -18,6 +19,9 @@ namespace lookahead::draftsvc {
 namespace {
 
 namespace v1 = ::lookahead::v1;
+
+// Longest session id a Step entry echoes back: the longest the index opens.
+constexpr size_t kMaxEchoedSessionIdBytes = 256;
 
 // Feeds a full store scan into the index.
 class IndexRestorer : public TrieScanVisitor {
@@ -182,7 +186,11 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
     // the response through the latch's final arrival.
     response->mutable_drafts()->Reserve(n);
     for (const v1::SessionStep& step : request->steps()) {
-      response->add_drafts()->set_session_id(step.session_id());
+      // An id longer than any session's is not echoed (its entry says why).
+      v1::SessionDraft* draft = response->add_drafts();
+      if (step.session_id().size() <= kMaxEchoedSessionIdBytes) {
+        draft->set_session_id(step.session_id());
+      }
     }
     auto latch = std::make_shared<FinishLatch>(
         reactor,
@@ -271,8 +279,8 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
     }
     std::vector<NamespaceStats> stats = index_.Stats(request->namespace_());
     if (!request->namespace_().empty() && stats.empty()) {
-      reactor->Finish(ToGrpcStatus(absl::NotFoundError(
-          absl::StrCat("unknown namespace \"", request->namespace_(), "\""))));
+      reactor->Finish(ToGrpcStatus(absl::NotFoundError(absl::StrCat(
+          "unknown namespace ", QuoteInput(request->namespace_())))));
       return reactor;
     }
     for (const NamespaceStats& s : stats) {
@@ -337,10 +345,10 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       auto [it, inserted] =
           first_entry.emplace(request.steps(i).session_id(), i);
       if (!inserted) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("session_id \"", request.steps(i).session_id(),
-                         "\" appears twice in one Step (entries ", it->second,
-                         " and ", i, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "session_id ", QuoteInput(request.steps(i).session_id()),
+            " appears twice in one Step (entries ", it->second, " and ", i,
+            ")"));
       }
     }
     return absl::OkStatus();
@@ -399,6 +407,11 @@ absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
         }
         return double(open);
       }));
+  RETURN_IF_ERROR(registry->AddCounterCallback(
+      "lookahead_draft_sessions_expired_total",
+      "Draft sessions closed by draftsvc because nobody used them for "
+      "--session_lease_s (their verifier died, stalled or lost the network).",
+      [index] { return double(index->ExpiredSessions()); }));
   RETURN_IF_ERROR(registry->AddLabeledGaugeCallback(
       "lookahead_trie_nodes", "Nodes in the namespace's global trie.",
       {"trie_namespace"}, per_namespace(&NamespaceStats::output_nodes)));
@@ -477,12 +490,17 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
 }
 
 DraftServer::~DraftServer() {
+  // No expiry may write once the store is closed.
+  if (index_ != nullptr) index_->StopExpiry();
   // Drain the store while the index its callbacks may refer to is alive.
   if (store_ != nullptr) store_->Close().IgnoreError();
 }
 
 grpc::Service* DraftServer::service() { return service_.get(); }
 
-absl::Status DraftServer::Close() { return store_->Close(); }
+absl::Status DraftServer::Close() {
+  index_->StopExpiry();  // Its expiries write into the store.
+  return store_->Close();
+}
 
 }  // namespace lookahead::draftsvc

@@ -36,6 +36,7 @@ struct DraftServerOptions {
   int32_t max_step_sessions = 1024;
   // If set, the server exports its series here (not owned; must outlive the
   // server; scrape it only while the server lives): lookahead_draft_sessions,
+  // lookahead_draft_sessions_expired_total,
   // lookahead_draft_retrieval_duration_seconds, lookahead_trie_nodes,
   // lookahead_trie_capacity_nodes, lookahead_trie_inserted_tokens_total,
   // lookahead_trie_prunes_total, lookahead_store_disk_bytes,

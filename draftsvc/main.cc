@@ -60,7 +60,16 @@ ABSL_FLAG(int, max_prompt_tokens, 32768, "Most prompt tokens per session.");
 ABSL_FLAG(int, max_step_tokens, 4096, "Most accepted tokens per Step entry.");
 ABSL_FLAG(int, max_decoding_length, 256, "Largest draft tree budget.");
 ABSL_FLAG(int, max_vocab_size, 1 << 22, "Largest vocab_size accepted.");
-ABSL_FLAG(int64_t, max_sessions, 16384, "Most open sessions.");
+ABSL_FLAG(int64_t, max_sessions, 16384,
+          "Most open sessions in all (RESOURCE_EXHAUSTED beyond).");
+ABSL_FLAG(int64_t, max_sessions_per_namespace, 4096,
+          "Most open sessions in one namespace (RESOURCE_EXHAUSTED beyond).");
+ABSL_FLAG(double, session_lease_s, 300,
+          "A session nobody opened or stepped for this many seconds "
+          "expires: it is closed as CloseSession would close it and its "
+          "prompt trie is freed (a dead verifier's sessions go). Live "
+          "verifiers step every few tokens and reopen an expired session. "
+          "0 = never expire.");
 ABSL_FLAG(int, max_step_sessions, 1024, "Most entries in one Step request.");
 ABSL_FLAG(int, metrics_port, 9091,
           "Port of the Prometheus /metrics HTTP endpoint; 0 picks a free one, "
@@ -107,6 +116,16 @@ int Run() {
   index.max_decoding_length = absl::GetFlag(FLAGS_max_decoding_length);
   index.max_vocab_size = absl::GetFlag(FLAGS_max_vocab_size);
   index.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  index.max_sessions_per_namespace =
+      absl::GetFlag(FLAGS_max_sessions_per_namespace);
+  const double lease_s = absl::GetFlag(FLAGS_session_lease_s);
+  if (!(lease_s >= 0)) {
+    std::fprintf(stderr, "draftsvc: --session_lease_s=%g must be >= 0\n",
+                 lease_s);
+    return 1;
+  }
+  index.session_lease =
+      lease_s == 0 ? absl::InfiniteDuration() : absl::Seconds(lease_s);
   options.max_step_sessions = absl::GetFlag(FLAGS_max_step_sessions);
 
   metrics::Registry registry;

@@ -1,5 +1,7 @@
 #include "draftsvc/draft_service.h"
 
+#include <cstdio>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -96,6 +98,7 @@ grpc::Status FirstFailureOrOk(
 }
 
 void SetEntryError(const absl::Status& s, v1::SessionDraft* draft) {
+  draft->set_persistence(v1::PERSISTENCE_UNSPECIFIED);
   draft->set_code(static_cast<int32_t>(s.code()));
   draft->set_message(std::string(s.message()));
   draft->clear_tree();
@@ -136,6 +139,53 @@ absl::StatusOr<DraftMode> FromProto(int mode) {
 }
 
 }  // namespace
+
+// Logs the store's degraded/recovered transitions and mirrors them into the
+// gRPC health service as kStorageHealthService. Called from the store's
+// writer thread; thread-safe.
+class StorageHealthReporter {
+ public:
+  explicit StorageHealthReporter(std::string db_path)
+      : db_path_(std::move(db_path)) {}
+
+  void OnChange(const StoreHealth& h) {
+    absl::MutexLock lock(&mu_);
+    if (h.degraded) {
+      std::fprintf(stderr,
+                   "draftsvc: storage DEGRADED (read-only): serving drafts "
+                   "from memory, trie updates are not persisted until %s can "
+                   "be written again (retrying): %s\n",
+                   db_path_.c_str(), h.error.c_str());
+    } else {
+      std::fprintf(
+          stderr,
+          "draftsvc: storage writable again (recovery %lld): "
+          "re-persisted %lld trie mutations accepted while "
+          "degraded\n",
+          static_cast<long long>(h.recoveries),
+          static_cast<long long>(h.repersisted_mutations - repersisted_));
+      repersisted_ = h.repersisted_mutations;
+    }
+    std::fflush(stderr);
+    if (health_ != nullptr) {
+      health_->SetServingStatus(kStorageHealthService, !h.degraded);
+    }
+  }
+  // `health` (may be null: detach) gets the state from now on.
+  void Attach(grpc::HealthCheckServiceInterface* health, bool degraded) {
+    absl::MutexLock lock(&mu_);
+    health_ = health;
+    if (health_ != nullptr) {
+      health_->SetServingStatus(kStorageHealthService, !degraded);
+    }
+  }
+
+ private:
+  const std::string db_path_;
+  absl::Mutex mu_;
+  grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int64_t repersisted_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 // The series the service itself updates (the rest are scrape-time
 // callbacks); null members when metrics are off.
@@ -192,16 +242,31 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
         draft->set_session_id(step.session_id());
       }
     }
+    const bool sync = options_.store.sync;
+    // Entries that succeed say what became of their tokens: in sync mode
+    // DURABLE iff the store fsynced them; a degraded store's UNAVAILABLE
+    // keeps the entry (and its draft) OK but NOT_PERSISTED.
+    const v1::Persistence ok_persistence =
+        sync ? v1::PERSISTENCE_DURABLE
+             : (store_.degraded() ? v1::PERSISTENCE_NOT_PERSISTED
+                                  : v1::PERSISTENCE_QUEUED);
     auto latch = std::make_shared<FinishLatch>(
-        reactor,
-        [response](absl::Span<const std::pair<int, absl::Status>> failures) {
+        reactor, [response, ok_persistence](
+                     absl::Span<const std::pair<int, absl::Status>> failures) {
+          for (v1::SessionDraft& draft : *response->mutable_drafts()) {
+            if (draft.code() == 0) draft.set_persistence(ok_persistence);
+          }
           for (const auto& [entry, status] : failures) {
             v1::SessionDraft* draft = response->mutable_drafts(entry);
-            if (draft->code() == 0) SetEntryError(NotPersisted(status), draft);
+            if (draft->code() != 0) continue;
+            if (status.code() == absl::StatusCode::kUnavailable) {
+              draft->set_persistence(v1::PERSISTENCE_NOT_PERSISTED);
+            } else {
+              SetEntryError(NotPersisted(status), draft);
+            }
           }
           return grpc::Status::OK;
         });
-    const bool sync = options_.store.sync;
     for (int i = 0; i < n; ++i) {
       const v1::SessionStep& step = request->steps(i);
       v1::SessionDraft* draft = response->mutable_drafts(i);
@@ -297,6 +362,22 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
     response->set_disk_bytes(store_.DiskBytes());
     response->set_pending_batches(store_.PendingBatches());
     response->set_rebuild_seconds(rebuild_.seconds);
+    const StoreHealth health = store_.Health();
+    v1::StoreStatus* store = response->mutable_store();
+    store->set_degraded(health.degraded);
+    store->set_error(health.error);
+    store->set_write_errors(health.write_errors);
+    store->set_unpersisted_mutations(health.unpersisted_mutations);
+    store->set_lost_mutations(health.lost_mutations);
+    store->set_recoveries(health.recoveries);
+    const WalRecoveryReport& wal = store_.wal_recovery();
+    v1::WalRecovery* recovery = store->mutable_wal_recovery();
+    recovery->set_wal_file(wal.wal_file);
+    recovery->set_dropped_records(wal.dropped_records);
+    recovery->set_dropped_bytes(wal.dropped_bytes);
+    recovery->set_dropped_updates(wal.dropped_updates);
+    recovery->set_rocksdb_dropped_bytes(wal.rocksdb_dropped_bytes);
+    recovery->set_summary(wal.Summary());
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -433,6 +514,35 @@ absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
       "lookahead_store_rebuild_seconds",
       "Time the last start spent rebuilding the tries from RocksDB.",
       [rebuild] { return rebuild->seconds; }));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_store_degraded",
+      "1 while the trie store cannot write (disk full, I/O error, read-only "
+      "disk): drafts come from memory, trie updates are not persisted.",
+      [store] { return store->degraded() ? 1.0 : 0.0; }));
+  RETURN_IF_ERROR(registry->AddCounterCallback(
+      "lookahead_store_write_errors_total",
+      "Failed trie store writes and failed reopen attempts.",
+      [store] { return double(store->Health().write_errors); }));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_store_unpersisted_mutations",
+      "Trie mutations applied in memory while degraded and not yet on disk "
+      "(kept or, past the backlog limit, lost at restart).",
+      [store] {
+        const StoreHealth h = store->Health();
+        return double(h.unpersisted_mutations + h.lost_mutations);
+      }));
+  RETURN_IF_ERROR(registry->AddCounterCallback(
+      "lookahead_store_recoveries_total",
+      "Times the trie store became writable again after being degraded.",
+      [store] { return double(store->Health().recoveries); }));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_store_wal_dropped_records",
+      "Acknowledged write records the last start's WAL recovery dropped.",
+      [store] { return double(store->wal_recovery().dropped_records); }));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_store_wal_dropped_bytes",
+      "Acknowledged WAL bytes the last start's WAL recovery dropped.",
+      [store] { return double(store->wal_recovery().dropped_bytes); }));
   ServiceMetrics out;
   ASSIGN_OR_RETURN(out.inserted_tokens,
                    registry->AddCounter(
@@ -460,8 +570,17 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
   RETURN_IF_ERROR(DraftIndex::ValidateOptions(options.index));
   auto server = std::unique_ptr<DraftServer>(new DraftServer());
   server->options_ = options;
+  server->health_reporter_ =
+      std::make_shared<StorageHealthReporter>(options.db_path);
+  TrieStoreOptions store_options = options.store;
+  store_options.on_health_change =
+      [reporter = server->health_reporter_,
+       chained = options.store.on_health_change](const StoreHealth& h) {
+        reporter->OnChange(h);
+        if (chained) chained(h);
+      };
   absl::StatusOr<std::unique_ptr<TrieStore>> store =
-      TrieStore::Open(options.db_path, options.store);
+      TrieStore::Open(options.db_path, store_options);
   if (!store.ok()) return store.status();
   server->store_ = std::move(*store);
   server->index_ =
@@ -498,9 +617,15 @@ DraftServer::~DraftServer() {
 
 grpc::Service* DraftServer::service() { return service_.get(); }
 
+void DraftServer::ReportHealthTo(grpc::HealthCheckServiceInterface* health) {
+  health_reporter_->Attach(health, store_->degraded());
+}
+
 absl::Status DraftServer::Close() {
   index_->StopExpiry();  // Its expiries write into the store.
-  return store_->Close();
+  absl::Status closed = store_->Close();
+  health_reporter_->Attach(nullptr, false);
+  return closed;
 }
 
 }  // namespace lookahead::draftsvc

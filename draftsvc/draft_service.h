@@ -10,6 +10,7 @@
 #ifndef LOOKAHEAD_DRAFTSVC_DRAFT_SERVICE_H_
 #define LOOKAHEAD_DRAFTSVC_DRAFT_SERVICE_H_
 
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/service_type.h>
 
 #include <cstdint>
@@ -28,7 +29,11 @@ struct DraftServerOptions {
   // RocksDB directory of the global tries (created if missing).
   std::string db_path;
   // Durability: store.sync = true makes Step/CloseSession/Prune answer only
-  // after their trie mutations are fsynced.
+  // after their trie mutations are fsynced. While the store is degraded a
+  // sync-mode Step entry still answers OK with its draft, but says
+  // PERSISTENCE_NOT_PERSISTED (never DURABLE); CloseSession/Prune, which
+  // have no such field, answer UNAVAILABLE "applied in memory but not
+  // persisted".
   TrieStoreOptions store;
   IndexOptions index;
   // Most entries in one Step request (INVALID_ARGUMENT beyond). Default 1024:
@@ -40,7 +45,10 @@ struct DraftServerOptions {
   // lookahead_draft_retrieval_duration_seconds, lookahead_trie_nodes,
   // lookahead_trie_capacity_nodes, lookahead_trie_inserted_tokens_total,
   // lookahead_trie_prunes_total, lookahead_store_disk_bytes,
-  // lookahead_store_pending_batches, lookahead_store_rebuild_seconds.
+  // lookahead_store_pending_batches, lookahead_store_rebuild_seconds,
+  // lookahead_store_degraded, lookahead_store_write_errors_total,
+  // lookahead_store_unpersisted_mutations, lookahead_store_recoveries_total,
+  // lookahead_store_wal_dropped_records, lookahead_store_wal_dropped_bytes.
   metrics::Registry* metrics = nullptr;
 };
 
@@ -50,6 +58,14 @@ struct RebuildStats {
   int64_t nodes = 0;
   double seconds = 0;  // Wall time of the scan and restore.
 };
+
+// The gRPC health service name that follows the store: SERVING while it
+// writes, NOT_SERVING while it is degraded (trie updates not persisted). The
+// server's overall health ("") is not touched: drafts are still served.
+inline constexpr char kStorageHealthService[] =
+    "lookahead.v1.DraftService.storage";
+
+class StorageHealthReporter;
 
 class DraftServer {
  public:
@@ -72,6 +88,11 @@ class DraftServer {
   DraftIndex& index() { return *index_; }
   TrieStore& store() { return *store_; }
 
+  // From now on `health` reports the store's state as kStorageHealthService
+  // (not owned; used until Close()). Degraded/recovered transitions are also
+  // logged to stderr, with or without it.
+  void ReportHealthTo(grpc::HealthCheckServiceInterface* health);
+
   // Writes everything accepted so far durably and closes the store.
   // REQUIRES: the grpc::Server using service() is shut down.
   absl::Status Close();
@@ -82,6 +103,8 @@ class DraftServer {
 
   DraftServerOptions options_;
   RebuildStats rebuild_;
+  // Shared with the store's health callback.
+  std::shared_ptr<StorageHealthReporter> health_reporter_;
   // Declaration order is destruction order in reverse: the service goes
   // first, the store (the index's sink) last.
   std::unique_ptr<TrieStore> store_;

@@ -28,6 +28,7 @@
 #include "common/metrics_http.h"
 #include "common/port_file.h"
 #include "draftsvc/draft_service.h"
+#include "draftsvc/fault_file_system.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50061, "Port to listen on; 0 picks a free one.");
@@ -44,6 +45,23 @@ ABSL_FLAG(int, sync_interval_ms, 100,
           "WAL fsync period without --sync; 0 = only on Flush/shutdown.");
 ABSL_FLAG(int, max_group_mutations, 65536,
           "Most trie mutations one group commit writes.");
+ABSL_FLAG(std::string, wal_recovery, "tolerate",
+          "What a start does when RocksDB's WAL recovery lost writes it had "
+          "acknowledged (a damaged or truncated WAL): 'tolerate' starts with "
+          "what survived and reports the loss (log, Stats, metric "
+          "lookahead_store_wal_dropped_records); 'strict' refuses to start "
+          "with one error line and leaves the directory unchanged.");
+ABSL_FLAG(int, store_resume_interval_ms, 2000,
+          "While the store is degraded (disk full, I/O error, read-only "
+          "disk), how often it tries to write again.");
+ABSL_FLAG(int64_t, store_max_backlog_mib, 256,
+          "Most MiB of trie updates kept in memory while the store is "
+          "degraded, written when the disk works again; past it they are "
+          "dropped and the store stays degraded until restart.");
+ABSL_FLAG(std::string, testing_store_fault_file, "",
+          "TEST ONLY, never in production: while this file exists, every "
+          "write of the store fails as its first word says ('nospace' "
+          "(default), 'eio', 'readonly'), as on a full or broken disk.");
 ABSL_FLAG(int64_t, capacity_nodes, int64_t{4} << 20,
           "Nodes a namespace's global trie may hold before it is pruned.");
 ABSL_FLAG(double, low_water, 0.75,
@@ -104,6 +122,25 @@ int Run() {
   options.store.sync = absl::GetFlag(FLAGS_sync);
   options.store.sync_interval_ms = absl::GetFlag(FLAGS_sync_interval_ms);
   options.store.max_group_mutations = absl::GetFlag(FLAGS_max_group_mutations);
+  if (!ParseWalRecoveryMode(absl::GetFlag(FLAGS_wal_recovery),
+                            &options.store.wal_recovery)) {
+    std::fprintf(stderr,
+                 "draftsvc: --wal_recovery=%s must be 'tolerate' or 'strict'\n",
+                 absl::GetFlag(FLAGS_wal_recovery).c_str());
+    return 1;
+  }
+  options.store.resume_interval_ms =
+      absl::GetFlag(FLAGS_store_resume_interval_ms);
+  options.store.max_backlog_bytes = absl::GetFlag(FLAGS_store_max_backlog_mib)
+                                    << 20;
+  if (!absl::GetFlag(FLAGS_testing_store_fault_file).empty()) {
+    auto fault_fs = std::make_shared<FaultFileSystem>();
+    fault_fs->SetControlFile(absl::GetFlag(FLAGS_testing_store_fault_file));
+    options.store.file_system = std::move(fault_fs);
+    std::fprintf(stderr,
+                 "draftsvc: TEST ONLY: store writes fail while %s exists\n",
+                 absl::GetFlag(FLAGS_testing_store_fault_file).c_str());
+  }
   IndexOptions& index = options.index;
   index.capacity_nodes = absl::GetFlag(FLAGS_capacity_nodes);
   index.low_water = absl::GetFlag(FLAGS_low_water);
@@ -143,6 +180,13 @@ int Run() {
       static_cast<long long>(rebuild.namespaces),
       static_cast<long long>(rebuild.nodes), options.db_path.c_str(),
       rebuild.seconds, options.store.sync ? 1 : 0);
+  const WalRecoveryReport& wal = (*draft)->store().wal_recovery();
+  if (wal.LostAcknowledged() || wal.rocksdb_dropped_bytes > 0 ||
+      wal.records_ignored > 0) {
+    std::fprintf(stderr, "draftsvc: %strie store %s: %s\n",
+                 wal.LostAcknowledged() ? "WARNING: " : "",
+                 options.db_path.c_str(), wal.Summary().c_str());
+  }
 
   absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> metrics_server =
       metrics::ServeMetrics(absl::GetFlag(FLAGS_host),
@@ -172,6 +216,8 @@ int Run() {
                  absl::GetFlag(FLAGS_host).c_str(), absl::GetFlag(FLAGS_port));
     return 1;
   }
+  // "lookahead.v1.DraftService.storage" follows the store; "" stays SERVING.
+  (*draft)->ReportHealthTo(server->GetHealthCheckService());
   std::printf("draftsvc: serving on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(),
               port);
   std::fflush(stdout);

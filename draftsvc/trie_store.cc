@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -11,9 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "draftsvc/store_info_log.h"
 #include "draftsvc/trie_format.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
 #include "rocksdb/iterator.h"
+#include "rocksdb/listener.h"
 #include "rocksdb/merge_operator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/transaction_log.h"
@@ -109,18 +115,156 @@ absl::Status ValidateBatch(const TrieMutationBatch& batch) {
   return absl::OkStatus();
 }
 
+// The RocksDB options every open of the store uses.
+rocksdb::Options StoreDbOptions(
+    bool create_if_missing, rocksdb::Env* env,
+    std::shared_ptr<rocksdb::Logger> info_log,
+    std::shared_ptr<rocksdb::EventListener> errors) {
+  rocksdb::Options o;
+  o.create_if_missing = create_if_missing;
+  o.merge_operator = std::make_shared<Int64AddOperator>();
+  o.paranoid_checks = true;
+  o.max_background_jobs = 2;
+  o.keep_log_file_num = 4;
+  // Our own LOG writer: RocksDB's asserts when it logs after a failed write.
+  o.info_log = std::move(info_log);
+  // Replay up to the first damaged record; wal_recovery.h reports the rest.
+  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  // No automatic DB::Resume(): recovery is the store's reopen (TryResume).
+  o.max_bgerror_resume_count = 0;
+  o.listeners.push_back(std::move(errors));
+  if (env != nullptr) o.env = env;
+  return o;
+}
+
+// The marker file's content, or nullopt if it is missing or not valid.
+std::optional<AckMarker> ReadMarkerFile(const std::string& path) {
+  std::ifstream in(path + "/" + kAckMarkerFile, std::ios::binary);
+  if (!in.good()) return std::nullopt;
+  std::string bytes(kAckMarkerBytes, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (in.gcount() != static_cast<std::streamsize>(kAckMarkerBytes)) {
+    return std::nullopt;
+  }
+  return DecodeAckMarker(bytes);
+}
+
 }  // namespace
+
+// Remembers RocksDB's background errors (a failed flush or compaction stops
+// writes; the next write would fail, a SyncWAL might assert) until taken.
+class TrieStore::ErrorListener : public rocksdb::EventListener {
+ public:
+  void OnBackgroundError(rocksdb::BackgroundErrorReason /*reason*/,
+                         rocksdb::Status* bg_error) override {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok() && bg_error != nullptr && !bg_error->ok()) {
+      error_ = absl::UnavailableError(
+          absl::StrCat("RocksDB background error: ", bg_error->ToString()));
+    }
+  }
+  absl::Status Take() {
+    absl::MutexLock lock(&mu_);
+    absl::Status out = std::move(error_);
+    error_ = absl::OkStatus();
+    return out;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+// The mutations accepted while degraded, in order. Adds to one key are
+// summed until a set or delete ends the run, as in a write round.
+class TrieStore::Backlog {
+ public:
+  void AddPut(std::string key, std::string value) {
+    bytes_ += static_cast<int64_t>(key.size() + value.size()) + 48;
+    ++mutations_;
+    segments_.push_back({Segment::kPut, {}, std::move(key), std::move(value)});
+  }
+  void Add(const TrieMutationBatch& b) {
+    for (const TrieMutation& m : b.mutations) {
+      std::string key = fmt::NodeKey(b.name_space, m.path);
+      ++mutations_;
+      switch (m.kind) {
+        case TrieMutation::Kind::kAdd: {
+          if (segments_.empty() || segments_.back().kind != Segment::kAdds) {
+            segments_.push_back({Segment::kAdds, {}, {}, {}});
+          }
+          auto [it, inserted] =
+              segments_.back().adds.try_emplace(std::move(key), 0);
+          if (inserted) bytes_ += static_cast<int64_t>(it->first.size()) + 48;
+          it->second += static_cast<uint64_t>(m.value);
+          break;
+        }
+        case TrieMutation::Kind::kSetCount:
+          AddPut(std::move(key),
+                 fmt::EncodeFixed64(static_cast<uint64_t>(m.value)));
+          --mutations_;
+          break;
+        case TrieMutation::Kind::kDeleteSubtree: {
+          std::string end = fmt::PrefixSuccessor(key);
+          bytes_ += static_cast<int64_t>(key.size() + end.size()) + 48;
+          segments_.push_back(
+              {Segment::kDeleteRange, {}, std::move(key), std::move(end)});
+          break;
+        }
+      }
+    }
+  }
+  // Appends everything in order.
+  void WriteTo(rocksdb::WriteBatch* wb) const {
+    std::vector<std::pair<std::string, uint64_t>> sorted;
+    for (const Segment& s : segments_) {
+      switch (s.kind) {
+        case Segment::kAdds:
+          sorted.assign(s.adds.begin(), s.adds.end());
+          std::sort(sorted.begin(), sorted.end());
+          for (const auto& [key, delta] : sorted) {
+            wb->Merge(key, fmt::EncodeFixed64(delta));
+          }
+          break;
+        case Segment::kPut:
+          wb->Put(s.key, s.value);
+          break;
+        case Segment::kDeleteRange:
+          wb->DeleteRange(s.key, s.value);
+          break;
+      }
+    }
+  }
+  bool empty() const { return segments_.empty(); }
+  int64_t bytes() const { return bytes_; }
+  int64_t mutations() const { return mutations_; }
+  // Namespaces whose metadata key the backlog writes.
+  absl::flat_hash_set<std::string> namespaces;
+
+ private:
+  struct Segment {
+    enum Kind { kAdds, kPut, kDeleteRange } kind;
+    absl::flat_hash_map<std::string, uint64_t> adds;  // kAdds.
+    std::string key, value;  // kPut: key, value; kDeleteRange: begin, end.
+  };
+  std::vector<Segment> segments_;
+  int64_t bytes_ = 0;
+  int64_t mutations_ = 0;
+};
 
 absl::StatusOr<std::unique_ptr<TrieStore>> TrieStore::Open(
     const std::string& path, const TrieStoreOptions& options) {
   if (path.empty()) {
     return absl::InvalidArgumentError("trie store path is empty");
   }
-  if (options.sync_interval_ms < 0 || options.max_group_mutations < 1) {
+  if (options.sync_interval_ms < 0 || options.max_group_mutations < 1 ||
+      options.resume_interval_ms < 1 || options.max_backlog_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "trie store options: sync_interval_ms must be >= 0 (got ",
-        options.sync_interval_ms, ") and max_group_mutations >= 1 (got ",
-        options.max_group_mutations, ")"));
+        options.sync_interval_ms, "), max_group_mutations >= 1 (got ",
+        options.max_group_mutations, "), resume_interval_ms >= 1 (got ",
+        options.resume_interval_ms, ") and max_backlog_bytes >= 0 (got ",
+        options.max_backlog_bytes, ")"));
   }
   if (options.create_if_missing) {
     std::error_code ec;
@@ -130,81 +274,197 @@ absl::StatusOr<std::unique_ptr<TrieStore>> TrieStore::Open(
           "cannot create trie store directory ", path, ": ", ec.message()));
     }
   }
-  rocksdb::Options db_options;
-  db_options.create_if_missing = options.create_if_missing;
-  db_options.merge_operator = std::make_shared<Int64AddOperator>();
-  db_options.paranoid_checks = true;
-  db_options.max_background_jobs = 2;
-  db_options.keep_log_file_num = 4;
-
-  rocksdb::DB* raw_db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, path, &raw_db);
-  if (!s.ok()) return OpenError(path, s);
-  std::unique_ptr<rocksdb::DB> db(raw_db);
-
-  // Format record: written into an empty database, checked otherwise.
-  std::string version_bytes;
-  s = db->Get(rocksdb::ReadOptions(), fmt::FormatKey(), &version_bytes);
-  if (s.IsNotFound()) {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db->NewIterator(rocksdb::ReadOptions()));
-    it->SeekToFirst();
-    if (it->Valid()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "trie store ", path,
-          " holds a RocksDB database that is not a lookahead trie store "
-          "(no format record)"));
-    }
-    if (!it->status().ok()) return OpenError(path, it->status());
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    s = db->Put(wo, fmt::FormatKey(), fmt::EncodeFixed32(fmt::kFormatVersion));
-    if (!s.ok()) return OpenError(path, s);
-  } else if (!s.ok()) {
-    return OpenError(path, s);
-  } else {
-    uint32_t version = 0;
-    if (!fmt::DecodeFixed32(version_bytes, &version)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "trie store ", path, " is corrupt: malformed format record"));
-    }
-    if (version != fmt::kFormatVersion) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("trie store ", path, " has format version ", version,
-                       "; this build reads version ", fmt::kFormatVersion));
-    }
-  }
-
-  // Namespaces whose metadata is already on disk.
-  absl::flat_hash_set<std::string> known;
-  {
-    const std::string begin(1, fmt::kNamespaceTag);
-    const std::string end = fmt::PrefixSuccessor(begin);
-    rocksdb::Slice upper(end);
-    rocksdb::ReadOptions ro;
-    ro.iterate_upper_bound = &upper;
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
-    for (it->Seek(begin); it->Valid(); it->Next()) {
-      known.insert(std::string(View(it->key()).substr(1)));
-    }
-    if (!it->status().ok()) return OpenError(path, it->status());
-  }
-
-  auto store = std::unique_ptr<TrieStore>(
-      new TrieStore(path, options, std::move(db), std::move(known)));
+  auto store = std::unique_ptr<TrieStore>(new TrieStore(path, options));
+  absl::Status opened = store->OpenAtStart();
+  if (!opened.ok()) return opened;
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   return store;
 }
 
-TrieStore::TrieStore(std::string path, TrieStoreOptions options,
-                     std::unique_ptr<rocksdb::DB> db,
-                     absl::flat_hash_set<std::string> known_namespaces)
+TrieStore::TrieStore(std::string path, TrieStoreOptions options)
     : path_(std::move(path)),
-      options_(options),
-      db_(std::move(db)),
-      known_namespaces_(std::move(known_namespaces)) {}
+      options_(std::move(options)),
+      env_(options_.file_system != nullptr
+               ? rocksdb::NewCompositeEnv(options_.file_system)
+               : nullptr),
+      info_log_(std::make_shared<StoreInfoLog>(path_)),
+      listener_(std::make_shared<ErrorListener>()) {}
 
 TrieStore::~TrieStore() { Close().IgnoreError(); }
+
+rocksdb::Status TrieStore::OpenDb(bool read_only, RoundWalFilter* filter) {
+  rocksdb::Options o = StoreDbOptions(options_.create_if_missing && !read_only,
+                                      env_.get(), info_log_, listener_);
+  // Used only while recovering inside DB::Open.
+  o.wal_filter = filter;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = read_only ? rocksdb::DB::OpenForReadOnly(o, path_, &raw)
+                                : rocksdb::DB::Open(o, path_, &raw);
+  if (s.ok()) db_.reset(raw);
+  return s;
+}
+
+absl::StatusOr<bool> TrieStore::LoadFormat() {
+  absl::ReaderMutexLock lock(&db_mu_);
+  // Format record: checked if present; an empty database needs one.
+  std::string version_bytes;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), fmt::FormatKey(), &version_bytes);
+  bool needs_format = false;
+  if (s.IsNotFound()) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions()));
+    it->SeekToFirst();
+    if (it->Valid()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trie store ", path_,
+          " holds a RocksDB database that is not a lookahead trie store "
+          "(no format record)"));
+    }
+    if (!it->status().ok()) return OpenError(path_, it->status());
+    needs_format = true;
+  } else if (!s.ok()) {
+    return OpenError(path_, s);
+  } else {
+    uint32_t version = 0;
+    if (!fmt::DecodeFixed32(version_bytes, &version)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trie store ", path_, " is corrupt: malformed format record"));
+    }
+    if (version != fmt::kFormatVersion) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("trie store ", path_, " has format version ", version,
+                       "; this build reads version ", fmt::kFormatVersion));
+    }
+  }
+  // Namespaces whose metadata is already on disk.
+  const std::string begin(1, fmt::kNamespaceTag);
+  const std::string end = fmt::PrefixSuccessor(begin);
+  rocksdb::Slice upper(end);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->Seek(begin); it->Valid(); it->Next()) {
+    known_namespaces_.insert(std::string(View(it->key()).substr(1)));
+  }
+  if (!it->status().ok()) return OpenError(path_, it->status());
+  return needs_format;
+}
+
+absl::Status TrieStore::OpenAtStart() {
+  const std::optional<AckMarker> marker = ReadMarkerFile(path_);
+  if (marker.has_value()) marker_ = *marker;
+  const uint64_t ignore = marker_.ignore_from_round;
+
+  // 1. Read-only, so nothing on disk changes yet: what did recovery drop?
+  RoundWalFilter ro_filter(ignore);
+  rocksdb::Status ro;
+  uint64_t recovered_sequence = 0;
+  {
+    absl::MutexLock lock(&db_mu_);
+    ro = OpenDb(/*read_only=*/true, &ro_filter);
+    if (ro.ok()) recovered_sequence = db_->GetLatestSequenceNumber();
+  }
+  std::vector<WalDropLine> drops = info_log_->TakeWalDrops();
+  if (ro.ok()) {
+    wal_recovery_ = AnalyzeWalRecovery(marker, ro_filter, std::move(drops),
+                                       recovered_sequence);
+  } else if (ro.IsCorruption()) {
+    return OpenError(path_, ro);
+  }
+  if (options_.wal_recovery == WalRecoveryMode::kStrict &&
+      wal_recovery_.LostAcknowledged()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trie store ", path_, ": ", wal_recovery_.Summary(),
+        "; refusing to start with --wal_recovery=strict (the directory is "
+        "unchanged: restore it, or start once with --wal_recovery=tolerate "
+        "to accept the loss)"));
+  }
+  // Rounds go on from the last one that survived, so that they stay
+  // consecutive (wal_recovery.h counts dropped records by them).
+  uint64_t last_round = std::max(marker_.round, ro_filter.max_round());
+  if (wal_recovery_.dropped_records > 0) {
+    last_round = marker_.round - static_cast<uint64_t>(std::min<int64_t>(
+                                     wal_recovery_.dropped_records,
+                                     static_cast<int64_t>(marker_.round)));
+  }
+  next_round_ = last_round + 1;
+
+  // 2. Read-write.
+  RoundWalFilter rw_filter(ignore);
+  rocksdb::Status rw;
+  {
+    absl::MutexLock lock(&db_mu_);
+    if (db_ != nullptr) {
+      db_->Close().PermitUncheckedError();
+      db_.reset();
+    }
+    rw = OpenDb(/*read_only=*/false, &rw_filter);
+    db_writable_ = rw.ok();
+  }
+  info_log_->TakeWalDrops();
+  listener_->Take().IgnoreError();
+  if (!rw.ok()) {
+    const absl::Status error = OpenError(path_, rw);
+    // Locked, corrupt, missing: as before. Any other I/O error (a full or
+    // read-only disk) leaves an existing database readable.
+    if (!rw.IsIOError() || error.code() == absl::StatusCode::kUnavailable) {
+      return error;
+    }
+    if (!ro.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create trie store ", path_, ": ", rw.ToString()));
+    }
+    {
+      absl::MutexLock lock(&db_mu_);
+      RoundWalFilter filter(ignore);
+      rocksdb::Status s = OpenDb(/*read_only=*/true, &filter);
+      if (!s.ok()) return OpenError(path_, s);
+    }
+    absl::StatusOr<bool> needs_format = LoadFormat();
+    if (!needs_format.ok()) return needs_format.status();
+    EnterDegraded(absl::UnavailableError(
+        absl::StrCat("trie store ", path_,
+                     " cannot be written, opened read-only: ", rw.ToString())));
+    if (*needs_format) {
+      backlog_->AddPut(fmt::FormatKey(),
+                       fmt::EncodeFixed32(fmt::kFormatVersion));
+      absl::MutexLock lock(&mu_);
+      health_.unpersisted_mutations = backlog_->mutations();
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> needs_format = LoadFormat();
+  if (!needs_format.ok()) return needs_format.status();
+  // The marker now describes what survived: a later open compares with it.
+  {
+    absl::ReaderMutexLock lock(&db_mu_);
+    marker_.sequence = db_->GetLatestSequenceNumber();
+    std::unique_ptr<rocksdb::LogFile> wal;
+    if (db_->GetCurrentWalFile(&wal).ok() && wal != nullptr) {
+      marker_.wal_number = wal->LogNumber();
+      marker_.wal_bytes = wal->SizeFileBytes();
+    }
+  }
+  marker_.round = next_round_ - 1;
+  marker_.wal_first_round = next_round_;
+  marker_.ignore_from_round = 0;
+  absl::Status m = WriteMarker(/*sync=*/true);
+  if (!m.ok()) EnterDegraded(m);
+  if (*needs_format) {
+    rocksdb::WriteBatch wb;
+    wb.PutLogData(RoundTag(next_round_));
+    wb.Put(fmt::FormatKey(), fmt::EncodeFixed32(fmt::kFormatVersion));
+    absl::Status w = degraded_ ? absl::UnavailableError("degraded")
+                               : WriteTagged(wb, /*sync=*/true);
+    if (!w.ok()) {
+      if (!degraded_) EnterDegraded(w);
+      backlog_->AddPut(fmt::FormatKey(),
+                       fmt::EncodeFixed32(fmt::kFormatVersion));
+    }
+  }
+  return absl::OkStatus();
+}
 
 void TrieStore::Submit(TrieMutationBatch batch,
                        std::function<void(absl::Status)> done) {
@@ -257,6 +517,8 @@ void TrieStore::WriterLoop() {
   absl::Time last_sync = absl::Now();
   const bool periodic = !options_.sync && options_.sync_interval_ms > 0;
   const absl::Duration interval = absl::Milliseconds(options_.sync_interval_ms);
+  const absl::Duration resume_interval =
+      absl::Milliseconds(options_.resume_interval_ms);
   auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return !queue_.empty() || closing_;
   };
@@ -264,7 +526,9 @@ void TrieStore::WriterLoop() {
     std::deque<Pending> round;
     {
       absl::MutexLock lock(&mu_);
-      if (periodic) {
+      if (degraded_) {
+        mu_.AwaitWithTimeout(absl::Condition(&has_work), resume_interval);
+      } else if (periodic) {
         mu_.AwaitWithTimeout(absl::Condition(&has_work), interval);
       } else {
         mu_.Await(absl::Condition(&has_work));
@@ -287,127 +551,357 @@ void TrieStore::WriterLoop() {
       queued_batches_ -= batches;
       in_flight_ = batches;
     }
+    if (degraded_ && absl::Now() >= next_resume_) TryResume();
     if (!round.empty()) WriteRound(std::move(round));
-    if (periodic && absl::Now() - last_sync >= interval) {
+    if (!degraded_ && periodic && absl::Now() - last_sync >= interval) {
       absl::Status s = SyncWalIfDirty();
-      if (!s.ok()) {
-        absl::MutexLock lock(&mu_);
-        if (write_error_.ok()) write_error_ = s;
-      }
+      if (!s.ok()) EnterDegraded(s);
       last_sync = absl::Now();
     }
   }
-  absl::Status s = SyncWalIfDirty();
-  if (!s.ok()) {
-    absl::MutexLock lock(&mu_);
-    if (write_error_.ok()) write_error_ = s;
+  // Closing: a last chance to write what was kept, then a last sync.
+  if (degraded_) TryResume();
+  if (!degraded_) {
+    absl::Status s = SyncWalIfDirty();
+    if (!s.ok()) EnterDegraded(s);
   }
 }
 
+absl::Status TrieStore::TakeBackgroundError() { return listener_->Take(); }
+
 absl::Status TrieStore::SyncWalIfDirty() {
   if (!wal_dirty_) return absl::OkStatus();
-  rocksdb::Status s = db_->SyncWAL();
+  // DB::SyncWAL after a failed WAL write asserts inside RocksDB: never call
+  // it once anything failed.
+  absl::Status bg = TakeBackgroundError();
+  if (!bg.ok()) return bg;
+  rocksdb::Status s;
+  {
+    absl::ReaderMutexLock lock(&db_mu_);
+    s = db_->SyncWAL();
+  }
   if (!s.ok()) {
-    return absl::InternalError(absl::StrCat(
+    return absl::UnavailableError(absl::StrCat(
         "trie store ", path_, ": WAL sync failed: ", s.ToString()));
   }
   wal_dirty_ = false;
   return absl::OkStatus();
 }
 
-void TrieStore::WriteRound(std::deque<Pending> round) {
-  rocksdb::WriteBatch wb;
-  std::vector<std::string> new_namespaces;
-  // Adds to one key within the round are summed into one merge operand
-  // (hot prefixes are hit by almost every window). A set or a delete ends
-  // the summing so that batch order is kept.
-  absl::flat_hash_map<std::string, uint64_t> adds;
-  std::vector<std::pair<std::string, uint64_t>> sorted_adds;
-  auto flush_adds = [&] {
-    // In key order: the memtable's skiplist inserts sequential keys cheaply
-    // (its splice hint stays valid), random ones dominate the write cost.
-    sorted_adds.assign(std::make_move_iterator(adds.begin()),
-                       std::make_move_iterator(adds.end()));
-    std::sort(sorted_adds.begin(), sorted_adds.end());
-    for (const auto& [key, delta] : sorted_adds) {
-      wb.Merge(key, fmt::EncodeFixed64(delta));
+absl::Status TrieStore::WriteTagged(rocksdb::WriteBatch& wb, bool sync) {
+  absl::Status bg = TakeBackgroundError();
+  if (!bg.ok()) return bg;
+  rocksdb::Status s;
+  std::unique_ptr<rocksdb::LogFile> wal;
+  {
+    absl::ReaderMutexLock lock(&db_mu_);
+    if (!db_writable_) {
+      return absl::UnavailableError(
+          absl::StrCat("trie store ", path_, " is open read-only"));
     }
-    adds.clear();
-  };
+    rocksdb::WriteOptions wo;
+    wo.sync = sync;
+    s = db_->Write(wo, &wb);
+    if (s.ok()) {
+      marker_.sequence = db_->GetLatestSequenceNumber();
+      if (!db_->GetCurrentWalFile(&wal).ok()) wal.reset();
+    }
+  }
+  if (!s.ok()) {
+    // The round was not applied; a copy of it RocksDB may still find in the
+    // WAL (a write whose fsync failed) must not be replayed on top of the
+    // backlog that re-writes it. Best effort: the disk is failing.
+    marker_.ignore_from_round = next_round_;
+    WriteMarker(/*sync=*/true).IgnoreError();
+    return absl::UnavailableError(
+        absl::StrCat("trie store ", path_, ": write failed: ", s.ToString()));
+  }
+  if (!sync) wal_dirty_ = true;
+  const uint64_t round = next_round_++;
+  marker_.round = round;
+  if (wal != nullptr) {
+    if (wal->LogNumber() != marker_.wal_number) {
+      marker_.wal_number = wal->LogNumber();
+      marker_.wal_first_round = round;
+    }
+    marker_.wal_bytes = wal->SizeFileBytes();
+  }
+  // The data is written; a marker that cannot be is a failing disk.
+  absl::Status m = WriteMarker(/*sync=*/false);
+  if (!m.ok()) EnterDegraded(m);
+  return absl::OkStatus();
+}
+
+absl::Status TrieStore::WriteMarker(bool sync) {
+  rocksdb::FileSystem* fs = options_.file_system != nullptr
+                                ? options_.file_system.get()
+                                : rocksdb::FileSystem::Default().get();
+  const std::string name = absl::StrCat(path_, "/", kAckMarkerFile);
+  rocksdb::IOStatus s;
+  if (marker_file_ == nullptr) {
+    if (!fs->FileExists(name, rocksdb::IOOptions(), nullptr).ok()) {
+      std::unique_ptr<rocksdb::FSWritableFile> created;
+      s = fs->NewWritableFile(name, rocksdb::FileOptions(), &created, nullptr);
+      if (s.ok()) s = created->Close(rocksdb::IOOptions(), nullptr);
+    }
+    if (s.ok()) {
+      s = fs->NewRandomRWFile(name, rocksdb::FileOptions(), &marker_file_,
+                              nullptr);
+    }
+  }
+  const std::string bytes = EncodeAckMarker(marker_);
+  if (s.ok()) {
+    s = marker_file_->Write(0, bytes, rocksdb::IOOptions(), nullptr);
+  }
+  if (s.ok() && sync) s = marker_file_->Sync(rocksdb::IOOptions(), nullptr);
+  if (!s.ok()) {
+    marker_file_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("trie store ", path_, ": cannot write ", kAckMarkerFile,
+                     ": ", s.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+void TrieStore::EnterDegraded(const absl::Status& error) {
+  const bool was_degraded = degraded_;
+  degraded_ = true;
+  next_resume_ = absl::Now() + absl::Milliseconds(options_.resume_interval_ms);
+  if (backlog_ == nullptr) backlog_ = std::make_unique<Backlog>();
+  {
+    absl::MutexLock lock(&db_mu_);
+    db_writable_ = false;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    health_.degraded = true;
+    degraded_flag_.store(true);
+    health_.error = std::string(error.message());
+    ++health_.write_errors;
+  }
+  if (!was_degraded) NotifyHealth();
+}
+
+void TrieStore::TryResume() {
+  next_resume_ = absl::Now() + absl::Milliseconds(options_.resume_interval_ms);
+  {
+    absl::MutexLock lock(&mu_);
+    // The disk no longer follows memory: only a restart (which reloads the
+    // tries from disk) makes them agree again.
+    if (health_.lost_mutations > 0) return;
+  }
+  rocksdb::Status s;
+  {
+    absl::MutexLock lock(&db_mu_);
+    if (db_ != nullptr) {
+      db_->Close().PermitUncheckedError();
+      db_.reset();
+    }
+    db_writable_ = false;
+    RoundWalFilter filter(marker_.ignore_from_round);
+    s = OpenDb(/*read_only=*/false, &filter);
+    if (s.ok()) {
+      db_writable_ = true;
+    } else {
+      // Still failing: keep the data readable (Stats, GetCount).
+      RoundWalFilter ro_filter(marker_.ignore_from_round);
+      OpenDb(/*read_only=*/true, &ro_filter).PermitUncheckedError();
+    }
+  }
+  info_log_->TakeWalDrops();
+  TakeBackgroundError().IgnoreError();  // The closed instance's.
+  if (!s.ok()) {
+    absl::MutexLock lock(&mu_);
+    health_.error = absl::StrCat("trie store ", path_,
+                                 " still cannot be written: ", s.ToString());
+    ++health_.write_errors;
+    return;
+  }
+  // Writable again. RocksDB recovered the old WAL and retired it, so the
+  // failed rounds in it are never replayed again: their numbers are reused.
+  {
+    absl::ReaderMutexLock lock(&db_mu_);
+    marker_.sequence = db_->GetLatestSequenceNumber();
+    std::unique_ptr<rocksdb::LogFile> wal;
+    if (db_->GetCurrentWalFile(&wal).ok() && wal != nullptr) {
+      marker_.wal_number = wal->LogNumber();
+      marker_.wal_bytes = wal->SizeFileBytes();
+    }
+  }
+  marker_.wal_first_round = next_round_;
+  marker_.ignore_from_round = 0;
+  absl::Status m = WriteMarker(/*sync=*/true);
+  if (!m.ok()) {
+    EnterDegraded(m);
+    return;
+  }
+  const int64_t kept = backlog_ != nullptr ? backlog_->mutations() : 0;
+  if (backlog_ != nullptr && !backlog_->empty()) {
+    rocksdb::WriteBatch wb;
+    wb.PutLogData(RoundTag(next_round_));
+    backlog_->WriteTo(&wb);
+    absl::Status w = WriteTagged(wb, /*sync=*/true);
+    if (!w.ok()) {
+      EnterDegraded(w);
+      return;
+    }
+    for (const std::string& ns : backlog_->namespaces) {
+      known_namespaces_.insert(ns);
+    }
+  }
+  backlog_.reset();
+  degraded_ = false;
+  {
+    absl::MutexLock lock(&mu_);
+    health_.degraded = false;
+    degraded_flag_.store(false);
+    health_.error.clear();
+    health_.unpersisted_mutations = 0;
+    ++health_.recoveries;
+    health_.repersisted_mutations += kept;
+  }
+  NotifyHealth();
+}
+
+void TrieStore::NotifyHealth() {
+  if (!options_.on_health_change) return;
+  options_.on_health_change(Health());
+}
+
+StoreHealth TrieStore::Health() const {
+  absl::MutexLock lock(&mu_);
+  return health_;
+}
+
+void TrieStore::WriteRound(std::deque<Pending> round) {
   bool has_flush = false;
   bool has_writes = false;
   for (const Pending& p : round) {
     if (p.is_flush) {
       has_flush = true;
-      continue;
-    }
-    if (!p.rejected.ok()) continue;
-    has_writes = true;
-    const TrieMutationBatch& b = p.batch;
-    if (!known_namespaces_.contains(b.name_space) &&
-        std::find(new_namespaces.begin(), new_namespaces.end(), b.name_space) ==
-            new_namespaces.end()) {
-      wb.Put(fmt::NamespaceKey(b.name_space),
-             fmt::EncodeFixed32(static_cast<uint32_t>(b.vocab_size)));
-      new_namespaces.push_back(b.name_space);
-    }
-    for (const TrieMutation& m : b.mutations) {
-      std::string key = fmt::NodeKey(b.name_space, m.path);
-      switch (m.kind) {
-        case TrieMutation::Kind::kAdd:
-          adds[std::move(key)] += static_cast<uint64_t>(m.value);
-          break;
-        case TrieMutation::Kind::kSetCount:
-          flush_adds();
-          wb.Put(key, fmt::EncodeFixed64(static_cast<uint64_t>(m.value)));
-          break;
-        case TrieMutation::Kind::kDeleteSubtree:
-          flush_adds();
-          wb.DeleteRange(key, fmt::PrefixSuccessor(key));
-          break;
-      }
+    } else if (p.rejected.ok()) {
+      has_writes = true;
     }
   }
-  flush_adds();
-
-  absl::Status write_status;
-  if (has_writes) {
-    rocksdb::WriteOptions wo;
-    wo.sync = options_.sync;
-    rocksdb::Status s = db_->Write(wo, &wb);
+  bool written = false;
+  if (has_writes && !degraded_) {
+    rocksdb::WriteBatch wb;
+    wb.PutLogData(RoundTag(next_round_));
+    std::vector<std::string> new_namespaces;
+    // Adds to one key within the round are summed into one merge operand
+    // (hot prefixes are hit by almost every window). A set or a delete ends
+    // the summing so that batch order is kept.
+    absl::flat_hash_map<std::string, uint64_t> adds;
+    std::vector<std::pair<std::string, uint64_t>> sorted_adds;
+    auto flush_adds = [&] {
+      // In key order: the memtable's skiplist inserts sequential keys
+      // cheaply (its splice hint stays valid), random ones dominate the
+      // write cost.
+      sorted_adds.assign(std::make_move_iterator(adds.begin()),
+                         std::make_move_iterator(adds.end()));
+      std::sort(sorted_adds.begin(), sorted_adds.end());
+      for (const auto& [key, delta] : sorted_adds) {
+        wb.Merge(key, fmt::EncodeFixed64(delta));
+      }
+      adds.clear();
+    };
+    for (const Pending& p : round) {
+      if (p.is_flush || !p.rejected.ok()) continue;
+      const TrieMutationBatch& b = p.batch;
+      if (!known_namespaces_.contains(b.name_space) &&
+          std::find(new_namespaces.begin(), new_namespaces.end(),
+                    b.name_space) == new_namespaces.end()) {
+        wb.Put(fmt::NamespaceKey(b.name_space),
+               fmt::EncodeFixed32(static_cast<uint32_t>(b.vocab_size)));
+        new_namespaces.push_back(b.name_space);
+      }
+      for (const TrieMutation& m : b.mutations) {
+        std::string key = fmt::NodeKey(b.name_space, m.path);
+        switch (m.kind) {
+          case TrieMutation::Kind::kAdd:
+            adds[std::move(key)] += static_cast<uint64_t>(m.value);
+            break;
+          case TrieMutation::Kind::kSetCount:
+            flush_adds();
+            wb.Put(key, fmt::EncodeFixed64(static_cast<uint64_t>(m.value)));
+            break;
+          case TrieMutation::Kind::kDeleteSubtree:
+            flush_adds();
+            wb.DeleteRange(key, fmt::PrefixSuccessor(key));
+            break;
+        }
+      }
+    }
+    flush_adds();
+    absl::Status s = WriteTagged(wb, options_.sync);
     if (s.ok()) {
-      if (!options_.sync) wal_dirty_ = true;
+      written = true;
       for (std::string& name : new_namespaces) {
         known_namespaces_.insert(std::move(name));
       }
     } else {
-      write_status = absl::InternalError(
-          absl::StrCat("trie store ", path_, ": write failed: ", s.ToString()));
+      EnterDegraded(s);
+    }
+  }
+  if (has_writes && !written) {
+    // Kept for the recovery (in order), unless the backlog overflows.
+    int64_t mutations = 0;
+    for (const Pending& p : round) {
+      if (p.is_flush || !p.rejected.ok()) continue;
+      mutations += static_cast<int64_t>(p.batch.mutations.size());
+    }
+    absl::MutexLock lock(&mu_);
+    if (health_.lost_mutations > 0) {
+      health_.lost_mutations += mutations;
+    } else {
+      for (const Pending& p : round) {
+        if (p.is_flush || !p.rejected.ok()) continue;
+        const TrieMutationBatch& b = p.batch;
+        if (!known_namespaces_.contains(b.name_space) &&
+            backlog_->namespaces.insert(b.name_space).second) {
+          backlog_->AddPut(
+              fmt::NamespaceKey(b.name_space),
+              fmt::EncodeFixed32(static_cast<uint32_t>(b.vocab_size)));
+        }
+        backlog_->Add(b);
+      }
+      if (backlog_->bytes() > options_.max_backlog_bytes) {
+        health_.lost_mutations = backlog_->mutations();
+        backlog_ = std::make_unique<Backlog>();
+      }
+      health_.unpersisted_mutations = backlog_->mutations();
     }
   }
   absl::Status flush_status;
-  if (has_flush) flush_status = SyncWalIfDirty();
-
-  absl::Status sticky;
+  if (has_flush && !degraded_) {
+    flush_status = SyncWalIfDirty();
+    if (!flush_status.ok()) EnterDegraded(flush_status);
+  }
+  absl::Status not_persisted;
+  if (degraded_) {
+    StoreHealth h = Health();
+    not_persisted = absl::UnavailableError(absl::StrCat(
+        "trie store ", path_,
+        " is degraded (read-only): applied in memory, not persisted: ",
+        h.error));
+  }
   {
     absl::MutexLock lock(&mu_);
-    if (write_error_.ok() && !write_status.ok()) write_error_ = write_status;
-    if (write_error_.ok() && !flush_status.ok()) write_error_ = flush_status;
-    sticky = write_error_;
     in_flight_ = 0;  // Acknowledged from here on.
   }
   for (Pending& p : round) {
     if (p.is_flush) {
-      p.done(sticky);
+      p.done(degraded_ ? not_persisted : flush_status);
     } else if (!p.rejected.ok()) {
       p.done(p.rejected);
     } else {
-      p.done(write_status);
+      p.done(written ? absl::OkStatus() : not_persisted);
     }
   }
 }
 
 absl::Status TrieStore::Scan(TrieScanVisitor& visitor) const {
+  absl::ReaderMutexLock lock(&db_mu_);
   if (db_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("trie store ", path_, " is closed"));
@@ -469,6 +963,7 @@ absl::Status TrieStore::Scan(TrieScanVisitor& visitor) const {
 
 absl::StatusOr<int64_t> TrieStore::GetCount(
     absl::string_view name_space, absl::Span<const int32_t> path) const {
+  absl::ReaderMutexLock lock(&db_mu_);
   if (db_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("trie store ", path_, " is closed"));
@@ -492,6 +987,7 @@ int64_t TrieStore::PendingBatches() const {
 }
 
 int64_t TrieStore::DiskBytes() const {
+  absl::ReaderMutexLock lock(&db_mu_);
   if (db_ == nullptr) return 0;
   uint64_t sst = 0;
   if (!db_->GetIntProperty("rocksdb.total-sst-files-size", &sst)) sst = 0;
@@ -515,23 +1011,31 @@ absl::Status TrieStore::Close() {
   }
   if (writer_.joinable()) writer_.join();
   absl::Status result;
-  {
-    absl::MutexLock lock(&mu_);
-    result = write_error_;
+  const StoreHealth health = Health();
+  if (health.degraded) {
+    result = absl::UnavailableError(absl::StrCat(
+        "trie store ", path_, " closed degraded (", health.error,
+        "): ", health.unpersisted_mutations + health.lost_mutations,
+        " trie mutations applied in memory were never persisted"));
   }
+  absl::MutexLock lock(&db_mu_);
+  if (db_ == nullptr) return result;
   // Persist the memtable as a table file so that the next Open need not
   // replay the WAL (a faster restart after a clean shutdown).
-  rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
-  if (!s.ok() && result.ok()) {
-    result = absl::InternalError(absl::StrCat(
-        "trie store ", path_, ": memtable flush failed: ", s.ToString()));
+  if (db_writable_ && !health.degraded) {
+    rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
+    if (!s.ok() && result.ok()) {
+      result = absl::InternalError(absl::StrCat(
+          "trie store ", path_, ": memtable flush failed: ", s.ToString()));
+    }
   }
-  s = db_->Close();
+  rocksdb::Status s = db_->Close();
   if (!s.ok() && result.ok()) {
     result = absl::InternalError(
         absl::StrCat("trie store ", path_, ": close failed: ", s.ToString()));
   }
   db_.reset();
+  db_writable_ = false;
   return result;
 }
 

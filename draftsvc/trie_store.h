@@ -6,11 +6,25 @@
 // so no request thread ever waits on disk. Counts are updated by a RocksDB
 // merge operator (int64 add), so inserts never read-modify-write.
 //
+// Storage faults are a state, not a crash. When a write fails (ENOSPC, EIO, a
+// read-only remount, a RocksDB background error) the store turns *degraded*:
+// it stops calling RocksDB's write path (which asserts when used again after
+// a failed WAL write), answers every later batch "not persisted" at once,
+// keeps the batches' mutations in memory (up to max_backlog_bytes), and every
+// resume_interval_ms reopens the database read-write. When that works it
+// writes the kept mutations as one fsynced batch and is healthy again. If the
+// backlog overflowed it stays degraded until restart: the disk then holds an
+// older, consistent prefix of the trie. Nothing is ever reported durable that
+// is not. Open on a disk that cannot be written opens the database read-only
+// and starts degraded (or fails with one error line if there is no database).
+// Open also reports what WAL recovery dropped (wal_recovery.h).
+//
 // Thread-safety: every method is safe to call concurrently, except that
 // Close() / the destructor must not race with other calls.
 #ifndef LOOKAHEAD_DRAFTSVC_TRIE_STORE_H_
 #define LOOKAHEAD_DRAFTSVC_TRIE_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -24,14 +38,43 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "draftsvc/trie_mutation.h"
+#include "draftsvc/wal_recovery.h"
 
 namespace rocksdb {
 class DB;
+class Status;
+class WriteBatch;
+class Env;
+class FileSystem;
+class FSRandomRWFile;
 }  // namespace rocksdb
 
 namespace lookahead::draftsvc {
+
+class StoreInfoLog;
+
+// The store's storage state (TrieStore::Health()).
+struct StoreHealth {
+  // True while writes are off: updates are applied in memory only.
+  bool degraded = false;
+  // The error that degraded the store, or the last reopen failure; empty
+  // when healthy.
+  std::string error;
+  // Failed writes (and failed reopen attempts) since Open.
+  int64_t write_errors = 0;
+  // Mutations accepted while degraded and kept to be written on recovery.
+  int64_t unpersisted_mutations = 0;
+  // Mutations accepted while degraded that were dropped because the backlog
+  // overflowed: in memory only, lost at the next restart. While > 0 the
+  // store stays degraded until restart.
+  int64_t lost_mutations = 0;
+  // Times the store came back from degraded, and mutations re-persisted then.
+  int64_t recoveries = 0;
+  int64_t repersisted_mutations = 0;
+};
 
 struct TrieStoreOptions {
   // true: every group commit is written with WriteOptions.sync (fsync) and
@@ -50,6 +93,25 @@ struct TrieStoreOptions {
   int max_group_mutations = 65536;
   // Create the database if the directory holds none. Default true.
   bool create_if_missing = true;
+  // Whether Open refuses a WAL that lost acknowledged writes (kStrict) or
+  // opens what survived and reports the loss (kTolerate, default).
+  WalRecoveryMode wal_recovery = WalRecoveryMode::kTolerate;
+  // While degraded, the period of the attempts to reopen the database
+  // read-write. Shorter: faster recovery, more failed opens logged by
+  // RocksDB. Default 2000 ms; >= 1.
+  int resume_interval_ms = 2000;
+  // Most bytes (keys plus ~48 bytes per entry) of mutations kept in memory
+  // while degraded. Adds to one key are summed, so this bounds distinct
+  // nodes touched rather than tokens. Past it the backlog is dropped and the
+  // store stays degraded until restart. Default 256 MiB.
+  int64_t max_backlog_bytes = int64_t{256} << 20;
+  // Called (on the writer thread, or in Open) with the new health whenever
+  // the store becomes degraded or healthy. Must not block on the store
+  // (Flush()/Close()). May be empty.
+  std::function<void(const StoreHealth&)> on_health_change;
+  // TEST ONLY: the file system under RocksDB and the ACK marker, e.g. a
+  // FaultFileSystem. Null (default): the POSIX one.
+  std::shared_ptr<rocksdb::FileSystem> file_system;
 };
 
 // Receives a full scan (TrieStore::Scan) in key order: every namespace
@@ -71,8 +133,12 @@ class TrieStore : public MutationSink {
   // writer thread. Errors name the path: UNAVAILABLE if another process (or
   // another TrieStore in this one) holds the directory's lock;
   // FAILED_PRECONDITION if the database is corrupt, has another format
-  // version, or is not a lookahead trie store; NOT_FOUND if it is missing
-  // and !create_if_missing; INVALID_ARGUMENT on bad options.
+  // version, or is not a lookahead trie store, if WAL recovery lost
+  // acknowledged writes under WalRecoveryMode::kStrict, or if there is no
+  // database and none can be created (a full or read-only disk); NOT_FOUND
+  // if it is missing and !create_if_missing; INVALID_ARGUMENT on bad
+  // options. An existing database that cannot be written opens read-only:
+  // the store starts degraded (Health()).
   static absl::StatusOr<std::unique_ptr<TrieStore>> Open(
       const std::string& path, const TrieStoreOptions& options);
 
@@ -84,17 +150,20 @@ class TrieStore : public MutationSink {
   // MutationSink. Queues `batch`; `done` runs exactly once on the writer
   // thread: OK once the batch is durable (see TrieStoreOptions::sync), or
   // INVALID_ARGUMENT (bad namespace, empty/negative/too deep path, token
-  // outside [0, vocab_size); nothing of the batch is written), or the write
-  // error. If the store is closed, `done` runs on the calling thread with
-  // FAILED_PRECONDITION. A batch is written atomically (one WriteBatch) and
-  // after every batch submitted before it.
+  // outside [0, vocab_size); nothing of the batch is written), or
+  // UNAVAILABLE "not persisted" when the store is (or just became) degraded:
+  // the batch is then kept for the recovery, see above. If the store is
+  // closed, `done` runs on the calling thread with FAILED_PRECONDITION. A
+  // batch is written atomically (one WriteBatch) and after every batch
+  // submitted before it.
   void Submit(TrieMutationBatch batch,
               std::function<void(absl::Status)> done) override;
 
   // Runs `done` on the writer thread once every batch submitted before this
   // call is written and fsynced (in sync mode that is just a barrier; else
-  // it syncs the WAL). The status is the first write error since Open, if
-  // any. Never blocks. If the store is closed: as in Submit.
+  // it syncs the WAL): OK iff everything accepted so far is durable;
+  // UNAVAILABLE while degraded. Never blocks. If the store is closed: as in
+  // Submit.
   void Flush(std::function<void(absl::Status)> done);
   // Blocking Flush. Must not be called from a `done` callback.
   absl::Status Flush();
@@ -110,6 +179,12 @@ class TrieStore : public MutationSink {
 
   // Batches queued or being written, not yet acknowledged.
   int64_t PendingBatches() const;
+  // The storage state now.
+  StoreHealth Health() const;
+  // Health().degraded, without a lock.
+  bool degraded() const { return degraded_flag_.load(); }
+  // What WAL recovery dropped when Open ran. Constant after Open.
+  const WalRecoveryReport& wal_recovery() const { return wal_recovery_; }
   // Live SST bytes plus live WAL bytes on disk.
   int64_t DiskBytes() const;
   const std::string& path() const { return path_; }
@@ -117,7 +192,10 @@ class TrieStore : public MutationSink {
 
   // Drains the queue, syncs the WAL, stops the writer, flushes the memtable
   // to a table file (so the next Open replays no WAL) and closes RocksDB.
-  // Later Submit/Flush calls fail with FAILED_PRECONDITION. Idempotent.
+  // A degraded store tries once more to write what it holds; if it cannot,
+  // Close returns UNAVAILABLE saying how many mutations were never
+  // persisted. Later Submit/Flush calls fail with FAILED_PRECONDITION.
+  // Idempotent.
   absl::Status Close();
 
  private:
@@ -127,32 +205,73 @@ class TrieStore : public MutationSink {
     absl::Status rejected;  // Non-OK: do not write; report this.
     bool is_flush = false;  // A Flush() barrier rather than a batch.
   };
+  class Backlog;
+  class ErrorListener;
 
-  TrieStore(std::string path, TrieStoreOptions options,
-            std::unique_ptr<rocksdb::DB> db,
-            absl::flat_hash_set<std::string> known_namespaces);
+  TrieStore(std::string path, TrieStoreOptions options);
+
+  // Open's work after the options are checked: WAL analysis on a read-only
+  // open, then the read-write open (or a degraded read-only start).
+  absl::Status OpenAtStart();
+  // Opens db_ read-write (read_only=false) or read-only with the round
+  // filter of the current marker; `filter` is filled. Returns RocksDB's
+  // status. REQUIRES: db_ is null; db_mu_ held exclusively.
+  rocksdb::Status OpenDb(bool read_only, RoundWalFilter* filter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  // Checks the format record and loads the known namespaces. Returns true
+  // iff the database is empty and still needs its format record.
+  absl::StatusOr<bool> LoadFormat();
 
   void WriterLoop();
   // Writes one round; runs the callbacks. Called only by the writer thread.
   void WriteRound(std::deque<Pending> round);
   // Syncs the WAL if anything was written since the last sync.
   absl::Status SyncWalIfDirty();
+  // Writes `wb` (prefixed with the next round's tag by the caller) and, iff
+  // it worked, advances the round and the ACK marker. Writer thread only.
+  absl::Status WriteTagged(rocksdb::WriteBatch& wb, bool sync);
+  // The ACK marker: read at Open, overwritten after every acknowledged
+  // round (`sync`: fsynced too).
+  absl::Status WriteMarker(bool sync);
+  // Enters (or stays in) the degraded state because of `error`.
+  void EnterDegraded(const absl::Status& error);
+  // While degraded: reopens read-write and re-writes the backlog.
+  void TryResume();
+  void NotifyHealth();
+  // Whether RocksDB reported a background error since the last call.
+  absl::Status TakeBackgroundError();
 
   // Constant after construction.
   const std::string path_;
   const TrieStoreOptions options_;
-  std::unique_ptr<rocksdb::DB> db_;  // Closed and reset only by Close().
+  std::unique_ptr<rocksdb::Env> env_;        // Null: the default Env.
+  std::shared_ptr<StoreInfoLog> info_log_;   // RocksDB's info log.
+  std::shared_ptr<ErrorListener> listener_;  // RocksDB background errors.
+  WalRecoveryReport wal_recovery_;           // Set by Open.
 
-  // Owned by the writer thread.
+  // db_ is swapped only by Open, the writer thread (reopen) and Close, under
+  // db_mu_ held exclusively; everything else reads it under a shared lock.
+  mutable absl::Mutex db_mu_;
+  std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(db_mu_);
+  bool db_writable_ ABSL_GUARDED_BY(db_mu_) = false;
+
+  // Owned by the writer thread (and Open/Close before/after it runs).
   absl::flat_hash_set<std::string> known_namespaces_;  // Meta key written.
   bool wal_dirty_ = false;
+  bool degraded_ = false;  // The writer's copy of health_.degraded.
+  std::unique_ptr<Backlog> backlog_;
+  absl::Time next_resume_ = absl::InfinitePast();
+  std::unique_ptr<rocksdb::FSRandomRWFile> marker_file_;
+  AckMarker marker_;         // Last acknowledged round.
+  uint64_t next_round_ = 1;  // Tag of the next write.
 
   mutable absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   int64_t queued_batches_ ABSL_GUARDED_BY(mu_) = 0;  // Not flush barriers.
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;       // Batches being written.
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status write_error_ ABSL_GUARDED_BY(mu_);  // First write failure.
+  StoreHealth health_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> degraded_flag_{false};  // health_.degraded.
 
   std::thread writer_;    // Started by Open, joined by Close.
   absl::Mutex close_mu_;  // Serializes Close().

@@ -76,11 +76,14 @@ _VERIFYSVC_HISTOGRAMS = [
 ]
 _DRAFTSVC_COUNTERS = [
     "lookahead_trie_inserted_tokens_total", "lookahead_trie_prunes_total",
+    "lookahead_store_write_errors_total", "lookahead_store_recoveries_total",
 ]
 _DRAFTSVC_GAUGES = [
     "lookahead_draft_sessions", "lookahead_trie_nodes",
     "lookahead_trie_capacity_nodes", "lookahead_store_disk_bytes",
     "lookahead_store_pending_batches", "lookahead_store_rebuild_seconds",
+    "lookahead_store_degraded", "lookahead_store_unpersisted_mutations",
+    "lookahead_store_wal_dropped_records", "lookahead_store_wal_dropped_bytes",
 ]
 _DRAFTSVC_HISTOGRAMS = ["lookahead_draft_retrieval_duration_seconds"]
 

@@ -4,6 +4,10 @@
 #include <atomic>
 #include <utility>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/quote.h"
@@ -177,7 +181,13 @@ void DraftIndex::SweepLoop() {
       sweeper_mu_.AwaitWithTimeout(absl::Condition(&stop_sweeper_), period);
       if (stop_sweeper_) return;
     }
-    ExpireIdleSessions(clock_());
+    if (ExpireIdleSessions(clock_()) > 0) {
+#ifdef __GLIBC__
+      // glibc keeps the freed prompt tries' small blocks in its arenas; hand
+      // the free pages back, or a dead verifier's sessions stay in the RSS.
+      malloc_trim(0);
+#endif
+    }
   }
 }
 
@@ -196,16 +206,14 @@ int64_t DraftIndex::ExpireIdleSessions(absl::Time now) {
         ++it;
         continue;
       }
-      it->second->ns->open_sessions.fetch_sub(1);
       expired.push_back(std::move(it->second));
       sessions_.erase(it++);
     }
   }
   for (const std::shared_ptr<Session>& session : expired) {
     std::function<void(absl::Status)> nobody_waits;
-    Retire(*session, nobody_waits);
+    Retire(*session, /*expired=*/true, nobody_waits);
   }
-  expired_sessions_.fetch_add(static_cast<int64_t>(expired.size()));
   return static_cast<int64_t>(expired.size());
 }
 
@@ -543,14 +551,13 @@ absl::Status DraftIndex::CloseSession(
     }
     session = std::move(it->second);
     sessions_.erase(it);
-    session->ns->open_sessions.fetch_sub(1);
   }
-  const bool submitted = Retire(*session, on_durable);
+  const bool submitted = Retire(*session, /*expired=*/false, on_durable);
   if (!submitted && on_durable) on_durable(absl::OkStatus());
   return absl::OkStatus();
 }
 
-bool DraftIndex::Retire(Session& session,
+bool DraftIndex::Retire(Session& session, bool expired,
                         std::function<void(absl::Status)>& on_durable) {
   bool submitted = false;
   {
@@ -569,6 +576,9 @@ bool DraftIndex::Retire(Session& session,
     }
   }
   session.ns->prompt_nodes.fetch_sub(session.prompt_trie->node_count());
+  if (expired) expired_sessions_.fetch_add(1);
+  // Last: whoever sees the session gone from the counts sees its effects.
+  session.ns->open_sessions.fetch_sub(1);
   return submitted;
 }
 

@@ -254,11 +254,13 @@ class DraftIndex {
       absl::string_view session_id);
   // Whether `session` has been idle for at least the lease at `now`.
   bool Idle(const Session& session, absl::Time now) const;
-  // Finishes closing a session already taken out of sessions_ (and out of
-  // its namespace's open_sessions): marks it closed, inserts its trailing
-  // output windows and releases its prompt-node count. Returns whether
-  // on_durable was consumed (as InsertWindowsLocked).
-  bool Retire(Session& session, std::function<void(absl::Status)>& on_durable);
+  // Finishes closing a session already taken out of sessions_: marks it
+  // closed, inserts its trailing output windows, releases its prompt-node
+  // count, counts it if `expired`, and last takes it out of its namespace's
+  // open_sessions (so a reader that sees it gone sees all of that). Returns
+  // whether on_durable was consumed (as InsertWindowsLocked).
+  bool Retire(Session& session, bool expired,
+              std::function<void(absl::Status)>& on_durable);
   // The sweeper thread's loop: ExpireIdleSessions every sweep period until
   // StopExpiry.
   void SweepLoop();

@@ -118,13 +118,28 @@ std::vector<engine::DraftTree> DraftSessions::Step(
       continue;
     }
     if (!absl::IsNotFound(result.status())) continue;
-    // draftsvc restarted and lost the session: reopen it with everything
-    // its sequence has seen (the reported tokens may have been lost too).
+    // draftsvc no longer knows the session: it restarted, or expired it
+    // after its idle lease. Reopen it with everything its sequence has seen
+    // before this Step's tokens; those were not applied (a NOT_FOUND entry
+    // changes nothing), so they are reported again, as output, once it is
+    // open. (After a restart without --sync, earlier reported tokens may be
+    // gone from the global trie; the new prompt trie still holds them.)
     auto it = sessions_.find(entries[sent[k]].handle);
     if (it == sessions_.end() || it->second.state != State::kOpen) continue;
-    it->second.state = State::kOpening;
-    it->second.unreported.clear();
-    Enqueue({false, it->first, it->second.context});
+    Session& session = it->second;
+    std::vector<int32_t> unapplied = std::move(requests[k].accepted_tokens);
+    Append(&unapplied, session.unreported);
+    // context = prompt (>= 1 token) + every accepted token, so this keeps
+    // at least the prompt.
+    const size_t seen_before =
+        session.context.size() > unapplied.size()
+            ? session.context.size() - unapplied.size()
+            : std::min<size_t>(session.context.size(), 1);
+    session.state = State::kOpening;
+    session.unreported = std::move(unapplied);
+    Enqueue({false, it->first,
+             std::vector<int32_t>(session.context.begin(),
+                                  session.context.begin() + seen_before)});
     ++stats_.reopened;
   }
   return trees;

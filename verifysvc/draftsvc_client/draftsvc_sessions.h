@@ -7,9 +7,11 @@
 // a short deadline; if it fails the step runs without drafts, the accepted
 // tokens stay buffered for the next successful Step, and further RPCs wait
 // out an exponential backoff. A session that draftsvc no longer knows
-// (NOT_FOUND after a restart) is reopened with everything its sequence has
-// seen so far. Close() reports the last accepted tokens, so every output
-// reaches the global trie.
+// (NOT_FOUND: draftsvc restarted, or expired it after its idle lease) is
+// reopened with everything its sequence had seen before the failed Step,
+// whose tokens are then reported again; the sequence only misses drafts
+// meanwhile. Close() reports the last accepted tokens, so every output
+// reaches the global trie (unless the session had already expired).
 //
 // Thread-safety: all methods are safe to call concurrently; Step() is meant
 // for the one scheduler thread.

@@ -77,6 +77,7 @@ _VERIFYSVC_HISTOGRAMS = [
 _DRAFTSVC_COUNTERS = [
     "lookahead_trie_inserted_tokens_total", "lookahead_trie_prunes_total",
     "lookahead_store_write_errors_total", "lookahead_store_recoveries_total",
+    "lookahead_draft_sessions_expired_total",
 ]
 _DRAFTSVC_GAUGES = [
     "lookahead_draft_sessions", "lookahead_trie_nodes",

@@ -437,15 +437,7 @@ absl::Status TrieStore::OpenAtStart() {
   absl::StatusOr<bool> needs_format = LoadFormat();
   if (!needs_format.ok()) return needs_format.status();
   // The marker now describes what survived: a later open compares with it.
-  {
-    absl::ReaderMutexLock lock(&db_mu_);
-    marker_.sequence = db_->GetLatestSequenceNumber();
-    std::unique_ptr<rocksdb::LogFile> wal;
-    if (db_->GetCurrentWalFile(&wal).ok() && wal != nullptr) {
-      marker_.wal_number = wal->LogNumber();
-      marker_.wal_bytes = wal->SizeFileBytes();
-    }
-  }
+  MarkWalPosition();
   marker_.round = next_round_ - 1;
   marker_.wal_first_round = next_round_;
   marker_.ignore_from_round = 0;
@@ -632,6 +624,16 @@ absl::Status TrieStore::WriteTagged(rocksdb::WriteBatch& wb, bool sync) {
   return absl::OkStatus();
 }
 
+void TrieStore::MarkWalPosition() {
+  absl::ReaderMutexLock lock(&db_mu_);
+  marker_.sequence = db_->GetLatestSequenceNumber();
+  std::unique_ptr<rocksdb::LogFile> wal;
+  if (db_->GetCurrentWalFile(&wal).ok() && wal != nullptr) {
+    marker_.wal_number = wal->LogNumber();
+    marker_.wal_bytes = wal->SizeFileBytes();
+  }
+}
+
 absl::Status TrieStore::WriteMarker(bool sync) {
   rocksdb::FileSystem* fs = options_.file_system != nullptr
                                 ? options_.file_system.get()
@@ -719,15 +721,7 @@ void TrieStore::TryResume() {
   }
   // Writable again. RocksDB recovered the old WAL and retired it, so the
   // failed rounds in it are never replayed again: their numbers are reused.
-  {
-    absl::ReaderMutexLock lock(&db_mu_);
-    marker_.sequence = db_->GetLatestSequenceNumber();
-    std::unique_ptr<rocksdb::LogFile> wal;
-    if (db_->GetCurrentWalFile(&wal).ok() && wal != nullptr) {
-      marker_.wal_number = wal->LogNumber();
-      marker_.wal_bytes = wal->SizeFileBytes();
-    }
-  }
+  MarkWalPosition();
   marker_.wal_first_round = next_round_;
   marker_.ignore_from_round = 0;
   absl::Status m = WriteMarker(/*sync=*/true);

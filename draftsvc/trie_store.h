@@ -233,6 +233,9 @@ class TrieStore : public MutationSink {
   // The ACK marker: read at Open, overwritten after every acknowledged
   // round (`sync`: fsynced too).
   absl::Status WriteMarker(bool sync);
+  // Sets the marker's sequence number and current WAL file and size from
+  // the open database (the position a later open compares with).
+  void MarkWalPosition() ABSL_LOCKS_EXCLUDED(db_mu_);
   // Enters (or stays in) the degraded state because of `error`.
   void EnterDegraded(const absl::Status& error);
   // While degraded: reopens read-write and re-writes the backlog.

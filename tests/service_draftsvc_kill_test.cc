@@ -55,14 +55,7 @@ TEST(ServiceDraftsvcKillTest, StreamsSurviveKillAndDraftsResumeAfterRestart) {
   auto started = ServicePair::Start(options);
   ASSERT_TRUE(started.ok()) << started.status();
   ServicePair& pair = **started;
-  struct LogsOnFailure {
-    ServicePair& pair;
-    ~LogsOnFailure() {
-      if (::testing::Test::HasFailure()) {
-        std::printf("%s\n", pair.Logs().c_str());
-      }
-    }
-  } logs_on_failure{pair};
+  const PrintLogsOnFailure logs_on_failure(pair);
 
   // Warm up the trie, make it durable, and count what must survive.
   const v1::GenerateRequest warm_up = ChatRequest(kWarmUp, kNewTokens);

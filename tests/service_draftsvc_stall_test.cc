@@ -40,14 +40,7 @@ TEST(ServiceDraftsvcStallTest, StreamsGoOnPlainlyAndDraftsResumeAfterSigcont) {
   auto started = ServicePair::Start(options);
   ASSERT_TRUE(started.ok()) << started.status();
   ServicePair& pair = **started;
-  struct LogsOnFailure {
-    ServicePair& pair;
-    ~LogsOnFailure() {
-      if (::testing::Test::HasFailure()) {
-        std::printf("%s\n", pair.Logs().c_str());
-      }
-    }
-  } logs_on_failure{pair};
+  const PrintLogsOnFailure logs_on_failure(pair);
 
   // Raw text goes on without an end-of-turn token; a chat answer and a
   // seeded sample run beside it.

@@ -41,20 +41,6 @@ constexpr size_t kShortMessage = 1024;
 constexpr char kGenerate[] = "/lookahead.v1.GenerationService/Generate";
 constexpr char kTokenize[] = "/lookahead.v1.GenerationService/Tokenize";
 
-// Each entry must appear in `message` (case-insensitively); an entry "a|b"
-// is satisfied by either alternative.
-void ExpectMentions(const std::string& message,
-                    const std::vector<std::string>& needles) {
-  const std::string lower = absl::AsciiStrToLower(message);
-  for (const std::string& needle : needles) {
-    bool found = false;
-    for (absl::string_view alt : absl::StrSplit(needle, '|')) {
-      found = found || absl::StrContains(lower, absl::AsciiStrToLower(alt));
-    }
-    EXPECT_TRUE(found) << "message \"" << message << "\" lacks " << needle;
-  }
-}
-
 // What a call with a hand-made request body got back.
 struct RawReply {
   grpc::Status status;
@@ -442,6 +428,29 @@ TEST_F(ServiceInputTest, FourMegabytePromptAndTokenizeInputRejectedByBytes) {
   v1::TokenizeResponse response;
   ASSERT_TRUE(pair_->generation().Tokenize(&context, r, &response).ok());
   EXPECT_GT(response.ids_size(), 0);
+}
+
+// Detokenize takes at most a context's worth of ids (128 here): a million
+// ids would have cost up to 81 output bytes each.
+TEST_F(ServiceInputTest, DetokenizeTakesAtMostAContextOfIds) {
+  {
+    grpc::ClientContext context;
+    v1::DetokenizeRequest r;
+    for (int i = 0; i < 1000000; ++i) r.add_ids(42);
+    v1::DetokenizeResponse response;
+    const grpc::Status got =
+        pair_->generation().Detokenize(&context, r, &response);
+    EXPECT_EQ(got.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_TRUE(response.text().empty());
+    ExpectMentions(got.error_message(),
+                   {"ids", "1000000", "128", "--max_context_tokens"});
+  }
+  grpc::ClientContext context;
+  v1::DetokenizeRequest r;
+  for (int i = 0; i < 128; ++i) r.add_ids(42);
+  v1::DetokenizeResponse response;
+  ASSERT_TRUE(pair_->generation().Detokenize(&context, r, &response).ok());
+  EXPECT_FALSE(response.text().empty());
 }
 
 }  // namespace

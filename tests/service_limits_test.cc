@@ -23,20 +23,6 @@ namespace v1 = ::lookahead::v1;
 constexpr int kMaxPromptTokens = 32;
 constexpr int kMaxContextTokens = 128;
 
-// Each entry must appear in `message` (case-insensitively); an entry "a|b"
-// is satisfied by either alternative.
-void ExpectMentions(const std::string& message,
-                    const std::vector<std::string>& needles) {
-  const std::string lower = absl::AsciiStrToLower(message);
-  for (const std::string& needle : needles) {
-    bool found = false;
-    for (absl::string_view alt : absl::StrSplit(needle, '|')) {
-      found = found || absl::StrContains(lower, absl::AsciiStrToLower(alt));
-    }
-    EXPECT_TRUE(found) << "message \"" << message << "\" lacks " << needle;
-  }
-}
-
 class ServiceLimitsTest : public SharedPairTest<ServiceLimitsTest> {
  public:  // Read by SharedPairTest.
   static PairOptions Options() {

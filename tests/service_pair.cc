@@ -12,6 +12,8 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -292,6 +294,22 @@ absl::Status ServicePair::FlushDrafts() {
   v1::FlushResponse response;
   return FromGrpc(drafts_->Flush(&context, v1::FlushRequest(), &response),
                   "draftsvc Flush");
+}
+
+void ExpectMentions(const std::string& message,
+                    const std::vector<std::string>& needles) {
+  const std::string lower = absl::AsciiStrToLower(message);
+  for (const std::string& needle : needles) {
+    bool found = false;
+    for (absl::string_view alt : absl::StrSplit(needle, '|')) {
+      found = found || absl::StrContains(lower, absl::AsciiStrToLower(alt));
+    }
+    EXPECT_TRUE(found) << "message \"" << message << "\" lacks " << needle;
+  }
+}
+
+PrintLogsOnFailure::~PrintLogsOnFailure() {
+  if (::testing::Test::HasFailure()) std::printf("%s\n", pair_.Logs().c_str());
 }
 
 void ServicePair::KillDraftsvc() {

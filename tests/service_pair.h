@@ -139,6 +139,24 @@ class ServicePair {
   std::unique_ptr<lookahead::v1::DraftService::Stub> drafts_;
 };
 
+// Expects each entry of `needles` in `message` (case-insensitively); an
+// entry "a|b" is satisfied by either alternative.
+void ExpectMentions(const std::string& message,
+                    const std::vector<std::string>& needles);
+
+// Prints both servers' logs (ServicePair::Logs) when it goes out of scope
+// if the running test has failed by then.
+class PrintLogsOnFailure {
+ public:
+  explicit PrintLogsOnFailure(ServicePair& pair) : pair_(pair) {}
+  ~PrintLogsOnFailure();
+  PrintLogsOnFailure(const PrintLogsOnFailure&) = delete;
+  PrintLogsOnFailure& operator=(const PrintLogsOnFailure&) = delete;
+
+ private:
+  ServicePair& pair_;
+};
+
 // A gtest fixture whose suite shares one ServicePair started from the
 // derived fixture's `static PairOptions Options()` (CRTP), stopped after the
 // suite. A failing test prints both servers' log tails.

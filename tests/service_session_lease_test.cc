@@ -82,14 +82,7 @@ TEST(ServiceSessionLeaseTest, KilledVerifiersSessionsExpireAndFreeMemory) {
   auto started = ServicePair::Start(options);
   ASSERT_TRUE(started.ok()) << started.status();
   ServicePair& pair = **started;
-  struct LogsOnFailure {
-    ServicePair& pair;
-    ~LogsOnFailure() {
-      if (::testing::Test::HasFailure()) {
-        std::printf("%s\n", pair.Logs().c_str());
-      }
-    }
-  } logs_on_failure{pair};
+  const PrintLogsOnFailure logs_on_failure(pair);
   const pid_t draftsvc = PidOf(options.name, "draftsvc");
   const pid_t verifysvc = PidOf(options.name, "verifysvc");
   ASSERT_GT(draftsvc, 0);
@@ -169,14 +162,7 @@ TEST(ServiceSessionLeaseTest, StalledVerifierReopensItsExpiredSession) {
   auto started = ServicePair::Start(options);
   ASSERT_TRUE(started.ok()) << started.status();
   ServicePair& pair = **started;
-  struct LogsOnFailure {
-    ServicePair& pair;
-    ~LogsOnFailure() {
-      if (::testing::Test::HasFailure()) {
-        std::printf("%s\n", pair.Logs().c_str());
-      }
-    }
-  } logs_on_failure{pair};
+  const PrintLogsOnFailure logs_on_failure(pair);
   const pid_t verifysvc = PidOf(options.name, "verifysvc");
   ASSERT_GT(verifysvc, 0);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing (tools/setup.sh), builds with
-# Bazel offline, runs the unit, integration and golden tests, the clients
-# against the real service pair (tools/client_test.sh), the metrics against
+# Bazel offline, runs the unit, integration, golden and fault tests (the
+# fault suite: //tests:fault_suite), the clients against the real service
+# pair (tools/client_test.sh), the metrics against
 # a real Prometheus (tools/metrics_test.sh), the Prometheus rules and the
 # dashboard (tools/rules_test.sh), the Kubernetes manifests' policy
 # (tools/deploy_test.sh), the benchmark suite's quick mode (identical

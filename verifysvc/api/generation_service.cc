@@ -318,6 +318,15 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(
 grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(
     grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
     v1::DetokenizeResponse* response) {
+  // No sequence this server holds is longer than its context, so a longer
+  // list is not ours to decode (and would cost up to the vocabulary's
+  // longest token in output bytes per id).
+  if (request->ids_size() > limits_.max_context_tokens) {
+    return FinishUnary(
+        context, absl::InvalidArgumentError(absl::StrCat(
+                     "ids has ", request->ids_size(), " ids; at most ",
+                     limits_.max_context_tokens, " (--max_context_tokens)")));
+  }
   std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
   absl::Status checked = CheckTokenIds(ids, limits_.vocab_size, "ids");
   if (checked.ok()) {

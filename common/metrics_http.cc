@@ -2,8 +2,8 @@
 
 #include <chrono>
 #include <list>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -48,14 +48,16 @@ class MetricsServer::Impl {
   using Connections = std::list<std::shared_ptr<Connection>>;
 
   void Accept();
-  // Makes room for one more connection under options_.max_connections.
-  void EvictOldestIdle();
+  // Makes room for one more connection under options_.max_connections by
+  // closing the oldest idle one; false if every connection is answering.
+  bool MakeRoom();
 
   const Registry* const registry_;
   const MetricsServerOptions options_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
-  Connections connections_;  // oldest first
+  asio::steady_timer accept_retry_{io_};  // after an accept error (EMFILE)
+  Connections connections_;               // oldest first
   std::thread thread_;
 };
 
@@ -76,6 +78,7 @@ class MetricsServer::Impl::Connection
 
   // Whether it may be evicted: open and not in the middle of an answer.
   bool idle() const { return !answering_ && socket_.is_open(); }
+  bool open() const { return socket_.is_open(); }
 
   // Closes the socket; pending operations complete with an error and the
   // connection leaves the server's list.
@@ -91,19 +94,29 @@ class MetricsServer::Impl::Connection
     parser_.emplace();
     parser_->header_limit(server_->options_.max_request_bytes);
     parser_->body_limit(kMaxBodyBytes);
-    deadline_.expires_after(std::chrono::microseconds(
-        absl::ToInt64Microseconds(server_->options_.read_timeout)));
-    deadline_.async_wait(
-        [self = shared_from_this()](boost::system::error_code ec) {
-          if (!ec) self->Close();  // timed out, not cancelled
-        });
+    ArmDeadline();
     http::async_read(socket_, buffer_, *parser_,
                      [self = shared_from_this()](boost::system::error_code ec,
                                                  size_t) { self->OnRead(ec); });
   }
 
+  // Closes the connection unless the current read or write completes
+  // within options_.read_timeout.
+  void ArmDeadline() {
+    deadline_.expires_after(std::chrono::microseconds(
+        absl::ToInt64Microseconds(server_->options_.read_timeout)));
+    deadline_.async_wait(
+        [self = shared_from_this()](boost::system::error_code ec) {
+          // A wait that completed just before a cancel() or a re-arm still
+          // runs without an error: only a deadline that is really past counts.
+          if (ec ||
+              self->deadline_.expiry() > asio::steady_timer::clock_type::now())
+            return;
+          self->Close();
+        });
+  }
+
   void OnRead(boost::system::error_code ec) {
-    deadline_.cancel();
     if (ec == http::error::header_limit) {
       Answer(http::status::request_header_fields_too_large, "", false);
       return;
@@ -133,6 +146,7 @@ class MetricsServer::Impl::Connection
     response_.body() = std::move(body);
     response_.prepare_payload();
     if (head) response_.body().clear();
+    ArmDeadline();  // a client that does not read its answer is dropped
     http::async_write(socket_, response_,
                       [self = shared_from_this(), keep_alive](
                           boost::system::error_code ec, size_t) {
@@ -145,8 +159,9 @@ class MetricsServer::Impl::Connection
   // Closes the connection and drops it from the server's list.
   void Finish() {
     Close();
-    if (self_ != Connections::iterator()) {
-      server_->connections_.erase(std::exchange(self_, {}));
+    if (self_.has_value()) {
+      server_->connections_.erase(*self_);
+      self_.reset();
     }
   }
 
@@ -156,7 +171,7 @@ class MetricsServer::Impl::Connection
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::empty_body>> parser_;
   http::response<http::string_body> response_;
-  Connections::iterator self_;
+  std::optional<Connections::iterator> self_;  // in server_->connections_
   bool answering_ = false;
 };
 
@@ -165,6 +180,7 @@ void MetricsServer::Impl::Stop() {
   asio::post(io_, [this] {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
+    accept_retry_.cancel();
     for (const std::shared_ptr<Connection>& c : connections_) c->Close();
     io_.stop();
   });
@@ -197,24 +213,35 @@ void MetricsServer::Impl::Accept() {
   acceptor_.async_accept([this](boost::system::error_code ec,
                                 tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      EvictOldestIdle();
+    if (ec) {
+      // Out of descriptors or the like: try again shortly, not in a spin.
+      accept_retry_.expires_after(std::chrono::milliseconds(100));
+      accept_retry_.async_wait([this](boost::system::error_code wait_ec) {
+        if (!wait_ec) Accept();
+      });
+      return;
+    }
+    if (MakeRoom()) {
       auto connection = std::make_shared<Connection>(this, std::move(socket));
       connections_.push_back(connection);
       connection->Start(std::prev(connections_.end()));
-    }
+    }  // else the new socket closes as it goes out of scope
     Accept();
   });
 }
 
-void MetricsServer::Impl::EvictOldestIdle() {
-  if (static_cast<int>(connections_.size()) < options_.max_connections) return;
+bool MetricsServer::Impl::MakeRoom() {
+  // Closed connections stay listed until their pending operation fails.
+  int open = 0;
+  for (const std::shared_ptr<Connection>& c : connections_) open += c->open();
+  if (open < options_.max_connections) return true;
   for (const std::shared_ptr<Connection>& c : connections_) {
     if (c->idle()) {
       c->Close();  // its pending read fails and removes it
-      return;
+      return true;
     }
   }
+  return false;
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(

@@ -22,11 +22,12 @@ namespace lookahead::metrics {
 
 struct MetricsServerOptions {
   // Most open connections. A new connection past it closes the oldest one
-  // that is not being answered, so a scraper always gets in.
+  // that is not being answered, so a scraper always gets in; if every one
+  // is being answered, the new one is closed.
   int max_connections = 256;
   // A connection must deliver a whole request head within this time after
-  // it opens or after its previous response (keep-alive); otherwise it is
-  // closed.
+  // it opens or after its previous response (keep-alive), and take each
+  // response within this time; otherwise it is closed.
   absl::Duration read_timeout = absl::Seconds(10);
   // Largest request head accepted (request line and headers); larger
   // requests are answered 431 and the connection is closed.

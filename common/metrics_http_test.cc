@@ -5,9 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -217,6 +220,46 @@ TEST(MetricsServerOptionsTest, SilentClientIsDroppedAfterTheReadTimeout) {
   EXPECT_EQ(read(fd, &byte, 1), 0);  // EOF, not the 10 s receive timeout
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   close(fd);
+}
+
+// A client that asks and never reads its (large) answer is dropped after
+// the timeout instead of holding its connection, and the slot, forever; and
+// while every slot is busy answering, a new connection is closed at once.
+TEST(MetricsServerOptionsTest, ClientThatDoesNotReadIsDropped) {
+  constexpr size_t kHelpBytes = 16 << 20;
+  Registry registry;
+  ASSERT_TRUE(
+      registry.AddCounter("big_total", std::string(kHelpBytes, 'h')).ok());
+  MetricsServerOptions options;
+  options.read_timeout = absl::Milliseconds(300);
+  options.max_connections = 1;
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start("127.0.0.1", 0, &registry, options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  const int stalled = Connect(port);
+  ASSERT_GE(stalled, 0);
+  int small = 4096;
+  setsockopt(stalled, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(write(stalled, request.data(), request.size()),
+            static_cast<ssize_t>(request.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+
+  // The one slot is answering: a second client is closed at once.
+  const std::string refused = RawExchange(port, request);
+  EXPECT_TRUE(refused.empty()) << "got " << refused.size() << " bytes";
+
+  // Past the timeout the server has given up on the stalled client, so its
+  // slot is free: a new client is answered (before the fix, the stalled
+  // answer held the slot forever).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(std::chrono::seconds(10));
+  httplib::Result result = client.Get("/metrics");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 200);
+  close(stalled);
 }
 
 // An oversized request head is refused, not buffered.

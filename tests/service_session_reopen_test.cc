@@ -26,6 +26,8 @@ using Path = std::vector<int32_t>;
 
 constexpr int32_t kVocab = 1000;
 constexpr int32_t kBranchLength = 3;  // Windows of 4 tokens.
+// draftsvc's --max_step_tokens here, and what the verifier reports per Step.
+constexpr int32_t kMaxStepTokens = 8;
 
 std::string TempDir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -50,6 +52,7 @@ class ServiceSessionReopenTest : public ::testing::Test {
     draftsvc::DraftServerOptions options;
     options.db_path = TempDir("reopen");
     options.index.session_lease = absl::Seconds(1);
+    options.index.max_step_tokens = kMaxStepTokens;
     absl::StatusOr<std::unique_ptr<draftsvc::DraftServer>> draft =
         draftsvc::DraftServer::Open(options);
     ASSERT_TRUE(draft.ok()) << draft.status();
@@ -68,6 +71,7 @@ class ServiceSessionReopenTest : public ::testing::Test {
                                              client_options);
     verifysvc::DraftSessionsOptions session_options;
     session_options.replica_id = "r";
+    session_options.max_report_tokens = kMaxStepTokens;
     sessions_ = std::make_unique<verifysvc::DraftSessions>(
         client_.get(), kVocab, session_options);
   }
@@ -139,6 +143,31 @@ TEST_F(ServiceSessionReopenTest, ExpiredSessionIsReopenedAndLosesNoTokens) {
   ASSERT_TRUE(WaitFor([&] { return OpenOnDraftsvc() == 0; }));
   EXPECT_TRUE(HasOutputPath({1, 2, 8, 9}));
   EXPECT_EQ(draft_->index().ExpiredSessions(), 1);
+}
+
+// Tokens that piled up past draftsvc's per-Step limit (say, after an
+// outage) go out over several Steps instead of being rejected with the
+// whole entry (and lost); those Steps ask for no draft, since draftsvc's
+// context is behind, and drafting resumes once it has caught up.
+TEST_F(ServiceSessionReopenTest, PiledUpTokensAreReportedInChunks) {
+  const Path prompt = {1, 2, 3, 4, 5};
+  const int64_t handle = sessions_->Open("ns", prompt, kBranchLength);
+  ASSERT_TRUE(WaitFor([&] { return OpenOnDraftsvc() == 1; }));
+  // Twenty tokens at once, with a limit of eight per Step: three Steps.
+  Path piled;
+  for (int i = 0; i < 4; ++i) piled.insert(piled.end(), {1, 2, 3, 4, 5});
+  EXPECT_TRUE(Step(handle, piled, 4)[0].tokens.empty());
+  EXPECT_TRUE(Step(handle, {}, 4)[0].tokens.empty());
+  const std::vector<engine::DraftTree> caught_up = Step(handle, {1, 2}, 4);
+  EXPECT_EQ(sessions_->Stats().step_failures, 0);
+  ASSERT_FALSE(caught_up[0].tokens.empty()) << "no drafts once caught up";
+  EXPECT_EQ(caught_up[0].tokens.front(), 3);
+  // Every window of the twenty made it into the global trie.
+  EXPECT_TRUE(HasOutputPath({5, 1, 2, 3}));
+  EXPECT_TRUE(HasOutputPath({2, 3, 4, 5}));
+  EXPECT_TRUE(HasOutputPath({4, 5, 1, 2}));
+  sessions_->Close(handle, {});
+  ASSERT_TRUE(WaitFor([&] { return OpenOnDraftsvc() == 0; }));
 }
 
 }  // namespace

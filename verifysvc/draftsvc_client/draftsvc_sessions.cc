@@ -74,9 +74,17 @@ std::vector<engine::DraftTree> DraftSessions::Step(
       if (session.state != State::kOpen || !link_up) continue;
       DraftRequest request;
       request.session_id = session.id;
-      request.accepted_tokens = std::move(session.unreported);
-      session.unreported.clear();
-      request.decoding_length = entries[i].decoding_length;
+      const size_t report =
+          std::min(session.unreported.size(),
+                   static_cast<size_t>(options_.max_report_tokens));
+      request.accepted_tokens.assign(session.unreported.begin(),
+                                     session.unreported.begin() + report);
+      session.unreported.erase(session.unreported.begin(),
+                               session.unreported.begin() + report);
+      // A draft for a context draftsvc has not caught up with would be for
+      // the wrong position.
+      request.decoding_length =
+          session.unreported.empty() ? entries[i].decoding_length : 0;
       request.branch_length = session.branch_length;
       request.mode = entries[i].mode;
       requests.push_back(std::move(request));

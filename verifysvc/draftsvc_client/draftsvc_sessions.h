@@ -44,6 +44,11 @@ struct DraftSessionsOptions {
   absl::Duration max_backoff = absl::Seconds(2);
   // A reopened session gets at most this many of its latest tokens.
   int max_reopen_tokens = 8192;
+  // A Step entry reports at most this many accepted tokens (draftsvc's
+  // --max_step_tokens default; it rejects longer entries). Tokens that
+  // piled up beyond it (after an outage) go out over the next steps, which
+  // ask for no draft until the session has caught up.
+  int max_report_tokens = 4096;
 };
 
 struct DraftSessionsStats {

@@ -171,12 +171,17 @@ class StorageHealthReporter {
       health_->SetServingStatus(kStorageHealthService, !h.degraded);
     }
   }
-  // `health` (may be null: detach) gets the state from now on.
-  void Attach(grpc::HealthCheckServiceInterface* health, bool degraded) {
+  // `health` (may be null: detach) gets the state from now on, starting
+  // with `store`'s (read under the lock, so that a transition racing with
+  // this call is reported after it, never lost). Once this returns with
+  // null, no call reaches the previous `health`.
+  void Attach(grpc::HealthCheckServiceInterface* health,
+              const TrieStore* store) {
     absl::MutexLock lock(&mu_);
     health_ = health;
     if (health_ != nullptr) {
-      health_->SetServingStatus(kStorageHealthService, !degraded);
+      health_->SetServingStatus(kStorageHealthService,
+                                store == nullptr || !store->degraded());
     }
   }
 
@@ -609,6 +614,10 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
 }
 
 DraftServer::~DraftServer() {
+  // The health service may be gone already; the store's last transitions
+  // (its closing resume attempt, the writer thread until then) must not
+  // reach it.
+  if (health_reporter_ != nullptr) health_reporter_->Attach(nullptr, nullptr);
   // No expiry may write once the store is closed.
   if (index_ != nullptr) index_->StopExpiry();
   // Drain the store while the index its callbacks may refer to is alive.
@@ -618,14 +627,15 @@ DraftServer::~DraftServer() {
 grpc::Service* DraftServer::service() { return service_.get(); }
 
 void DraftServer::ReportHealthTo(grpc::HealthCheckServiceInterface* health) {
-  health_reporter_->Attach(health, store_->degraded());
+  health_reporter_->Attach(health, store_.get());
 }
 
 absl::Status DraftServer::Close() {
+  // Closing may still change the store's state (a last resume attempt): the
+  // server using `health` is shut down, so that is only logged.
+  health_reporter_->Attach(nullptr, nullptr);
   index_->StopExpiry();  // Its expiries write into the store.
-  absl::Status closed = store_->Close();
-  health_reporter_->Attach(nullptr, false);
-  return closed;
+  return store_->Close();
 }
 
 }  // namespace lookahead::draftsvc

@@ -89,8 +89,9 @@ class DraftServer {
   TrieStore& store() { return *store_; }
 
   // From now on `health` reports the store's state as kStorageHealthService
-  // (not owned; used until Close()). Degraded/recovered transitions are also
-  // logged to stderr, with or without it.
+  // (not owned; used until Close(), destruction or ReportHealthTo(nullptr),
+  // none of which returns while a call to it runs). Degraded/recovered
+  // transitions are also logged to stderr, with or without it.
   void ReportHealthTo(grpc::HealthCheckServiceInterface* health);
 
   // Writes everything accepted so far durably and closes the store.

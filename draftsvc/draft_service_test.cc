@@ -23,6 +23,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "draftsvc/fault_file_system.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/draft.grpc.pb.h"
@@ -580,6 +583,60 @@ TEST_F(DraftServiceTest, DiskFollowsMemoryUnderRandomTrafficAndPruning) {
       }
     }
     EXPECT_GT(beta_prunes, 0);  // Capacity was exceeded: automatic prunes.
+  }
+}
+
+// Records the storage health it is told.
+class RecordingHealth : public grpc::HealthCheckServiceInterface {
+ public:
+  void SetServingStatus(const std::string& service, bool serving) override {
+    absl::MutexLock lock(&mu_);
+    if (service == kStorageHealthService) calls_.push_back(serving);
+  }
+  void SetServingStatus(bool) override {}
+  std::vector<bool> calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<bool> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+// Destroying (or closing) the server detaches the health service before the
+// store's last transition: here the closing store's final resume recovers,
+// which must not reach a health service that may be gone (main destroys
+// the grpc::Server first on its error paths).
+TEST(DraftServerHealthTest, NoHealthUpdateOnceClosingStarts) {
+  for (const bool close_first : {false, true}) {
+    DraftServerOptions options;
+    options.db_path = TempDir(absl::StrCat("health_", close_first));
+    auto fs = std::make_shared<FaultFileSystem>();
+    options.store.file_system = fs;
+    options.store.resume_interval_ms = 3600 * 1000;  // Only the final one.
+    auto draft = DraftServer::Open(options);
+    ASSERT_TRUE(draft.ok()) << draft.status();
+    RecordingHealth health;
+    (*draft)->ReportHealthTo(&health);
+    fs->Inject(StoreFault::kNoSpace);
+    TrieMutationBatch batch;
+    batch.name_space = "ns";
+    batch.vocab_size = kVocab;
+    batch.mutations.push_back({TrieMutation::Kind::kAdd, {1}, 1});
+    absl::Notification written;
+    (*draft)->store().Submit(std::move(batch), [&](absl::Status s) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+      written.Notify();
+    });
+    written.WaitForNotification();
+    fs->Inject(StoreFault::kNone);
+    if (close_first) {
+      EXPECT_TRUE((*draft)->Close().ok());  // Recovered while closing.
+    }
+    draft->reset();
+    EXPECT_EQ(health.calls(), (std::vector<bool>{true, false}))
+        << "close_first=" << close_first;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 
 namespace lookahead::draftsvc {
 namespace {
@@ -19,45 +20,52 @@ using rocksdb::Slice;
 class FaultWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
  public:
   FaultWritableFile(std::unique_ptr<rocksdb::FSWritableFile> file,
-                    FaultFileSystem* fs)
-      : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
+                    FaultFileSystem* fs, std::string fname)
+      : FSWritableFileOwnerWrapper(std::move(file)),
+        fs_(fs),
+        fname_(std::move(fname)) {}
 
   IOStatus Append(const Slice& data, const IOOptions& options,
                   IODebugContext* dbg) override {
-    IOStatus s = fs_->NextWrite();
+    IOStatus s = fs_->NextWrite(fname_);
     return s.ok() ? target()->Append(data, options, dbg) : s;
   }
   IOStatus Append(const Slice& data, const IOOptions& options,
                   const rocksdb::DataVerificationInfo& info,
                   IODebugContext* dbg) override {
-    IOStatus s = fs_->NextWrite();
+    IOStatus s = fs_->NextWrite(fname_);
     return s.ok() ? target()->Append(data, options, info, dbg) : s;
   }
   IOStatus PositionedAppend(const Slice& data, uint64_t offset,
                             const IOOptions& options,
                             IODebugContext* dbg) override {
-    IOStatus s = fs_->NextWrite();
+    IOStatus s = fs_->NextWrite(fname_);
     return s.ok() ? target()->PositionedAppend(data, offset, options, dbg) : s;
   }
   IOStatus PositionedAppend(const Slice& data, uint64_t offset,
                             const IOOptions& options,
                             const rocksdb::DataVerificationInfo& info,
                             IODebugContext* dbg) override {
-    IOStatus s = fs_->NextWrite();
+    IOStatus s = fs_->NextWrite(fname_);
     return s.ok() ? target()->PositionedAppend(data, offset, options, info, dbg)
                   : s;
   }
+  IOStatus Truncate(uint64_t size, const IOOptions& options,
+                    IODebugContext* dbg) override {
+    IOStatus s = fs_->NextWrite(fname_);
+    return s.ok() ? target()->Truncate(size, options, dbg) : s;
+  }
   IOStatus Allocate(uint64_t offset, uint64_t len, const IOOptions& options,
                     IODebugContext* dbg) override {
-    if (fs_->CurrentFault() != StoreFault::kNone) {
+    if (fs_->CurrentFault(fname_) != StoreFault::kNone) {
       return IOStatus::NoSpace("fault injection", std::strerror(ENOSPC));
     }
     return target()->Allocate(offset, len, options, dbg);
   }
   IOStatus Sync(const IOOptions& options, IODebugContext* dbg) override {
-    const StoreFault f = fs_->CurrentFault();
+    const StoreFault f = fs_->CurrentFault(fname_);
     if (f == StoreFault::kIoError || f == StoreFault::kReadOnly) {
-      return fs_->NextWrite();
+      return fs_->NextWrite(fname_);
     }
     return target()->Sync(options, dbg);
   }
@@ -67,23 +75,26 @@ class FaultWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
 
  private:
   FaultFileSystem* const fs_;
+  const std::string fname_;
 };
 
 class FaultRandomRWFile : public rocksdb::FSRandomRWFileOwnerWrapper {
  public:
   FaultRandomRWFile(std::unique_ptr<rocksdb::FSRandomRWFile> file,
-                    FaultFileSystem* fs)
-      : FSRandomRWFileOwnerWrapper(std::move(file)), fs_(fs) {}
+                    FaultFileSystem* fs, std::string fname)
+      : FSRandomRWFileOwnerWrapper(std::move(file)),
+        fs_(fs),
+        fname_(std::move(fname)) {}
 
   IOStatus Write(uint64_t offset, const Slice& data, const IOOptions& options,
                  IODebugContext* dbg) override {
-    IOStatus s = fs_->NextWrite();
+    IOStatus s = fs_->NextWrite(fname_);
     return s.ok() ? target()->Write(offset, data, options, dbg) : s;
   }
   IOStatus Sync(const IOOptions& options, IODebugContext* dbg) override {
-    const StoreFault f = fs_->CurrentFault();
+    const StoreFault f = fs_->CurrentFault(fname_);
     if (f == StoreFault::kIoError || f == StoreFault::kReadOnly) {
-      return fs_->NextWrite();
+      return fs_->NextWrite(fname_);
     }
     return target()->Sync(options, dbg);
   }
@@ -93,6 +104,7 @@ class FaultRandomRWFile : public rocksdb::FSRandomRWFileOwnerWrapper {
 
  private:
   FaultFileSystem* const fs_;
+  const std::string fname_;
 };
 
 }  // namespace
@@ -125,7 +137,32 @@ void FaultFileSystem::SetControlFile(std::string path) {
   control_file_ = std::move(path);
 }
 
-StoreFault FaultFileSystem::CurrentFault() const {
+void FaultFileSystem::InjectForFile(std::string name_suffix, StoreFault fault,
+                                    int64_t after_writes) {
+  absl::MutexLock lock(&mu_);
+  file_suffix_ = std::move(name_suffix);
+  file_fault_ = fault;
+  file_writes_before_fault_ = after_writes;
+}
+
+void FaultFileSystem::FailReads(std::string name_suffix, int64_t times) {
+  absl::MutexLock lock(&mu_);
+  read_suffix_ = std::move(name_suffix);
+  failing_reads_ = times;
+}
+
+StoreFault FaultFileSystem::CurrentFault(absl::string_view fname) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (file_fault_ != StoreFault::kNone && !file_suffix_.empty() &&
+        absl::EndsWith(fname, file_suffix_) && file_writes_before_fault_ <= 0) {
+      return file_fault_;
+    }
+  }
+  return GlobalFault();
+}
+
+StoreFault FaultFileSystem::GlobalFault() const {
   if (!control_file_.empty()) {
     std::ifstream in(control_file_);
     if (!in.good()) return StoreFault::kNone;
@@ -153,34 +190,58 @@ IOStatus FaultFileSystem::ErrorFor(StoreFault fault) const {
   return IOStatus::IOError("fault injection");
 }
 
-IOStatus FaultFileSystem::NextWrite() {
+IOStatus FaultFileSystem::NextWrite(absl::string_view fname) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (file_fault_ != StoreFault::kNone && !file_suffix_.empty() &&
+        absl::EndsWith(fname, file_suffix_)) {
+      if (file_writes_before_fault_ > 0) {
+        --file_writes_before_fault_;
+      } else {
+        failed_writes_.fetch_add(1);
+        return ErrorFor(file_fault_);
+      }
+    }
+  }
   if (control_file_.empty() &&
       static_cast<StoreFault>(fault_.load()) != StoreFault::kNone &&
       writes_before_fault_.fetch_sub(1) > 0) {
     return IOStatus::OK();
   }
-  IOStatus s = ErrorFor(CurrentFault());
+  IOStatus s = ErrorFor(GlobalFault());
   if (!s.ok()) failed_writes_.fetch_add(1);
   return s;
+}
+
+IOStatus FaultFileSystem::NextRead(absl::string_view fname) {
+  absl::MutexLock lock(&mu_);
+  if (failing_reads_ > 0 && !read_suffix_.empty() &&
+      absl::EndsWith(fname, read_suffix_)) {
+    --failing_reads_;
+    return IOStatus::IOError("fault injection (read)", std::strerror(EIO));
+  }
+  return IOStatus::OK();
 }
 
 IOStatus FaultFileSystem::NewWritableFile(
     const std::string& fname, const rocksdb::FileOptions& options,
     std::unique_ptr<rocksdb::FSWritableFile>* result, IODebugContext* dbg) {
-  if (CurrentFault() == StoreFault::kReadOnly) return NextWrite();
+  if (CurrentFault(fname) == StoreFault::kReadOnly) return NextWrite(fname);
   std::unique_ptr<rocksdb::FSWritableFile> file;
   IOStatus s = target()->NewWritableFile(fname, options, &file, dbg);
-  if (s.ok()) result->reset(new FaultWritableFile(std::move(file), this));
+  if (s.ok())
+    result->reset(new FaultWritableFile(std::move(file), this, fname));
   return s;
 }
 
 IOStatus FaultFileSystem::ReopenWritableFile(
     const std::string& fname, const rocksdb::FileOptions& options,
     std::unique_ptr<rocksdb::FSWritableFile>* result, IODebugContext* dbg) {
-  if (CurrentFault() == StoreFault::kReadOnly) return NextWrite();
+  if (CurrentFault(fname) == StoreFault::kReadOnly) return NextWrite(fname);
   std::unique_ptr<rocksdb::FSWritableFile> file;
   IOStatus s = target()->ReopenWritableFile(fname, options, &file, dbg);
-  if (s.ok()) result->reset(new FaultWritableFile(std::move(file), this));
+  if (s.ok())
+    result->reset(new FaultWritableFile(std::move(file), this, fname));
   return s;
 }
 
@@ -188,22 +249,39 @@ IOStatus FaultFileSystem::ReuseWritableFile(
     const std::string& fname, const std::string& old_fname,
     const rocksdb::FileOptions& options,
     std::unique_ptr<rocksdb::FSWritableFile>* result, IODebugContext* dbg) {
-  if (CurrentFault() == StoreFault::kReadOnly) return NextWrite();
+  if (CurrentFault(fname) == StoreFault::kReadOnly) return NextWrite(fname);
   std::unique_ptr<rocksdb::FSWritableFile> file;
   IOStatus s =
       target()->ReuseWritableFile(fname, old_fname, options, &file, dbg);
-  if (s.ok()) result->reset(new FaultWritableFile(std::move(file), this));
+  if (s.ok())
+    result->reset(new FaultWritableFile(std::move(file), this, fname));
   return s;
 }
 
 IOStatus FaultFileSystem::NewRandomRWFile(
     const std::string& fname, const rocksdb::FileOptions& options,
     std::unique_ptr<rocksdb::FSRandomRWFile>* result, IODebugContext* dbg) {
-  if (CurrentFault() == StoreFault::kReadOnly) return NextWrite();
+  if (CurrentFault(fname) == StoreFault::kReadOnly) return NextWrite(fname);
   std::unique_ptr<rocksdb::FSRandomRWFile> file;
   IOStatus s = target()->NewRandomRWFile(fname, options, &file, dbg);
-  if (s.ok()) result->reset(new FaultRandomRWFile(std::move(file), this));
+  if (s.ok())
+    result->reset(new FaultRandomRWFile(std::move(file), this, fname));
   return s;
+}
+
+IOStatus FaultFileSystem::NewSequentialFile(
+    const std::string& fname, const rocksdb::FileOptions& options,
+    std::unique_ptr<rocksdb::FSSequentialFile>* result, IODebugContext* dbg) {
+  IOStatus s = NextRead(fname);
+  return s.ok() ? target()->NewSequentialFile(fname, options, result, dbg) : s;
+}
+
+IOStatus FaultFileSystem::NewRandomAccessFile(
+    const std::string& fname, const rocksdb::FileOptions& options,
+    std::unique_ptr<rocksdb::FSRandomAccessFile>* result, IODebugContext* dbg) {
+  IOStatus s = NextRead(fname);
+  return s.ok() ? target()->NewRandomAccessFile(fname, options, result, dbg)
+                : s;
 }
 
 }  // namespace lookahead::draftsvc

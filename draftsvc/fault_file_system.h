@@ -6,7 +6,9 @@
 // While a fault is active every write-side operation of a file the store
 // writes fails: Append, PositionedAppend, Truncate, Allocate, the marker's
 // Write, and (for kIoError and kReadOnly) Sync/Fsync and new files too. A full
-// disk still lets files be created and synced, as a real one does.
+// disk still lets files be created and synced, as a real one does. A fault
+// can also hit only the files with a given name (InjectForFile), and opens
+// for reading can be made to fail (FailReads).
 //
 // Thread-safety: safe for concurrent use.
 #ifndef LOOKAHEAD_DRAFTSVC_FAULT_FILE_SYSTEM_H_
@@ -17,7 +19,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "rocksdb/file_system.h"
 
 namespace lookahead::draftsvc {
@@ -46,10 +50,21 @@ class FaultFileSystem : public rocksdb::FileSystemWrapper {
   // process.
   void SetControlFile(std::string path);
 
-  // The error the next write would get (OK if none). Counts the write.
-  rocksdb::IOStatus NextWrite();
-  // The fault in force now, without counting a write.
-  StoreFault CurrentFault() const;
+  // From now on, after `after_writes` more successful write operations on
+  // files whose name ends with `name_suffix`, every write to those files
+  // fails with `fault`, whatever Inject() says for the others (kNone: off).
+  // E.g. only the ACK marker's writes ("LOOKAHEAD-ACK").
+  void InjectForFile(std::string name_suffix, StoreFault fault,
+                     int64_t after_writes = 0);
+  // The next `times` opens for reading (sequential or random access) of a
+  // file whose name ends with `name_suffix` fail with EIO.
+  void FailReads(std::string name_suffix, int64_t times);
+
+  // The error the next write to `fname` would get (OK if none). Counts the
+  // write.
+  rocksdb::IOStatus NextWrite(absl::string_view fname);
+  // The fault in force now for `fname`, without counting a write.
+  StoreFault CurrentFault(absl::string_view fname) const;
   // Writes failed so far.
   int64_t failed_writes() const { return failed_writes_.load(); }
 
@@ -73,14 +88,33 @@ class FaultFileSystem : public rocksdb::FileSystemWrapper {
       const std::string& fname, const rocksdb::FileOptions& options,
       std::unique_ptr<rocksdb::FSRandomRWFile>* result,
       rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewSequentialFile(
+      const std::string& fname, const rocksdb::FileOptions& options,
+      std::unique_ptr<rocksdb::FSSequentialFile>* result,
+      rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewRandomAccessFile(
+      const std::string& fname, const rocksdb::FileOptions& options,
+      std::unique_ptr<rocksdb::FSRandomAccessFile>* result,
+      rocksdb::IODebugContext* dbg) override;
 
  private:
   rocksdb::IOStatus ErrorFor(StoreFault fault) const;
+  // The global fault (Inject / the control file).
+  StoreFault GlobalFault() const;
+  // Counts an open for reading of `fname`; the error it gets (OK if none).
+  rocksdb::IOStatus NextRead(absl::string_view fname);
 
   std::atomic<int> fault_{static_cast<int>(StoreFault::kNone)};
   std::atomic<int64_t> writes_before_fault_{0};
   std::atomic<int64_t> failed_writes_{0};
   std::string control_file_;  // Set before use; read-only afterwards.
+
+  mutable absl::Mutex mu_;  // The per-file faults.
+  std::string file_suffix_ ABSL_GUARDED_BY(mu_);
+  StoreFault file_fault_ ABSL_GUARDED_BY(mu_) = StoreFault::kNone;
+  int64_t file_writes_before_fault_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string read_suffix_ ABSL_GUARDED_BY(mu_);
+  int64_t failing_reads_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lookahead::draftsvc

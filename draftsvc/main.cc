@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
 #include "absl/flags/flag.h"
@@ -218,6 +219,9 @@ int Run() {
   }
   // "lookahead.v1.DraftService.storage" follows the store; "" stays SERVING.
   (*draft)->ReportHealthTo(server->GetHealthCheckService());
+  // Declared after `server`, so it runs first on every return: the store's
+  // writer thread must not reach the health service once it is destroyed.
+  absl::Cleanup detach_health = [&draft] { (*draft)->ReportHealthTo(nullptr); };
   std::printf("draftsvc: serving on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(),
               port);
   std::fflush(stdout);

@@ -73,12 +73,22 @@ bool ParseDropLine(absl::string_view line, WalDropLine* out) {
 }  // namespace
 
 StoreInfoLog::StoreInfoLog(const std::string& dir)
-    : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL) {
-  const std::string path = dir + "/LOG";
-  std::rename(path.c_str(), (path + ".old").c_str());
-  std::FILE* file = std::fopen(path.c_str(), "w");
+    : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL), path_(dir + "/LOG") {}
+
+void StoreInfoLog::Start(bool rotate) {
   absl::MutexLock lock(&mu_);
-  file_ = file;
+  if (started_) return;
+  started_ = true;
+  if (rotate) std::rename(path_.c_str(), (path_ + ".old").c_str());
+  file_ = std::fopen(path_.c_str(), rotate ? "w" : "a");
+  std::string kept;
+  kept.swap(buffered_);
+  if (file_ != nullptr &&
+      (std::fwrite(kept.data(), 1, kept.size(), file_) != kept.size() ||
+       std::fflush(file_) != 0)) {
+    std::fclose(file_);
+    file_ = nullptr;
+  }
 }
 
 StoreInfoLog::~StoreInfoLog() {
@@ -108,6 +118,12 @@ void StoreInfoLog::Write(const char* level, const std::string& line) {
       absl::FormatTime("%Y/%m/%d-%H:%M:%E6S", absl::Now(), absl::UTCTimeZone()),
       " ", level, " ", line, line.empty() || line.back() != '\n' ? "\n" : "");
   absl::MutexLock lock(&mu_);
+  if (!started_) {
+    if (buffered_.size() + text.size() <= kMaxBufferedBytes) {
+      buffered_ += text;
+    }
+    return;
+  }
   if (file_ == nullptr) return;
   // The disk may be full: the first failed write ends this log (RocksDB's
   // own writer asserts here instead).

@@ -137,6 +137,11 @@ rocksdb::Options StoreDbOptions(
   return o;
 }
 
+// Created, written, fsynced and removed by a resume attempt before it
+// reopens the database (TrieStore::ProbeWritable).
+constexpr char kResumeProbeFile[] = "LOOKAHEAD-PROBE";
+constexpr size_t kResumeProbeBytes = 4096;
+
 // The marker file's content, or nullopt if it is missing or not valid.
 std::optional<AckMarker> ReadMarkerFile(const std::string& path) {
   std::ifstream in(path + "/" + kAckMarkerFile, std::ios::binary);
@@ -258,12 +263,14 @@ absl::StatusOr<std::unique_ptr<TrieStore>> TrieStore::Open(
     return absl::InvalidArgumentError("trie store path is empty");
   }
   if (options.sync_interval_ms < 0 || options.max_group_mutations < 1 ||
-      options.resume_interval_ms < 1 || options.max_backlog_bytes < 0) {
+      options.resume_interval_ms < 1 || options.max_resume_interval_ms < 1 ||
+      options.max_backlog_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "trie store options: sync_interval_ms must be >= 0 (got ",
         options.sync_interval_ms, "), max_group_mutations >= 1 (got ",
         options.max_group_mutations, "), resume_interval_ms >= 1 (got ",
-        options.resume_interval_ms, ") and max_backlog_bytes >= 0 (got ",
+        options.resume_interval_ms, "), max_resume_interval_ms >= 1 (got ",
+        options.max_resume_interval_ms, ") and max_backlog_bytes >= 0 (got ",
         options.max_backlog_bytes, ")"));
   }
   if (options.create_if_missing) {
@@ -288,11 +295,13 @@ TrieStore::TrieStore(std::string path, TrieStoreOptions options)
                ? rocksdb::NewCompositeEnv(options_.file_system)
                : nullptr),
       info_log_(std::make_shared<StoreInfoLog>(path_)),
-      listener_(std::make_shared<ErrorListener>()) {}
+      listener_(std::make_shared<ErrorListener>()),
+      resume_backoff_(absl::Milliseconds(options_.resume_interval_ms)) {}
 
 TrieStore::~TrieStore() { Close().IgnoreError(); }
 
-rocksdb::Status TrieStore::OpenDb(bool read_only, RoundWalFilter* filter) {
+rocksdb::Status TrieStore::OpenDb(bool read_only, RoundWalFilter* filter,
+                                  std::unique_ptr<rocksdb::DB>* db) const {
   rocksdb::Options o = StoreDbOptions(options_.create_if_missing && !read_only,
                                       env_.get(), info_log_, listener_);
   // Used only while recovering inside DB::Open.
@@ -300,8 +309,22 @@ rocksdb::Status TrieStore::OpenDb(bool read_only, RoundWalFilter* filter) {
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = read_only ? rocksdb::DB::OpenForReadOnly(o, path_, &raw)
                                 : rocksdb::DB::Open(o, path_, &raw);
-  if (s.ok()) db_.reset(raw);
+  if (s.ok()) db->reset(raw);
   return s;
+}
+
+absl::Status TrieStore::NoDbError() const {
+  if (reopening_) {
+    return absl::UnavailableError(absl::StrCat(
+        "trie store ", path_, " is being reopened (resuming writes); retry"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("trie store ", path_, " is closed"));
+}
+
+rocksdb::FileSystem* TrieStore::FileSystem() const {
+  return options_.file_system != nullptr ? options_.file_system.get()
+                                         : rocksdb::FileSystem::Default().get();
 }
 
 absl::StatusOr<bool> TrieStore::LoadFormat() {
@@ -361,8 +384,10 @@ absl::Status TrieStore::OpenAtStart() {
   rocksdb::Status ro;
   uint64_t recovered_sequence = 0;
   {
+    std::unique_ptr<rocksdb::DB> db;
+    ro = OpenDb(/*read_only=*/true, &ro_filter, &db);
     absl::MutexLock lock(&db_mu_);
-    ro = OpenDb(/*read_only=*/true, &ro_filter);
+    db_ = std::move(db);
     if (ro.ok()) recovered_sequence = db_->GetLatestSequenceNumber();
   }
   std::vector<WalDropLine> drops = info_log_->TakeWalDrops();
@@ -370,7 +395,19 @@ absl::Status TrieStore::OpenAtStart() {
     wal_recovery_ = AnalyzeWalRecovery(marker, ro_filter, std::move(drops),
                                        recovered_sequence);
   } else if (ro.IsCorruption()) {
+    info_log_->Start(/*rotate=*/false);
     return OpenError(path_, ro);
+  } else if (options_.wal_recovery == WalRecoveryMode::kStrict &&
+             std::filesystem::exists(path_ + "/CURRENT")) {
+    // There is a database, but what its WAL recovery would drop cannot be
+    // known: the read-write open below would recover and retire the WAL
+    // unexamined.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trie store ", path_,
+        ": cannot check WAL recovery (read-only open failed: ", ro.ToString(),
+        "); refusing to start with --wal_recovery=strict (the directory is "
+        "unchanged: fix the cause and retry, or start with "
+        "--wal_recovery=tolerate)"));
   }
   if (options_.wal_recovery == WalRecoveryMode::kStrict &&
       wal_recovery_.LostAcknowledged()) {
@@ -399,13 +436,18 @@ absl::Status TrieStore::OpenAtStart() {
       db_->Close().PermitUncheckedError();
       db_.reset();
     }
-    rw = OpenDb(/*read_only=*/false, &rw_filter);
+    rw = OpenDb(/*read_only=*/false, &rw_filter, &db_);
     db_writable_ = rw.ok();
   }
   info_log_->TakeWalDrops();
   listener_->Take().IgnoreError();
   if (!rw.ok()) {
     const absl::Status error = OpenError(path_, rw);
+    // Another process's LOG stays as it is; else the lines of this start
+    // are appended (the directory is not ours to rotate).
+    if (error.code() != absl::StatusCode::kUnavailable) {
+      info_log_->Start(/*rotate=*/false);
+    }
     // Locked, corrupt, missing: as before. Any other I/O error (a full or
     // read-only disk) leaves an existing database readable.
     if (!rw.IsIOError() || error.code() == absl::StatusCode::kUnavailable) {
@@ -418,7 +460,7 @@ absl::Status TrieStore::OpenAtStart() {
     {
       absl::MutexLock lock(&db_mu_);
       RoundWalFilter filter(ignore);
-      rocksdb::Status s = OpenDb(/*read_only=*/true, &filter);
+      rocksdb::Status s = OpenDb(/*read_only=*/true, &filter, &db_);
       if (!s.ok()) return OpenError(path_, s);
     }
     absl::StatusOr<bool> needs_format = LoadFormat();
@@ -434,6 +476,8 @@ absl::Status TrieStore::OpenAtStart() {
     }
     return absl::OkStatus();
   }
+  // The directory's lock is ours: its LOG can be rotated.
+  info_log_->Start(/*rotate=*/true);
   absl::StatusOr<bool> needs_format = LoadFormat();
   if (!needs_format.ok()) return needs_format.status();
   // The marker now describes what survived: a later open compares with it.
@@ -447,12 +491,16 @@ absl::Status TrieStore::OpenAtStart() {
     rocksdb::WriteBatch wb;
     wb.PutLogData(RoundTag(next_round_));
     wb.Put(fmt::FormatKey(), fmt::EncodeFixed32(fmt::kFormatVersion));
-    absl::Status w = degraded_ ? absl::UnavailableError("degraded")
-                               : WriteTagged(wb, /*sync=*/true);
+    absl::Status marker_written;
+    absl::Status w = degraded_
+                         ? absl::UnavailableError("degraded")
+                         : WriteTagged(wb, /*sync=*/true, &marker_written);
     if (!w.ok()) {
       if (!degraded_) EnterDegraded(w);
       backlog_->AddPut(fmt::FormatKey(),
                        fmt::EncodeFixed32(fmt::kFormatVersion));
+    } else if (!marker_written.ok()) {
+      EnterDegraded(marker_written);
     }
   }
   return absl::OkStatus();
@@ -509,8 +557,6 @@ void TrieStore::WriterLoop() {
   absl::Time last_sync = absl::Now();
   const bool periodic = !options_.sync && options_.sync_interval_ms > 0;
   const absl::Duration interval = absl::Milliseconds(options_.sync_interval_ms);
-  const absl::Duration resume_interval =
-      absl::Milliseconds(options_.resume_interval_ms);
   auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return !queue_.empty() || closing_;
   };
@@ -519,7 +565,9 @@ void TrieStore::WriterLoop() {
     {
       absl::MutexLock lock(&mu_);
       if (degraded_) {
-        mu_.AwaitWithTimeout(absl::Condition(&has_work), resume_interval);
+        mu_.AwaitWithTimeout(
+            absl::Condition(&has_work),
+            std::max(next_resume_ - absl::Now(), absl::ZeroDuration()));
       } else if (periodic) {
         mu_.AwaitWithTimeout(absl::Condition(&has_work), interval);
       } else {
@@ -580,7 +628,9 @@ absl::Status TrieStore::SyncWalIfDirty() {
   return absl::OkStatus();
 }
 
-absl::Status TrieStore::WriteTagged(rocksdb::WriteBatch& wb, bool sync) {
+absl::Status TrieStore::WriteTagged(rocksdb::WriteBatch& wb, bool sync,
+                                    absl::Status* marker) {
+  *marker = absl::OkStatus();
   absl::Status bg = TakeBackgroundError();
   if (!bg.ok()) return bg;
   rocksdb::Status s;
@@ -619,8 +669,7 @@ absl::Status TrieStore::WriteTagged(rocksdb::WriteBatch& wb, bool sync) {
     marker_.wal_bytes = wal->SizeFileBytes();
   }
   // The data is written; a marker that cannot be is a failing disk.
-  absl::Status m = WriteMarker(/*sync=*/false);
-  if (!m.ok()) EnterDegraded(m);
+  *marker = WriteMarker(/*sync=*/false);
   return absl::OkStatus();
 }
 
@@ -635,9 +684,7 @@ void TrieStore::MarkWalPosition() {
 }
 
 absl::Status TrieStore::WriteMarker(bool sync) {
-  rocksdb::FileSystem* fs = options_.file_system != nullptr
-                                ? options_.file_system.get()
-                                : rocksdb::FileSystem::Default().get();
+  rocksdb::FileSystem* fs = FileSystem();
   const std::string name = absl::StrCat(path_, "/", kAckMarkerFile);
   rocksdb::IOStatus s;
   if (marker_file_ == nullptr) {
@@ -668,7 +715,19 @@ absl::Status TrieStore::WriteMarker(bool sync) {
 void TrieStore::EnterDegraded(const absl::Status& error) {
   const bool was_degraded = degraded_;
   degraded_ = true;
-  next_resume_ = absl::Now() + absl::Milliseconds(options_.resume_interval_ms);
+  // The first attempt after resume_interval_ms, each later one twice as late
+  // as the one before (up to max_resume_interval_ms).
+  const absl::Duration interval =
+      absl::Milliseconds(options_.resume_interval_ms);
+  if (!was_degraded) {
+    resume_backoff_ = interval;
+  } else {
+    resume_backoff_ =
+        std::min(2 * resume_backoff_,
+                 std::max(interval,
+                          absl::Milliseconds(options_.max_resume_interval_ms)));
+  }
+  next_resume_ = absl::Now() + resume_backoff_;
   if (backlog_ == nullptr) backlog_ = std::make_unique<Backlog>();
   {
     absl::MutexLock lock(&db_mu_);
@@ -684,39 +743,87 @@ void TrieStore::EnterDegraded(const absl::Status& error) {
   if (!was_degraded) NotifyHealth();
 }
 
+absl::Status TrieStore::ProbeWritable() {
+  rocksdb::FileSystem* fs = FileSystem();
+  const std::string name = absl::StrCat(path_, "/", kResumeProbeFile);
+  const rocksdb::IOOptions io;
+  std::unique_ptr<rocksdb::FSWritableFile> file;
+  rocksdb::IOStatus s =
+      fs->NewWritableFile(name, rocksdb::FileOptions(), &file, nullptr);
+  if (s.ok()) {
+    s = file->Append(std::string(kResumeProbeBytes, '\0'), io, nullptr);
+  }
+  if (s.ok()) s = file->Fsync(io, nullptr);
+  if (file != nullptr) {
+    rocksdb::IOStatus closed = file->Close(io, nullptr);
+    if (s.ok()) s = closed;
+  }
+  fs->DeleteFile(name, io, nullptr).PermitUncheckedError();
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("trie store ", path_, " still cannot be written (probe ",
+                     kResumeProbeFile, "): ", s.ToString()));
+  }
+  return absl::OkStatus();
+}
+
 void TrieStore::TryResume() {
-  next_resume_ = absl::Now() + absl::Milliseconds(options_.resume_interval_ms);
   {
     absl::MutexLock lock(&mu_);
     // The disk no longer follows memory: only a restart (which reloads the
     // tries from disk) makes them agree again.
-    if (health_.lost_mutations > 0) return;
+    if (health_.lost_mutations > 0) {
+      next_resume_ =
+          absl::Now() + absl::Milliseconds(options_.max_resume_interval_ms);
+      return;
+    }
+    ++health_.resume_attempts;
   }
-  rocksdb::Status s;
+  // 1. A cheap probe first: a full reopen replays the WAL, and a disk that
+  // still fails is the common case.
+  absl::Status probe = ProbeWritable();
+  if (!probe.ok()) {
+    EnterDegraded(probe);
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++health_.reopen_attempts;
+  }
+  // 2. Reopen read-write. db_ is null meanwhile (readers say so); the slow
+  // DB::Open runs with no lock held, so readers, Submit and /metrics never
+  // wait for it. Only this thread swaps db_ while the writer runs.
+  std::unique_ptr<rocksdb::DB> old;
   {
     absl::MutexLock lock(&db_mu_);
-    if (db_ != nullptr) {
-      db_->Close().PermitUncheckedError();
-      db_.reset();
-    }
+    old = std::move(db_);
     db_writable_ = false;
-    RoundWalFilter filter(marker_.ignore_from_round);
-    s = OpenDb(/*read_only=*/false, &filter);
-    if (s.ok()) {
-      db_writable_ = true;
-    } else {
-      // Still failing: keep the data readable (Stats, GetCount).
-      RoundWalFilter ro_filter(marker_.ignore_from_round);
-      OpenDb(/*read_only=*/true, &ro_filter).PermitUncheckedError();
-    }
+    reopening_ = true;
+  }
+  if (old != nullptr) {
+    old->Close().PermitUncheckedError();
+    old.reset();
+  }
+  if (options_.testing_before_reopen) options_.testing_before_reopen();
+  std::unique_ptr<rocksdb::DB> fresh;
+  RoundWalFilter filter(marker_.ignore_from_round);
+  rocksdb::Status s = OpenDb(/*read_only=*/false, &filter, &fresh);
+  if (!s.ok()) {
+    // Still failing: keep the data readable (Stats, GetCount).
+    RoundWalFilter ro_filter(marker_.ignore_from_round);
+    OpenDb(/*read_only=*/true, &ro_filter, &fresh).PermitUncheckedError();
+  }
+  {
+    absl::MutexLock lock(&db_mu_);
+    db_ = std::move(fresh);
+    db_writable_ = s.ok();
+    reopening_ = false;
   }
   info_log_->TakeWalDrops();
   TakeBackgroundError().IgnoreError();  // The closed instance's.
   if (!s.ok()) {
-    absl::MutexLock lock(&mu_);
-    health_.error = absl::StrCat("trie store ", path_,
-                                 " still cannot be written: ", s.ToString());
-    ++health_.write_errors;
+    EnterDegraded(absl::UnavailableError(absl::StrCat(
+        "trie store ", path_, " still cannot be written: ", s.ToString())));
     return;
   }
   // Writable again. RocksDB recovered the old WAL and retired it, so the
@@ -734,7 +841,8 @@ void TrieStore::TryResume() {
     rocksdb::WriteBatch wb;
     wb.PutLogData(RoundTag(next_round_));
     backlog_->WriteTo(&wb);
-    absl::Status w = WriteTagged(wb, /*sync=*/true);
+    absl::Status marker_written;
+    absl::Status w = WriteTagged(wb, /*sync=*/true, &marker_written);
     if (!w.ok()) {
       EnterDegraded(w);
       return;
@@ -742,9 +850,23 @@ void TrieStore::TryResume() {
     for (const std::string& ns : backlog_->namespaces) {
       known_namespaces_.insert(ns);
     }
+    // The backlog is on disk from here on: never write it twice.
+    backlog_ = std::make_unique<Backlog>();
+    {
+      absl::MutexLock lock(&mu_);
+      health_.unpersisted_mutations = 0;
+      health_.repersisted_mutations += kept;
+    }
+    if (!marker_written.ok()) {
+      // Written, but the disk is failing again: still degraded (no
+      // recovery is reported), with an empty backlog.
+      EnterDegraded(marker_written);
+      return;
+    }
   }
   backlog_.reset();
   degraded_ = false;
+  resume_backoff_ = absl::Milliseconds(options_.resume_interval_ms);
   {
     absl::MutexLock lock(&mu_);
     health_.degraded = false;
@@ -752,7 +874,6 @@ void TrieStore::TryResume() {
     health_.error.clear();
     health_.unpersisted_mutations = 0;
     ++health_.recoveries;
-    health_.repersisted_mutations += kept;
   }
   NotifyHealth();
 }
@@ -827,12 +948,15 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
       }
     }
     flush_adds();
-    absl::Status s = WriteTagged(wb, options_.sync);
+    absl::Status marker_written;
+    absl::Status s = WriteTagged(wb, options_.sync, &marker_written);
     if (s.ok()) {
       written = true;
       for (std::string& name : new_namespaces) {
         known_namespaces_.insert(std::move(name));
       }
+      // The round is applied (and acknowledged below); later ones are not.
+      if (!marker_written.ok()) EnterDegraded(marker_written);
     } else {
       EnterDegraded(s);
     }
@@ -844,10 +968,15 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
       if (p.is_flush || !p.rejected.ok()) continue;
       mutations += static_cast<int64_t>(p.batch.mutations.size());
     }
-    absl::MutexLock lock(&mu_);
-    if (health_.lost_mutations > 0) {
-      health_.lost_mutations += mutations;
-    } else {
+    bool overflowed;
+    {
+      absl::MutexLock lock(&mu_);
+      overflowed = health_.lost_mutations > 0;
+    }
+    // backlog_ and known_namespaces_ are this thread's: built without mu_,
+    // which Submit() (and so every Retrieve of the namespace) needs.
+    int64_t lost = 0;
+    if (!overflowed) {
       for (const Pending& p : round) {
         if (p.is_flush || !p.rejected.ok()) continue;
         const TrieMutationBatch& b = p.batch;
@@ -860,9 +989,15 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
         backlog_->Add(b);
       }
       if (backlog_->bytes() > options_.max_backlog_bytes) {
-        health_.lost_mutations = backlog_->mutations();
+        lost = backlog_->mutations();
         backlog_ = std::make_unique<Backlog>();
       }
+    }
+    absl::MutexLock lock(&mu_);
+    if (overflowed) {
+      health_.lost_mutations += mutations;
+    } else {
+      health_.lost_mutations = lost;
       health_.unpersisted_mutations = backlog_->mutations();
     }
   }
@@ -896,10 +1031,7 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
 
 absl::Status TrieStore::Scan(TrieScanVisitor& visitor) const {
   absl::ReaderMutexLock lock(&db_mu_);
-  if (db_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("trie store ", path_, " is closed"));
-  }
+  if (db_ == nullptr) return NoDbError();
   rocksdb::ReadOptions ro;
   ro.fill_cache = false;
   ro.readahead_size = 2 << 20;
@@ -958,10 +1090,7 @@ absl::Status TrieStore::Scan(TrieScanVisitor& visitor) const {
 absl::StatusOr<int64_t> TrieStore::GetCount(
     absl::string_view name_space, absl::Span<const int32_t> path) const {
   absl::ReaderMutexLock lock(&db_mu_);
-  if (db_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("trie store ", path_, " is closed"));
-  }
+  if (db_ == nullptr) return NoDbError();
   std::string value;
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), fmt::NodeKey(name_space, path), &value);

@@ -10,9 +10,13 @@
 // read-only remount, a RocksDB background error) the store turns *degraded*:
 // it stops calling RocksDB's write path (which asserts when used again after
 // a failed WAL write), answers every later batch "not persisted" at once,
-// keeps the batches' mutations in memory (up to max_backlog_bytes), and every
-// resume_interval_ms reopens the database read-write. When that works it
-// writes the kept mutations as one fsynced batch and is healthy again. If the
+// keeps the batches' mutations in memory (up to max_backlog_bytes), and
+// tries to resume: every resume_interval_ms (doubling after each failure, up
+// to max_resume_interval_ms) it first probes the directory with a small
+// fsynced file and only if that works reopens the database read-write, with
+// no lock held that readers (DiskBytes, Health, Submit) wait on. When that
+// works it writes the kept mutations as one fsynced batch and, once the ACK
+// marker is written too, is healthy again. If the
 // backlog overflowed it stays degraded until restart: the disk then holds an
 // older, consistent prefix of the trie. Nothing is ever reported durable that
 // is not. Open on a disk that cannot be written opens the database read-only
@@ -74,6 +78,10 @@ struct StoreHealth {
   // Times the store came back from degraded, and mutations re-persisted then.
   int64_t recoveries = 0;
   int64_t repersisted_mutations = 0;
+  // Attempts to resume since Open (each starts with a probe file), and of
+  // them the ones whose probe worked, so the database was reopened.
+  int64_t resume_attempts = 0;
+  int64_t reopen_attempts = 0;
 };
 
 struct TrieStoreOptions {
@@ -98,8 +106,13 @@ struct TrieStoreOptions {
   WalRecoveryMode wal_recovery = WalRecoveryMode::kTolerate;
   // While degraded, the period of the attempts to reopen the database
   // read-write. Shorter: faster recovery, more failed opens logged by
-  // RocksDB. Default 2000 ms; >= 1.
+  // RocksDB. Default 2000 ms; >= 1. After each failed attempt the period
+  // doubles, up to max_resume_interval_ms; it restarts from here on success.
   int resume_interval_ms = 2000;
+  // Longest period between resume attempts (at least resume_interval_ms is
+  // used). Longer: fewer probes of a disk that stays full, a later recovery
+  // once it is freed. Default 30000 ms; >= 1.
+  int max_resume_interval_ms = 30000;
   // Most bytes (keys plus ~48 bytes per entry) of mutations kept in memory
   // while degraded. Adds to one key are summed, so this bounds distinct
   // nodes touched rather than tokens. Past it the backlog is dropped and the
@@ -112,6 +125,10 @@ struct TrieStoreOptions {
   // TEST ONLY: the file system under RocksDB and the ACK marker, e.g. a
   // FaultFileSystem. Null (default): the POSIX one.
   std::shared_ptr<rocksdb::FileSystem> file_system;
+  // TEST ONLY: called on the writer thread during a resume, after the old
+  // database is closed and before the new one is opened, with no lock of
+  // the store held. May be empty.
+  std::function<void()> testing_before_reopen;
 };
 
 // Receives a full scan (TrieStore::Scan) in key order: every namespace
@@ -134,7 +151,8 @@ class TrieStore : public MutationSink {
   // another TrieStore in this one) holds the directory's lock;
   // FAILED_PRECONDITION if the database is corrupt, has another format
   // version, or is not a lookahead trie store, if WAL recovery lost
-  // acknowledged writes under WalRecoveryMode::kStrict, or if there is no
+  // acknowledged writes under WalRecoveryMode::kStrict (or, under kStrict,
+  // could not be checked: the directory is then unchanged), or if there is no
   // database and none can be created (a full or read-only disk); NOT_FOUND
   // if it is missing and !create_if_missing; INVALID_ARGUMENT on bad
   // options. An existing database that cannot be written opens read-only:
@@ -185,7 +203,8 @@ class TrieStore : public MutationSink {
   bool degraded() const { return degraded_flag_.load(); }
   // What WAL recovery dropped when Open ran. Constant after Open.
   const WalRecoveryReport& wal_recovery() const { return wal_recovery_; }
-  // Live SST bytes plus live WAL bytes on disk.
+  // Live SST bytes plus live WAL bytes on disk; 0 while the database is
+  // being reopened.
   int64_t DiskBytes() const;
   const std::string& path() const { return path_; }
   const TrieStoreOptions& options() const { return options_; }
@@ -213,11 +232,16 @@ class TrieStore : public MutationSink {
   // Open's work after the options are checked: WAL analysis on a read-only
   // open, then the read-write open (or a degraded read-only start).
   absl::Status OpenAtStart();
-  // Opens db_ read-write (read_only=false) or read-only with the round
-  // filter of the current marker; `filter` is filled. Returns RocksDB's
-  // status. REQUIRES: db_ is null; db_mu_ held exclusively.
-  rocksdb::Status OpenDb(bool read_only, RoundWalFilter* filter)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  // Opens the database into *db read-write (read_only=false) or read-only
+  // with the round filter `filter` (which is filled). Returns RocksDB's
+  // status. Takes no lock. REQUIRES: no other instance of this store's
+  // database is open read-write.
+  rocksdb::Status OpenDb(bool read_only, RoundWalFilter* filter,
+                         std::unique_ptr<rocksdb::DB>* db) const;
+  // The error of a read while db_ is null (closed, or being reopened).
+  absl::Status NoDbError() const ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  // The file system under RocksDB and the marker.
+  rocksdb::FileSystem* FileSystem() const;
   // Checks the format record and loads the known namespaces. Returns true
   // iff the database is empty and still needs its format record.
   absl::StatusOr<bool> LoadFormat();
@@ -228,17 +252,25 @@ class TrieStore : public MutationSink {
   // Syncs the WAL if anything was written since the last sync.
   absl::Status SyncWalIfDirty();
   // Writes `wb` (prefixed with the next round's tag by the caller) and, iff
-  // it worked, advances the round and the ACK marker. Writer thread only.
-  absl::Status WriteTagged(rocksdb::WriteBatch& wb, bool sync);
+  // it worked, advances the round and the ACK marker. Returns OK iff `wb`
+  // is written; *marker is then the status of the marker's write (non-OK:
+  // the data is applied but the disk is failing; the caller degrades).
+  // Writer thread only.
+  absl::Status WriteTagged(rocksdb::WriteBatch& wb, bool sync,
+                           absl::Status* marker);
   // The ACK marker: read at Open, overwritten after every acknowledged
   // round (`sync`: fsynced too).
   absl::Status WriteMarker(bool sync);
   // Sets the marker's sequence number and current WAL file and size from
   // the open database (the position a later open compares with).
   void MarkWalPosition() ABSL_LOCKS_EXCLUDED(db_mu_);
-  // Enters (or stays in) the degraded state because of `error`.
+  // Enters (or stays in) the degraded state because of `error`; schedules
+  // the next resume attempt (backing off if already degraded).
   void EnterDegraded(const absl::Status& error);
-  // While degraded: reopens read-write and re-writes the backlog.
+  // OK iff a small file can be created, written and fsynced in the
+  // directory (through FileSystem(), so injected faults apply); removes it.
+  absl::Status ProbeWritable();
+  // While degraded: probes, reopens read-write and re-writes the backlog.
   void TryResume();
   void NotifyHealth();
   // Whether RocksDB reported a background error since the last call.
@@ -257,6 +289,7 @@ class TrieStore : public MutationSink {
   mutable absl::Mutex db_mu_;
   std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(db_mu_);
   bool db_writable_ ABSL_GUARDED_BY(db_mu_) = false;
+  bool reopening_ ABSL_GUARDED_BY(db_mu_) = false;  // db_ null meanwhile.
 
   // Owned by the writer thread (and Open/Close before/after it runs).
   absl::flat_hash_set<std::string> known_namespaces_;  // Meta key written.
@@ -264,6 +297,7 @@ class TrieStore : public MutationSink {
   bool degraded_ = false;  // The writer's copy of health_.degraded.
   std::unique_ptr<Backlog> backlog_;
   absl::Time next_resume_ = absl::InfinitePast();
+  absl::Duration resume_backoff_;  // Period to the next resume attempt.
   std::unique_ptr<rocksdb::FSRandomRWFile> marker_file_;
   AckMarker marker_;         // Last acknowledged round.
   uint64_t next_round_ = 1;  // Tag of the next write.

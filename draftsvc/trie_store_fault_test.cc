@@ -4,6 +4,8 @@
 // disk works again, and an honest report of what WAL recovery dropped.
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +22,7 @@
 #include "draftsvc/wal_recovery.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rocksdb/file_system.h"
 
 namespace lookahead::draftsvc {
 namespace {
@@ -297,6 +300,214 @@ TEST(StoreBacklogTest, OverflowStaysDegradedUntilRestart) {
   EXPECT_EQ(ScanCounts(**reopened), acked);
 }
 
+// While the disk still fails, resume attempts stop at the probe file: the
+// database is never closed and reopened, so reads and Submit go on against
+// the open one. Once the disk works the reopen happens with no lock held
+// that readers wait on: the hook, which runs in the middle of it, reads.
+TEST(StoreResumeTest, ProbeSparesTheReopenAndReadersNeverWait) {
+  const std::string dir = TempDir("probe");
+  auto fs = std::make_shared<FaultFileSystem>();
+  TrieStore* live = nullptr;  // Set once open; read by the hook.
+  absl::Mutex mu;
+  int hook_calls = 0;
+  int64_t disk_bytes_in_hook = -1;
+  absl::Status count_in_hook;
+  StoreHealth health_in_hook;
+  TrieStoreOptions o;
+  o.resume_interval_ms = 1;
+  o.max_resume_interval_ms = 1;  // No backoff: many attempts.
+  o.file_system = fs;
+  o.testing_before_reopen = [&] {
+    // On the writer thread, between closing and reopening the database: a
+    // lock held across the reopen would deadlock here.
+    const int64_t bytes = live->DiskBytes();
+    absl::StatusOr<int64_t> count = live->GetCount(kNs, {0});
+    const StoreHealth h = live->Health();
+    live->Submit(Batch(1000), [](absl::Status) {});
+    absl::MutexLock lock(&mu);
+    ++hook_calls;
+    disk_bytes_in_hook = bytes;
+    count_in_hook = count.status();
+    health_in_hook = h;
+  };
+  auto store = TrieStore::Open(dir, o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  live = store->get();
+  Counts all;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(SubmitAndWait(**store, i).ok());
+    Apply(i, &all);
+  }
+  fs->Inject(StoreFault::kNoSpace);
+  EXPECT_EQ(SubmitAndWait(**store, 5).code(), absl::StatusCode::kUnavailable);
+  Apply(5, &all);
+  const absl::Time end = absl::Now() + absl::Seconds(60);
+  int i = 6;
+  while ((*store)->Health().resume_attempts < 20 && absl::Now() < end) {
+    EXPECT_GT((*store)->DiskBytes(), 0);
+    EXPECT_TRUE((*store)->GetCount(kNs, {0}).ok());
+    EXPECT_EQ(SubmitAndWait(**store, i).code(), absl::StatusCode::kUnavailable);
+    Apply(i++, &all);
+  }
+  StoreHealth h = (*store)->Health();
+  ASSERT_GE(h.resume_attempts, 20);
+  EXPECT_EQ(h.reopen_attempts, 0) << "reopened a disk the probe found full";
+  EXPECT_GE(h.write_errors, h.resume_attempts);
+  EXPECT_THAT(h.error, HasSubstr("probe"));
+  EXPECT_TRUE(h.degraded);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(hook_calls, 0);
+  }
+
+  fs->Inject(StoreFault::kNone);
+  ASSERT_TRUE(WaitHealthy(**store, absl::Seconds(60)));
+  h = (*store)->Health();
+  EXPECT_EQ(h.recoveries, 1);
+  EXPECT_EQ(h.reopen_attempts, 1);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(hook_calls, 1);
+    EXPECT_EQ(disk_bytes_in_hook, 0);
+    EXPECT_EQ(count_in_hook.code(), absl::StatusCode::kUnavailable)
+        << count_in_hook;
+    EXPECT_THAT(count_in_hook.message(), HasSubstr("reopened"));
+    EXPECT_TRUE(health_in_hook.degraded);
+  }
+  Apply(1000, &all);  // Submitted by the hook.
+  ASSERT_TRUE((*store)->Flush().ok());
+  ASSERT_TRUE((*store)->Close().ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/LOOKAHEAD-PROBE"));
+  auto reopened = TrieStore::Open(dir, TrieStoreOptions());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ(ScanCounts(**reopened), all);
+}
+
+// The backlog is written on resume but the ACK marker after it is not: the
+// store stays degraded (no recovery, no SERVING flap), and the backlog, now
+// on disk, is not written a second time by the next, real, recovery.
+TEST(StoreResumeTest, MarkerFailureAfterTheBacklogStaysDegraded) {
+  const std::string dir = TempDir("marker");
+  auto fs = std::make_shared<FaultFileSystem>();
+  absl::Mutex mu;
+  std::vector<bool> transitions;
+  TrieStoreOptions o;
+  o.resume_interval_ms = 1;
+  o.max_resume_interval_ms = 1;
+  o.file_system = fs;
+  o.on_health_change = [&](const StoreHealth& h) {
+    absl::MutexLock lock(&mu);
+    transitions.push_back(h.degraded);
+  };
+  Counts all;
+  {
+    auto store = TrieStore::Open(dir, o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(SubmitAndWait(**store, i).ok());
+      Apply(i, &all);
+    }
+    fs->Inject(StoreFault::kNoSpace);
+    for (int i = 5; i < 15; ++i) {
+      EXPECT_EQ(SubmitAndWait(**store, i).code(),
+                absl::StatusCode::kUnavailable);
+      Apply(i, &all);
+    }
+    ASSERT_EQ((*store)->Health().unpersisted_mutations, 20);
+    // The disk works again, but of the marker's writes only the next one
+    // does: a resume writes it once before the backlog, once after.
+    fs->InjectForFile(kAckMarkerFile, StoreFault::kNoSpace,
+                      /*after_writes=*/1);
+    fs->Inject(StoreFault::kNone);
+    const absl::Time end = absl::Now() + absl::Seconds(60);
+    while ((*store)->Health().repersisted_mutations < 20 && absl::Now() < end) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    StoreHealth h = (*store)->Health();
+    ASSERT_EQ(h.repersisted_mutations, 20);
+    EXPECT_TRUE(h.degraded);
+    EXPECT_TRUE((*store)->degraded());
+    EXPECT_EQ(h.recoveries, 0);
+    EXPECT_EQ(h.unpersisted_mutations, 0);
+    EXPECT_THAT(h.error, HasSubstr(kAckMarkerFile));
+    {
+      absl::MutexLock lock(&mu);
+      EXPECT_EQ(transitions, (std::vector<bool>{true}));
+    }
+    // A batch while still degraded goes to the (new) backlog.
+    EXPECT_EQ(SubmitAndWait(**store, 15).code(),
+              absl::StatusCode::kUnavailable);
+    Apply(15, &all);
+
+    fs->InjectForFile(kAckMarkerFile, StoreFault::kNone);
+    ASSERT_TRUE(WaitHealthy(**store, absl::Seconds(60)));
+    h = (*store)->Health();
+    EXPECT_EQ(h.recoveries, 1);
+    EXPECT_EQ(h.repersisted_mutations, 22);
+    {
+      absl::MutexLock lock(&mu);
+      EXPECT_EQ(transitions, (std::vector<bool>{true, false}));
+    }
+    ASSERT_TRUE(SubmitAndWait(**store, 16).ok());
+    Apply(16, &all);
+    ASSERT_TRUE((*store)->Close().ok());
+  }
+  auto reopened = TrieStore::Open(dir, TrieStoreOptions());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ(ScanCounts(**reopened), all) << "backlog written twice or lost";
+  EXPECT_FALSE((*reopened)->wal_recovery().LostAcknowledged())
+      << (*reopened)->wal_recovery().Summary();
+}
+
+// A second store on a live directory fails on its lock and leaves the live
+// store's LOG (and LOG.old) as they are.
+TEST(StoreInfoLogTest, ALockedStartLeavesTheLiveLogAlone) {
+  const std::string dir = TempDir("log_lock");
+  auto live = TrieStore::Open(dir, TrieStoreOptions());
+  ASSERT_TRUE(live.ok()) << live.status();
+  ASSERT_TRUE(SubmitAndWait(**live, 1).ok());
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string log = read(dir + "/LOG");
+  ASSERT_FALSE(log.empty());
+  const bool had_old = std::filesystem::exists(dir + "/LOG.old");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto second = TrieStore::Open(dir, TrieStoreOptions());
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable)
+        << second.status();
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir + "/LOG"));
+  // The live store may have logged more since; nothing else changed.
+  EXPECT_EQ(read(dir + "/LOG").substr(0, log.size()), log);
+  EXPECT_EQ(std::filesystem::exists(dir + "/LOG.old"), had_old);
+  ASSERT_TRUE((*live)->Close().ok());
+  // A start that holds the lock rotates it.
+  auto next = TrieStore::Open(dir, TrieStoreOptions());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(read(dir + "/LOG.old").substr(0, log.size()), log);
+}
+
+TEST(FaultFileSystemTest, TruncateFailsUnderAFault) {
+  const std::string dir = TempDir("truncate");
+  std::filesystem::create_directories(dir);
+  FaultFileSystem fs;
+  std::unique_ptr<rocksdb::FSWritableFile> file;
+  ASSERT_TRUE(
+      fs.NewWritableFile(dir + "/f", rocksdb::FileOptions(), &file, nullptr)
+          .ok());
+  ASSERT_TRUE(file->Append("abcdef", rocksdb::IOOptions(), nullptr).ok());
+  fs.Inject(StoreFault::kNoSpace);
+  rocksdb::IOStatus s = file->Truncate(3, rocksdb::IOOptions(), nullptr);
+  EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+  fs.Inject(StoreFault::kNone);
+  EXPECT_TRUE(file->Truncate(3, rocksdb::IOOptions(), nullptr).ok());
+  EXPECT_TRUE(file->Close(rocksdb::IOOptions(), nullptr).ok());
+  EXPECT_EQ(std::filesystem::file_size(dir + "/f"), 3u);
+}
+
 // ---- WAL recovery ----
 
 // A crash image of a live store: its directory copied while it runs (after
@@ -423,6 +634,51 @@ TEST(WalRecoveryTest, IntactCrashImageLosesNothing) {
   EXPECT_FALSE((*store)->wal_recovery().LostAcknowledged());
   EXPECT_GT((*store)->wal_recovery().records_read, 0);
   EXPECT_EQ(ScanCounts(**store), acked);
+}
+
+// Strict mode cannot skip the analysis: if the read-only open fails (here
+// reading CURRENT once) it refuses, with the directory unchanged, instead of
+// letting the read-write open retire the WAL unexamined.
+TEST(WalRecoveryTest, StrictRefusesWhenTheAnalysisCannotRun) {
+  Counts acked;
+  const std::string image =
+      CrashImage(TempDir("noanalysis_live"), "noanalysis_image", &acked, 10);
+  auto files = [&] {
+    std::map<std::string, uintmax_t> out;
+    for (const auto& e : std::filesystem::directory_iterator(image)) {
+      const std::string name = e.path().filename().string();
+      if (name == "LOG" || name == "LOG.old") continue;
+      out[name] = std::filesystem::file_size(e.path());
+    }
+    return out;
+  };
+  const auto before = files();
+  auto fs = std::make_shared<FaultFileSystem>();
+  fs->FailReads("/CURRENT", 1);
+  TrieStoreOptions strict;
+  strict.wal_recovery = WalRecoveryMode::kStrict;
+  strict.file_system = fs;
+  auto refused = TrieStore::Open(image, strict);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("cannot check WAL"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("refusing to start with --wal_recovery=strict"));
+  EXPECT_EQ(files(), before) << "strict changed the directory";
+
+  // It was the read that failed: the next strict start works, loses nothing.
+  auto store = TrieStore::Open(image, strict);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_GT((*store)->wal_recovery().records_read, 0);
+  EXPECT_EQ(ScanCounts(**store), acked);
+}
+
+TEST(WalRecoveryTest, StrictCreatesAFreshStore) {
+  TrieStoreOptions strict;
+  strict.wal_recovery = WalRecoveryMode::kStrict;
+  auto store = TrieStore::Open(TempDir("strict_fresh"), strict);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE(SubmitAndWait(**store, 1).ok());
 }
 
 TEST(AckMarkerTest, RoundTripsAndRejectsDamage) {

@@ -305,7 +305,12 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
             absl::ToDoubleSeconds(absl::Now() - start));
       }
       if (!tree.ok()) {
-        SetEntryError(tree.status(), draft);
+        // The tokens are applied, so the entry is not NOT_FOUND even if the
+        // session expired since: the verifier would report them again.
+        // It just gets no draft, and its next Step finds the session gone.
+        if (!absl::IsNotFound(tree.status())) {
+          SetEntryError(tree.status(), draft);
+        }
         continue;
       }
       ToProto(*tree, draft->mutable_tree());

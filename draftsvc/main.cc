@@ -54,7 +54,10 @@ ABSL_FLAG(std::string, wal_recovery, "tolerate",
           "with one error line and leaves the directory unchanged.");
 ABSL_FLAG(int, store_resume_interval_ms, 2000,
           "While the store is degraded (disk full, I/O error, read-only "
-          "disk), how often it tries to write again.");
+          "disk), the first wait before it tries to write again.");
+ABSL_FLAG(int, store_max_resume_interval_ms, 30000,
+          "While degraded, the resume attempts back off (doubling) up to "
+          "this period.");
 ABSL_FLAG(int64_t, store_max_backlog_mib, 256,
           "Most MiB of trie updates kept in memory while the store is "
           "degraded, written when the disk works again; past it they are "
@@ -132,6 +135,8 @@ int Run() {
   }
   options.store.resume_interval_ms =
       absl::GetFlag(FLAGS_store_resume_interval_ms);
+  options.store.max_resume_interval_ms =
+      absl::GetFlag(FLAGS_store_max_resume_interval_ms);
   options.store.max_backlog_bytes = absl::GetFlag(FLAGS_store_max_backlog_mib)
                                     << 20;
   if (!absl::GetFlag(FLAGS_testing_store_fault_file).empty()) {

@@ -49,6 +49,7 @@
 #include "gtest/gtest.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"
+#include "tests/draftsvc_storage_harness.h"
 #include "tests/server_process.h"
 
 extern char** environ;
@@ -267,35 +268,16 @@ class OneShotBidi
 // main.cc wiring: the standard health service says SERVING and server
 // reflection lists the DraftService.
 void ExpectHealthAndReflection(std::shared_ptr<grpc::Channel> channel) {
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(10));
-  grpc::Slice empty("");  // HealthCheckRequest{} serializes to nothing.
-  grpc::ByteBuffer request(&empty, 1), response;
-  absl::Mutex mu;
-  bool done = false;
-  grpc::Status status;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request, &response, [&](grpc::Status s) {
-                   absl::MutexLock lock(&mu);
-                   status = std::move(s);
-                   done = true;
-                 });
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-  }
-  ASSERT_TRUE(status.ok()) << status.error_message();
   // HealthCheckResponse{status: SERVING (1)}.
-  EXPECT_EQ(OneShotBidi::Bytes(response), std::string("\x08\x01", 2));
+  EXPECT_EQ(::lookahead::testing::HealthStatus(channel, ""), 1);
 
+  grpc::GenericStub stub(channel);
   // ServerReflectionRequest{list_services: ""} is field 7, empty string.
   OneShotBidi reflection(
       stub, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
       std::string("\x3a\x00", 2));
   std::string listed;
-  status = reflection.Await(&listed);
+  const grpc::Status status = reflection.Await(&listed);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_NE(listed.find("lookahead.v1.DraftService"), std::string::npos)
       << listed;

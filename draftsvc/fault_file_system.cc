@@ -223,50 +223,48 @@ IOStatus FaultFileSystem::NextRead(absl::string_view fname) {
   return IOStatus::OK();
 }
 
+template <typename Wrapper, typename File, typename Open>
+IOStatus FaultFileSystem::OpenForWriting(const std::string& fname,
+                                         std::unique_ptr<File>* result,
+                                         Open open) {
+  if (CurrentFault(fname) == StoreFault::kReadOnly) return NextWrite(fname);
+  std::unique_ptr<File> file;
+  IOStatus s = open(&file);
+  if (s.ok()) result->reset(new Wrapper(std::move(file), this, fname));
+  return s;
+}
+
 IOStatus FaultFileSystem::NewWritableFile(
     const std::string& fname, const rocksdb::FileOptions& options,
     std::unique_ptr<rocksdb::FSWritableFile>* result, IODebugContext* dbg) {
-  if (CurrentFault(fname) == StoreFault::kReadOnly) return NextWrite(fname);
-  std::unique_ptr<rocksdb::FSWritableFile> file;
-  IOStatus s = target()->NewWritableFile(fname, options, &file, dbg);
-  if (s.ok())
-    result->reset(new FaultWritableFile(std::move(file), this, fname));
-  return s;
+  return OpenForWriting<FaultWritableFile>(fname, result, [&](auto* file) {
+    return target()->NewWritableFile(fname, options, file, dbg);
+  });
 }
 
 IOStatus FaultFileSystem::ReopenWritableFile(
     const std::string& fname, const rocksdb::FileOptions& options,
     std::unique_ptr<rocksdb::FSWritableFile>* result, IODebugContext* dbg) {
-  if (CurrentFault(fname) == StoreFault::kReadOnly) return NextWrite(fname);
-  std::unique_ptr<rocksdb::FSWritableFile> file;
-  IOStatus s = target()->ReopenWritableFile(fname, options, &file, dbg);
-  if (s.ok())
-    result->reset(new FaultWritableFile(std::move(file), this, fname));
-  return s;
+  return OpenForWriting<FaultWritableFile>(fname, result, [&](auto* file) {
+    return target()->ReopenWritableFile(fname, options, file, dbg);
+  });
 }
 
 IOStatus FaultFileSystem::ReuseWritableFile(
     const std::string& fname, const std::string& old_fname,
     const rocksdb::FileOptions& options,
     std::unique_ptr<rocksdb::FSWritableFile>* result, IODebugContext* dbg) {
-  if (CurrentFault(fname) == StoreFault::kReadOnly) return NextWrite(fname);
-  std::unique_ptr<rocksdb::FSWritableFile> file;
-  IOStatus s =
-      target()->ReuseWritableFile(fname, old_fname, options, &file, dbg);
-  if (s.ok())
-    result->reset(new FaultWritableFile(std::move(file), this, fname));
-  return s;
+  return OpenForWriting<FaultWritableFile>(fname, result, [&](auto* file) {
+    return target()->ReuseWritableFile(fname, old_fname, options, file, dbg);
+  });
 }
 
 IOStatus FaultFileSystem::NewRandomRWFile(
     const std::string& fname, const rocksdb::FileOptions& options,
     std::unique_ptr<rocksdb::FSRandomRWFile>* result, IODebugContext* dbg) {
-  if (CurrentFault(fname) == StoreFault::kReadOnly) return NextWrite(fname);
-  std::unique_ptr<rocksdb::FSRandomRWFile> file;
-  IOStatus s = target()->NewRandomRWFile(fname, options, &file, dbg);
-  if (s.ok())
-    result->reset(new FaultRandomRWFile(std::move(file), this, fname));
-  return s;
+  return OpenForWriting<FaultRandomRWFile>(fname, result, [&](auto* file) {
+    return target()->NewRandomRWFile(fname, options, file, dbg);
+  });
 }
 
 IOStatus FaultFileSystem::NewSequentialFile(

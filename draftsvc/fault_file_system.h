@@ -103,6 +103,12 @@ class FaultFileSystem : public rocksdb::FileSystemWrapper {
   StoreFault GlobalFault() const;
   // Counts an open for reading of `fname`; the error it gets (OK if none).
   rocksdb::IOStatus NextRead(absl::string_view fname);
+  // Opens `fname` for writing with `open` (the target's open into a
+  // std::unique_ptr<File>*) and wraps the file in a `Wrapper` that injects
+  // the faults; under kReadOnly the open itself fails.
+  template <typename Wrapper, typename File, typename Open>
+  rocksdb::IOStatus OpenForWriting(const std::string& fname,
+                                   std::unique_ptr<File>* result, Open open);
 
   std::atomic<int> fault_{static_cast<int>(StoreFault::kNone)};
   std::atomic<int64_t> writes_before_fault_{0};

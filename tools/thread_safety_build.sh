@@ -14,7 +14,7 @@ readonly OUTPUT_BASE="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/bazel-thread-saf
 readonly TARGETS=(
   //common:metrics //common:metrics_test
   //draftsvc:draft_index //draftsvc:draft_index_test //draftsvc:draft_service
-  //draftsvc:trie_store
+  //draftsvc:ngram_pool //draftsvc:ngram_pool_test //draftsvc:trie_store
   //engine/model:prefix_cache //engine/model:prefix_cache_test
   //tests:draftsvc_crash_test
   //verifysvc/api:generation_service

@@ -14,7 +14,6 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>

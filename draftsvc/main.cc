@@ -58,6 +58,10 @@ ABSL_FLAG(int, store_resume_interval_ms, 2000,
 ABSL_FLAG(int, store_max_resume_interval_ms, 30000,
           "While degraded, the resume attempts back off (doubling) up to "
           "this period.");
+ABSL_FLAG(int64_t, store_resume_min_free_mib, 64,
+          "While degraded, writing resumes only once the store's volume has "
+          "this much free space (0: no check), so a nearly full disk does "
+          "not flap between degraded and healthy.");
 ABSL_FLAG(int64_t, store_max_backlog_mib, 256,
           "Most MiB of trie updates kept in memory while the store is "
           "degraded, written when the disk works again; past it they are "
@@ -137,6 +141,8 @@ int Run() {
       absl::GetFlag(FLAGS_store_resume_interval_ms);
   options.store.max_resume_interval_ms =
       absl::GetFlag(FLAGS_store_max_resume_interval_ms);
+  options.store.resume_min_free_bytes =
+      absl::GetFlag(FLAGS_store_resume_min_free_mib) << 20;
   options.store.max_backlog_bytes = absl::GetFlag(FLAGS_store_max_backlog_mib)
                                     << 20;
   if (!absl::GetFlag(FLAGS_testing_store_fault_file).empty()) {

@@ -1,5 +1,7 @@
 #include "draftsvc/trie_store.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -744,6 +746,20 @@ void TrieStore::EnterDegraded(const absl::Status& error) {
 }
 
 absl::Status TrieStore::ProbeWritable() {
+  if (options_.resume_min_free_bytes > 0) {
+    struct statvfs volume;
+    if (statvfs(path_.c_str(), &volume) == 0) {
+      const int64_t free_bytes = static_cast<int64_t>(volume.f_bavail) *
+                                 static_cast<int64_t>(volume.f_frsize);
+      if (free_bytes < options_.resume_min_free_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "trie store ", path_, " is on a volume with ", free_bytes >> 20,
+            " MiB free; writing resumes once it has ",
+            options_.resume_min_free_bytes >> 20,
+            " MiB (--store_resume_min_free_mib)"));
+      }
+    }
+  }
   rocksdb::FileSystem* fs = FileSystem();
   const std::string name = absl::StrCat(path_, "/", kResumeProbeFile);
   const rocksdb::IOOptions io;

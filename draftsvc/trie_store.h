@@ -12,8 +12,9 @@
 // a failed WAL write), answers every later batch "not persisted" at once,
 // keeps the batches' mutations in memory (up to max_backlog_bytes), and
 // tries to resume: every resume_interval_ms (doubling after each failure, up
-// to max_resume_interval_ms) it first probes the directory with a small
-// fsynced file and only if that works reopens the database read-write, with
+// to max_resume_interval_ms) it checks that the volume has
+// resume_min_free_bytes free, probes the directory with a small fsynced
+// file and only if both work reopens the database read-write, with
 // no lock held that readers (DiskBytes, Health, Submit) wait on. When that
 // works it writes the kept mutations as one fsynced batch and, once the ACK
 // marker is written too, is healthy again. If the
@@ -113,6 +114,13 @@ struct TrieStoreOptions {
   // used). Longer: fewer probes of a disk that stays full, a later recovery
   // once it is freed. Default 30000 ms; >= 1.
   int max_resume_interval_ms = 30000;
+  // Free space the store's volume must have before a resume is tried (read
+  // with statvfs): a disk that was full often has a few KiB again right
+  // after a failed write (a partial file removed), enough for the probe but
+  // not for the next flush, and resuming there would flap between degraded
+  // and healthy (and keep the DraftStoreDegraded alert from ever firing).
+  // Default 64 MiB; 0 turns the check off.
+  int64_t resume_min_free_bytes = int64_t{64} << 20;
   // Most bytes (keys plus ~48 bytes per entry) of mutations kept in memory
   // while degraded. Adds to one key are summed, so this bounds distinct
   // nodes touched rather than tokens. Past it the backlog is dropped and the

@@ -386,6 +386,35 @@ TEST(StoreResumeTest, ProbeSparesTheReopenAndReadersNeverWait) {
 // The backlog is written on resume but the ACK marker after it is not: the
 // store stays degraded (no recovery, no SERVING flap), and the backlog, now
 // on disk, is not written a second time by the next, real, recovery.
+// A disk with a little room again (the fault is gone, the probe would
+// work) but less free space than resume_min_free_bytes stays degraded:
+// resuming there would flap. Here the bar is set above any real volume.
+TEST(StoreResumeTest, TooLittleFreeSpaceStaysDegraded) {
+  const std::string dir = TempDir("min_free");
+  auto fs = std::make_shared<FaultFileSystem>();
+  TrieStoreOptions o;
+  o.resume_interval_ms = 1;
+  o.max_resume_interval_ms = 1;
+  o.resume_min_free_bytes = int64_t{1} << 60;  // an exabyte
+  o.file_system = fs;
+  auto store = TrieStore::Open(dir, o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(SubmitAndWait(**store, 0).ok());
+  fs->Inject(StoreFault::kNoSpace);
+  EXPECT_EQ(SubmitAndWait(**store, 1).code(), absl::StatusCode::kUnavailable);
+  fs->Inject(StoreFault::kNone);
+  const absl::Time end = absl::Now() + absl::Seconds(60);
+  while ((*store)->Health().resume_attempts < 10 && absl::Now() < end) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const StoreHealth h = (*store)->Health();
+  ASSERT_GE(h.resume_attempts, 10);
+  EXPECT_TRUE(h.degraded);
+  EXPECT_EQ(h.reopen_attempts, 0);
+  EXPECT_EQ(h.recoveries, 0);
+  EXPECT_THAT(h.error, HasSubstr("--store_resume_min_free_mib"));
+}
+
 TEST(StoreResumeTest, MarkerFailureAfterTheBacklogStaysDegraded) {
   const std::string dir = TempDir("marker");
   auto fs = std::make_shared<FaultFileSystem>();

@@ -63,11 +63,8 @@ class FaultWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
     return target()->Allocate(offset, len, options, dbg);
   }
   IOStatus Sync(const IOOptions& options, IODebugContext* dbg) override {
-    const StoreFault f = fs_->CurrentFault(fname_);
-    if (f == StoreFault::kIoError || f == StoreFault::kReadOnly) {
-      return fs_->NextWrite(fname_);
-    }
-    return target()->Sync(options, dbg);
+    IOStatus s = fs_->NextSync(fname_);
+    return s.ok() ? target()->Sync(options, dbg) : s;
   }
   IOStatus Fsync(const IOOptions& options, IODebugContext* dbg) override {
     return Sync(options, dbg);
@@ -92,11 +89,8 @@ class FaultRandomRWFile : public rocksdb::FSRandomRWFileOwnerWrapper {
     return s.ok() ? target()->Write(offset, data, options, dbg) : s;
   }
   IOStatus Sync(const IOOptions& options, IODebugContext* dbg) override {
-    const StoreFault f = fs_->CurrentFault(fname_);
-    if (f == StoreFault::kIoError || f == StoreFault::kReadOnly) {
-      return fs_->NextWrite(fname_);
-    }
-    return target()->Sync(options, dbg);
+    IOStatus s = fs_->NextSync(fname_);
+    return s.ok() ? target()->Sync(options, dbg) : s;
   }
   IOStatus Fsync(const IOOptions& options, IODebugContext* dbg) override {
     return Sync(options, dbg);
@@ -232,6 +226,14 @@ IOStatus FaultFileSystem::OpenForWriting(const std::string& fname,
   IOStatus s = open(&file);
   if (s.ok()) result->reset(new Wrapper(std::move(file), this, fname));
   return s;
+}
+
+IOStatus FaultFileSystem::NextSync(absl::string_view fname) {
+  const StoreFault f = CurrentFault(fname);
+  if (f == StoreFault::kIoError || f == StoreFault::kReadOnly) {
+    return NextWrite(fname);
+  }
+  return IOStatus::OK();
 }
 
 IOStatus FaultFileSystem::NewWritableFile(

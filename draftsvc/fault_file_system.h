@@ -63,6 +63,9 @@ class FaultFileSystem : public rocksdb::FileSystemWrapper {
   // The error the next write to `fname` would get (OK if none). Counts the
   // write.
   rocksdb::IOStatus NextWrite(absl::string_view fname);
+  // A sync of `fname`: fails like a write under kIoError and kReadOnly
+  // (ENOSPC lets syncs through: the data already has its blocks).
+  rocksdb::IOStatus NextSync(absl::string_view fname);
   // The fault in force now for `fname`, without counting a write.
   StoreFault CurrentFault(absl::string_view fname) const;
   // Writes failed so far.

@@ -64,6 +64,9 @@ class SplitTest(unittest.TestCase):
         self.assertTrue(soup)
         for p in soup:
             self.assertTrue(all(256 <= t < 300 for t in p.request["tokens"]))
+            # Sampled hot, each prompt with its own seed: EDL near 1.
+            self.assertEqual(p.request["temperature"], 1.5)
+        self.assertEqual(len({p.request["seed"] for p in soup}), len(soup))
 
 
 class SummarizeTest(unittest.TestCase):

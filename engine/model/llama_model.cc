@@ -107,7 +107,8 @@ absl::Status LoadTorchWeights(const GgufFile& file, const ModelConfig& c,
     ASSIGN_OR_RETURN(w.output, linear(output));
   }
   for (int l = 0; l < c.block_count; ++l) {
-    const std::string p = absl::StrCat("blk.", l, ".");
+    const std::string p = absl::StrCat(
+        "blk.", options.keep_layers.empty() ? l : options.keep_layers[l], ".");
     LayerWeights lw;
     ASSIGN_OR_RETURN(lw.attn_norm,
                      LoadTensor(file, p + "attn_norm.weight", {d}, options));
@@ -161,12 +162,27 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
         " prefill_chunk_tokens=", options.prefill_chunk_tokens,
         " matmul_threads=", options.matmul_threads));
   }
+  if (!options.keep_layers.empty()) {
+    for (size_t i = 0; i < options.keep_layers.size(); ++i) {
+      const int layer = options.keep_layers[i];
+      if (layer < 0 || layer >= c.block_count ||
+          (i > 0 && layer <= options.keep_layers[i - 1])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad ModelOptions: keep_layers[", i, "] = ", layer,
+                         "; want strictly increasing layer indices in [0, ",
+                         c.block_count, ")"));
+      }
+    }
+    // From here on the model IS the kept layers (caches, validation, loops).
+    c.block_count = static_cast<int>(options.keep_layers.size());
+  }
   std::unique_ptr<NativeForward> native;
   LlamaWeights w;
   ASSIGN_OR_RETURN(std::vector<double> inv_freq, RopeInvFreq(file, c));
   if (options.weights == WeightFormat::kNative &&
       options.device == torch::kCPU && options.dtype == torch::kFloat32) {
-    ASSIGN_OR_RETURN(native, NativeForward::Load(file, c, inv_freq));
+    ASSIGN_OR_RETURN(
+        native, NativeForward::Load(file, c, inv_freq, options.keep_layers));
   } else {
     RETURN_IF_ERROR(LoadTorchWeights(file, c, options, &w));
   }

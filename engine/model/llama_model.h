@@ -78,6 +78,13 @@ struct ModelOptions {
   // shape allows (SupportsTreeAttention). false: LibTorch attention, the
   // reference to compare with. Ignored on CPU.
   bool cuda_kernels = true;
+  // Layers of the file to run, by their GGUF index (blk.N), strictly
+  // increasing; empty (default) runs all. A subset is a cheaper, lossy form
+  // of the same model (early exit / layer skipping), used by draftsvc's
+  // self-drafting assistant; config().block_count becomes its size. Load
+  // fails with INVALID_ARGUMENT for an index outside [0, block_count) or out
+  // of order. Never set it for the verifier.
+  std::vector<int> keep_layers;
 };
 
 // Float weights of one layer. Matmul weights are input-major, (in, out)

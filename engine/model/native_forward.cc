@@ -58,7 +58,7 @@ void RunOn(kernels::PanelPool* pool, int64_t n, int64_t chunk, const F& fn) {
 
 absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
     const GgufFile& file, const ModelConfig& c,
-    std::vector<double> rope_inv_freq) {
+    std::vector<double> rope_inv_freq, absl::Span<const int> file_layers) {
   std::unique_ptr<NativeForward> f(
       new NativeForward(c, std::move(rope_inv_freq)));
   const int64_t d = c.embedding_length, qd = c.q_dim(), kvd = c.kv_dim();
@@ -73,7 +73,8 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
                      NativeLinear::Create(file, {{"output.weight", v}}, d));
   }
   for (int l = 0; l < c.block_count; ++l) {
-    const std::string p = absl::StrCat("blk.", l, ".");
+    const std::string p =
+        absl::StrCat("blk.", file_layers.empty() ? l : file_layers[l], ".");
     NativeLayer layer;
     ASSIGN_OR_RETURN(layer.attn_norm,
                      LoadVector(file, p + "attn_norm.weight", d));

@@ -55,9 +55,12 @@ class NativeForward {
   // The weights of `file` for `config`, in their stored types. rope_inv_freq:
   // (rope_dim / 2) angles per position, scaling applied. Errors as
   // NativeLinear::Create, and INVALID_ARGUMENT for a norm of the wrong size.
+  // `file_layers` (empty: 0, 1, ...): layer l of the pass reads the file's
+  // blk.file_layers[l]; REQUIRES: empty or config.block_count entries.
   static absl::StatusOr<std::unique_ptr<NativeForward>> Load(
       const GgufFile& file, const ModelConfig& config,
-      std::vector<double> rope_inv_freq);
+      std::vector<double> rope_inv_freq,
+      absl::Span<const int> file_layers = {});
 
   // The pass of LlamaModel::ForwardRows on CPU float32 caches: returns per
   // sequence float32 logits (n, vocab), or (1, vocab) if last_logits_only;

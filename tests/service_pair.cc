@@ -113,6 +113,9 @@ ServicePair::ServicePair(PairOptions options)
 
 ServicePair::~ServicePair() {
   // verifysvc first, so it does not spend its last moments reconnecting.
+  for (auto& replica : replicas_) {
+    if (replica != nullptr) replica->Kill(SIGKILL);
+  }
   if (verifysvc_ != nullptr) verifysvc_->Kill(SIGKILL);
   if (draftsvc_ != nullptr) draftsvc_->Kill(SIGKILL);
 }
@@ -166,13 +169,17 @@ absl::Status ServicePair::StartDraftsvc(int port) {
   return absl::OkStatus();
 }
 
-absl::Status ServicePair::StartVerifysvc() {
+absl::StatusOr<int> ServicePair::SpawnVerifysvc(
+    int replica, const std::vector<std::string>& extra_flags,
+    std::unique_ptr<ServerProcess>* process) {
   const std::string binary = Env("VERIFYSVC_BINARY");
   if (binary.empty()) {
     return absl::FailedPreconditionError("no VERIFYSVC_BINARY");
   }
+  const std::string name =
+      replica == 0 ? "verifysvc" : absl::StrCat("verifysvc", replica);
   const std::string metrics_file =
-      absl::StrCat(dir_, "/verifysvc.metrics_port");
+      absl::StrCat(dir_, "/", name, ".metrics_port");
   std::vector<std::string> args = {
       binary,
       "--host=127.0.0.1",
@@ -184,35 +191,70 @@ absl::Status ServicePair::StartVerifysvc() {
           : std::string("--draftsvc=")};
   args.insert(args.end(), options_.verifysvc_flags.begin(),
               options_.verifysvc_flags.end());
+  args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   // Extra flags for every verifysvc a test starts, e.g. "--device=cuda
   // --dtype=bfloat16" when tools/gpu_check.sh runs the suite on a GPU.
   for (absl::string_view flag : absl::StrSplit(Env("LOOKAHEAD_VERIFYSVC_FLAGS"),
                                                ' ', absl::SkipEmpty())) {
     args.emplace_back(flag);
   }
-  verifysvc_ = std::make_unique<ServerProcess>(
-      std::move(args), absl::StrCat(dir_, "/verifysvc.port"),
-      absl::StrCat(dir_, "/verifysvc.log"));
-  verifysvc_port_ = verifysvc_->WaitForPort(options_.start_timeout_ms);
-  if (verifysvc_port_ <= 0) {
+  *process = std::make_unique<ServerProcess>(
+      std::move(args), absl::StrCat(dir_, "/", name, ".port"),
+      absl::StrCat(dir_, "/", name, ".log"));
+  const int port = (*process)->WaitForPort(options_.start_timeout_ms);
+  if (port <= 0) {
     return absl::UnavailableError(
-        absl::StrCat("verifysvc did not start:\n", Tail(verifysvc_->Log())));
+        absl::StrCat(name, " did not start:\n", Tail((*process)->Log())));
   }
-  verifysvc_metrics_port_ = ReadPort(metrics_file);
+  if (replica == 0) verifysvc_metrics_port_ = ReadPort(metrics_file);
+  return port;
+}
+
+absl::Status ServicePair::StartVerifysvc() {
+  absl::StatusOr<int> port = SpawnVerifysvc(0, {}, &verifysvc_);
+  if (!port.ok()) return port.status();
+  verifysvc_port_ = *port;
   generation_ = v1::GenerationService::NewStub(Loopback(verifysvc_port_));
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> ServicePair::StartReplica(
+    std::vector<std::string> extra_flags) {
+  const int replica = static_cast<int>(replicas_.size()) + 1;
+  std::unique_ptr<ServerProcess> process;
+  absl::StatusOr<int> port = SpawnVerifysvc(replica, extra_flags, &process);
+  replicas_.push_back(std::move(process));
+  if (!port.ok()) return port.status();
+  replica_stubs_.push_back(v1::GenerationService::NewStub(Loopback(*port)));
+  return replica;
+}
+
 Generation ServicePair::Generate(const v1::GenerateRequest& request,
                                  const StreamHooks& hooks) {
+  return GenerateOn(0, request, hooks);
+}
+
+Generation ServicePair::GenerateOn(int replica,
+                                   const v1::GenerateRequest& request,
+                                   const StreamHooks& hooks) {
+  Generation out;
+  v1::GenerationService::Stub* stub =
+      replica == 0 ? generation_.get()
+      : replica >= 1 && replica <= static_cast<int>(replica_stubs_.size())
+          ? replica_stubs_[replica - 1].get()
+          : nullptr;
+  if (stub == nullptr) {
+    out.status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                              absl::StrCat("no verifysvc replica ", replica));
+    return out;
+  }
   grpc::ClientContext context;
   if (hooks.deadline_ms > 0) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::milliseconds(hooks.deadline_ms));
   }
-  Generation out;
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> stream =
-      generation_->Generate(&context, request);
+      stub->Generate(&context, request);
   v1::GenerateResponse response;
   while (stream->Read(&response)) {
     ++out.messages;
@@ -333,6 +375,12 @@ std::string ServicePair::Logs() {
   if (verifysvc_ != nullptr) {
     absl::StrAppend(&logs, "--- verifysvc ", Describe(*verifysvc_),
                     ", log tail ---\n", Tail(verifysvc_->Log()));
+  }
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    if (replicas_[i] == nullptr) continue;
+    absl::StrAppend(&logs, "--- verifysvc replica ", i + 1, " ",
+                    Describe(*replicas_[i]), ", log tail ---\n",
+                    Tail(replicas_[i]->Log()));
   }
   return logs;
 }

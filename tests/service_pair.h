@@ -90,6 +90,15 @@ class ServicePair {
   // baseline every drafted output must equal.
   Generation Reference(lookahead::v1::GenerateRequest request);
 
+  // Starts another verifysvc replica on the same draftsvc (the pair's
+  // verifysvc flags, then `extra_flags`); returns its number (1, 2, ...;
+  // the pair's own verifysvc is replica 0).
+  absl::StatusOr<int> StartReplica(std::vector<std::string> extra_flags = {});
+  // Generate on replica `replica` (0: the pair's verifysvc).
+  Generation GenerateOn(int replica,
+                        const lookahead::v1::GenerateRequest& request,
+                        const StreamHooks& hooks = {});
+
   absl::StatusOr<lookahead::v1::GenerationStatsResponse> Stats();
   // Polls Stats every 20 ms until `done` holds (true) or `timeout_ms` passes
   // (false); *last gets the last snapshot read.
@@ -125,6 +134,10 @@ class ServicePair {
   explicit ServicePair(PairOptions options);
   absl::Status StartDraftsvc(int port);
   absl::Status StartVerifysvc();
+  // Spawns verifysvc number `replica` with `extra_flags`; returns its port.
+  absl::StatusOr<int> SpawnVerifysvc(
+      int replica, const std::vector<std::string>& extra_flags,
+      std::unique_ptr<ServerProcess>* process);
 
   const PairOptions options_;
   const std::string dir_;
@@ -137,6 +150,10 @@ class ServicePair {
   std::unique_ptr<ServerProcess> verifysvc_;
   std::unique_ptr<lookahead::v1::GenerationService::Stub> generation_;
   std::unique_ptr<lookahead::v1::DraftService::Stub> drafts_;
+  // Replicas 1, 2, ... (StartReplica) at index replica - 1.
+  std::vector<std::unique_ptr<ServerProcess>> replicas_;
+  std::vector<std::unique_ptr<lookahead::v1::GenerationService::Stub>>
+      replica_stubs_;
 };
 
 // Expects each entry of `needles` in `message` (case-insensitively); an

@@ -32,6 +32,53 @@ std::string EncodeKey(absl::Span<const int32_t> key) {
   return out;
 }
 
+// EncodeKey's inverse. REQUIRES: encoded.size() % 4 == 0.
+std::vector<int32_t> DecodeKey(absl::string_view encoded) {
+  std::vector<int32_t> key(encoded.size() / 4);
+  for (size_t i = 0; i < key.size(); ++i) {
+    const auto* u = reinterpret_cast<const unsigned char*>(&encoded[4 * i]);
+    key[i] =
+        static_cast<int32_t>((uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) |
+                             (uint32_t{u[2]} << 8) | uint32_t{u[3]});
+  }
+  return key;
+}
+
+// Appends the kNgramPool mutation for the entry (key, continuation).
+void Emit(std::vector<TrieMutation>* out, TrieMutation::Kind kind,
+          absl::Span<const int32_t> key, absl::Span<const int32_t> continuation,
+          int64_t value) {
+  if (out == nullptr) return;
+  TrieMutation m;
+  m.kind = kind;
+  m.path = NgramMutationPath(key, continuation);
+  m.value = value;
+  m.table = TrieMutation::Table::kNgramPool;
+  out->push_back(std::move(m));
+}
+
+void EmitSet(std::vector<TrieMutation>* out, absl::Span<const int32_t> key,
+             absl::Span<const int32_t> continuation, uint32_t count) {
+  Emit(out, TrieMutation::Kind::kSetCount, key, continuation, int64_t{count});
+}
+
+void EmitDelete(std::vector<TrieMutation>* out, absl::Span<const int32_t> key,
+                absl::Span<const int32_t> continuation) {
+  Emit(out, TrieMutation::Kind::kDeleteSubtree, key, continuation, 0);
+}
+
+// Whether (key, continuation) has a store row (trie_format.h's NgramKey):
+// the entries Restore may be handed.
+bool HasRow(absl::Span<const int32_t> key,
+            absl::Span<const int32_t> continuation) {
+  auto non_negative = [](absl::Span<const int32_t> tokens) {
+    return std::all_of(tokens.begin(), tokens.end(),
+                       [](int32_t t) { return t >= 0; });
+  };
+  return !key.empty() && key.size() <= 255 && !continuation.empty() &&
+         non_negative(key) && non_negative(continuation);
+}
+
 uint32_t SaturatingAdd(uint32_t a, int64_t b) {
   return static_cast<uint32_t>(
       std::min<int64_t>(NgramPool::kMaxCount, int64_t{a} + b));
@@ -117,9 +164,9 @@ bool NgramPool::RetainedBefore(const Continuation& a, const Continuation& b) {
   return a.stamp > b.stamp;
 }
 
-absl::Status NgramPool::Add(absl::Span<const int32_t> key,
-                            absl::Span<const int32_t> continuation,
-                            int64_t count) {
+absl::Status NgramPool::CheckEntry(absl::Span<const int32_t> key,
+                                   absl::Span<const int32_t> continuation,
+                                   int64_t count) const {
   RETURN_IF_ERROR(
       CheckTokens("key", key, "max_key_tokens", options_.max_key_tokens));
   RETURN_IF_ERROR(CheckTokens("continuation", continuation,
@@ -129,25 +176,63 @@ absl::Status NgramPool::Add(absl::Span<const int32_t> key,
     return absl::InvalidArgumentError(
         absl::StrCat("count ", count, " is outside [1, ", kMaxCount, "]"));
   }
-  const std::string encoded = EncodeKey(key);
+  return absl::OkStatus();
+}
 
+absl::Status NgramPool::Add(absl::Span<const int32_t> key,
+                            absl::Span<const int32_t> continuation,
+                            int64_t count,
+                            std::vector<TrieMutation>* mutations) {
+  RETURN_IF_ERROR(CheckEntry(key, continuation, count));
   absl::MutexLock lock(&mu_);
+  InsertLocked(key, continuation, static_cast<uint32_t>(count),
+               /*stored=*/false, mutations);
+  return absl::OkStatus();
+}
+
+absl::Status NgramPool::Restore(absl::Span<const int32_t> key,
+                                absl::Span<const int32_t> continuation,
+                                int64_t count,
+                                std::vector<TrieMutation>* mutations) {
+  absl::Status valid = CheckEntry(key, continuation, count);
+  if (!valid.ok()) {
+    // The pool can never hold this row under these options: drop it from
+    // the store too, or every restart would meet it again.
+    if (HasRow(key, continuation)) EmitDelete(mutations, key, continuation);
+    return valid;
+  }
+  absl::MutexLock lock(&mu_);
+  InsertLocked(key, continuation, static_cast<uint32_t>(count),
+               /*stored=*/true, mutations);
+  return absl::OkStatus();
+}
+
+void NgramPool::InsertLocked(absl::Span<const int32_t> key,
+                             absl::Span<const int32_t> continuation,
+                             uint32_t count, bool stored,
+                             std::vector<TrieMutation>* mutations) {
   const uint64_t stamp = ++next_stamp_;
-  ContinuationSet& set = keys_[encoded];
+  ContinuationSet& set = keys_[EncodeKey(key)];
   // Identical to or a prefix of a stored continuation: merge into the
   // best-ranked such one (the set is in rank order).
   for (Continuation& c : set) {
     if (IsPrefix(continuation, c.tokens)) {
       c.count = SaturatingAdd(c.count, count);
       c.stamp = stamp;
+      EmitSet(mutations, key, c.tokens, c.count);
+      // A restored proper prefix's own row goes (an identical one is the
+      // same row, just set).
+      if (stored && c.tokens.size() != continuation.size()) {
+        EmitDelete(mutations, key, continuation);
+      }
       std::sort(set.begin(), set.end(), RanksBefore);
-      return absl::OkStatus();
+      return;
     }
   }
   // Extends stored continuations: absorb them.
   Continuation added;
   added.tokens.assign(continuation.begin(), continuation.end());
-  added.count = SaturatingAdd(0, count);
+  added.count = count;
   added.stamp = stamp;
   const size_t before = set.size();
   set.erase(std::remove_if(set.begin(), set.end(),
@@ -156,30 +241,38 @@ absl::Status NgramPool::Add(absl::Span<const int32_t> key,
                                return false;
                              }
                              added.count = SaturatingAdd(added.count, c.count);
+                             EmitDelete(mutations, key, c.tokens);
                              return true;
                            }),
             set.end());
+  const bool absorbed = set.size() != before;
   entries_ -= static_cast<int64_t>(before - set.size());
 
   if (set.size() < static_cast<size_t>(options_.max_continuations_per_key)) {
+    if (!stored || absorbed) {
+      EmitSet(mutations, key, added.tokens, added.count);
+    }
     set.push_back(std::move(added));
     ++entries_;
   } else {
+    // Full, so nothing was absorbed (that would have freed a slot).
     auto victim = std::max_element(set.begin(), set.end(), RetainedBefore);
     if (!RetainedBefore(added, *victim)) {
       ++stats_.rejected;
-      return absl::OkStatus();
+      if (stored) EmitDelete(mutations, key, continuation);
+      return;
     }
+    EmitDelete(mutations, key, victim->tokens);
+    if (!stored) EmitSet(mutations, key, added.tokens, added.count);
     *victim = std::move(added);
     ++stats_.evicted;
   }
   std::sort(set.begin(), set.end(), RanksBefore);
 
-  if (entries_ > options_.capacity_entries) PruneLocked();
-  return absl::OkStatus();
+  if (entries_ > options_.capacity_entries) PruneLocked(mutations);
 }
 
-void NgramPool::PruneLocked() {
+void NgramPool::PruneLocked(std::vector<TrieMutation>* mutations) {
   const int64_t target = std::max<int64_t>(
       0, static_cast<int64_t>(static_cast<double>(options_.capacity_entries) *
                               options_.low_water));
@@ -202,17 +295,26 @@ void NgramPool::PruneLocked() {
   }
 
   int64_t after = 0;
+  std::vector<int32_t> key;
   for (auto it = keys_.begin(); it != keys_.end();) {
     ContinuationSet& set = it->second;
+    if (mutations != nullptr) key = DecodeKey(it->first);
     set.erase(
         std::remove_if(set.begin(), set.end(),
                        [&](Continuation& c) {
                          if (keep_none ||
                              std::make_pair(c.count, c.stamp) < threshold) {
+                           EmitDelete(mutations, key, c.tokens);
                            return true;
                          }
-                         if (options_.prune_halves_counts) c.count /= 2;
-                         return c.count == 0;
+                         if (!options_.prune_halves_counts) return false;
+                         c.count /= 2;
+                         if (c.count == 0) {
+                           EmitDelete(mutations, key, c.tokens);
+                           return true;
+                         }
+                         EmitSet(mutations, key, c.tokens, c.count);
+                         return false;
                        }),
         set.end());
     if (set.empty()) {
@@ -251,6 +353,38 @@ std::vector<NgramMatch> NgramPool::Lookup(absl::Span<const int32_t> context,
     }
   }
   return out;
+}
+
+void NgramPool::ForEach(
+    absl::FunctionRef<void(absl::Span<const int32_t> key,
+                           absl::Span<const int32_t> continuation,
+                           int64_t count)>
+        visit) const {
+  absl::ReaderMutexLock lock(&mu_);
+  // Store order: shorter keys first (the row's length byte), then the
+  // big-endian bytes, which compare as the ids do.
+  std::vector<const std::pair<const std::string, ContinuationSet>*> keys;
+  keys.reserve(keys_.size());
+  for (const auto& entry : keys_) keys.push_back(&entry);
+  std::sort(keys.begin(), keys.end(), [](const auto* a, const auto* b) {
+    if (a->first.size() != b->first.size()) {
+      return a->first.size() < b->first.size();
+    }
+    return a->first < b->first;
+  });
+  std::vector<const Continuation*> continuations;
+  for (const auto* entry : keys) {
+    const std::vector<int32_t> key = DecodeKey(entry->first);
+    continuations.clear();
+    for (const Continuation& c : entry->second) continuations.push_back(&c);
+    std::sort(continuations.begin(), continuations.end(),
+              [](const Continuation* a, const Continuation* b) {
+                return a->tokens < b->tokens;
+              });
+    for (const Continuation* c : continuations) {
+      visit(key, c->tokens, int64_t{c->count});
+    }
+  }
 }
 
 NgramPoolStats NgramPool::Stats() const {

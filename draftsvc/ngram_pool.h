@@ -2,18 +2,21 @@
 // verifier's recycled top-k predictions and Jacobi lookahead n-grams. Key =
 // the last 1..max_key_tokens tokens; value = a bounded set of continuations
 // with counts. A dynamic draft source (this namespace's past steps, every
-// replica), never a session's private one. Groundwork: not yet wired in.
+// replica), never a session's private one.
 //
-// Thread-safety: all methods are safe to call concurrently (Lookup and
-// Stats take a reader lock, Add the writer lock; an automatic prune runs
-// inside the Add that crosses capacity_entries).
+// Thread-safety: all methods are safe to call concurrently (Lookup, Stats
+// and ForEach take a reader lock, Add and Restore the writer lock; an
+// automatic prune runs inside the Add that crosses capacity_entries).
 //
-// Persistence (later): the state is a map from key to a list of
-// (continuation, count), i.e. rows "key tokens | continuation tokens ->
-// count" with ids big-endian as in trie_format.h. Every Add/prune will emit
-// set-count/delete rows into the TrieStore's mutation batches, so the pool
-// gets the trie's crash-safety. The in-memory recency stamp (eviction tie
-// break only) is not persisted; a restore assigns stamps in key order.
+// Persistence: the state is a set of entries (key, continuation) -> count,
+// stored as TrieStore rows (trie_format.h "p" keys). Add reports, as
+// TrieMutation::Table::kNgramPool mutations, every entry it creates,
+// changes or removes (prunes included); the caller submits them in the
+// batch that carries the same step's trie mutations, so the pool gets the
+// trie's crash-safety. After a restart, Restore each scanned entry
+// (TrieScanVisitor::OnNgram). The in-memory recency stamp (eviction tie
+// break only) is not persisted; a restore assigns stamps in call order
+// (key order in a scan).
 #ifndef LOOKAHEAD_DRAFTSVC_NGRAM_POOL_H_
 #define LOOKAHEAD_DRAFTSVC_NGRAM_POOL_H_
 
@@ -24,10 +27,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "draftsvc/trie_mutation.h"
 
 namespace lookahead::draftsvc {
 
@@ -114,8 +119,48 @@ class NgramPool {
   // drops those at 0. (The trie rounds up because a node must stay to keep
   // its descendants; pool entries are independent, so one-off predictions,
   // the bulk of the recycled top-k, decay out instead of filling the pool.)
+  //
+  // If `mutations` is not null, appends to it, in apply order, the
+  // kNgramPool mutations that replay this Add on a store holding the pool's
+  // previous entries: kSetCount with the new count of each entry created or
+  // changed (merges, the absorbing extension, halved survivors) and
+  // kDeleteSubtree for each entry removed (absorbed prefixes, the evicted
+  // one, pruned ones). Nothing is appended on error or rejection. A prune
+  // appends one mutation per entry it touches (up to capacity_entries).
   absl::Status Add(absl::Span<const int32_t> key,
-                   absl::Span<const int32_t> continuation, int64_t count = 1);
+                   absl::Span<const int32_t> continuation, int64_t count = 1,
+                   std::vector<TrieMutation>* mutations = nullptr);
+
+  // Rebuilds the pool from stored entries (a TrieStore scan): adds the
+  // entry as Add does (same rules, stats and stamps), but as one that is
+  // already a stored row with `count`, so a consistent store needs no
+  // mutations. Returns INVALID_ARGUMENT, storing nothing, iff Add would
+  // (empty or too long for the options, negative id, count outside
+  // [1, kMaxCount]).
+  //
+  // A store written under other options (or damaged) can hold entries that
+  // break the pool's invariants; the pool stays valid: a continuation that
+  // prefixes a restored one is merged into it (in scan order prefixes come
+  // first, so the extension absorbs them), a key past
+  // max_continuations_per_key keeps the best in retention order, entries
+  // past capacity_entries trigger a prune. If `mutations` is not null it
+  // receives the writes that make the store match the pool again: deletes
+  // of the rows merged away, dropped or pruned, set-counts of changed ones,
+  // and, on INVALID_ARGUMENT for an entry that has a row (ids >= 0, key of
+  // 1..255 tokens), the delete of that row (the pool can never hold it under
+  // these options). Submit them after the scan.
+  absl::Status Restore(absl::Span<const int32_t> key,
+                       absl::Span<const int32_t> continuation, int64_t count,
+                       std::vector<TrieMutation>* mutations = nullptr);
+
+  // Calls `visit` for every entry in store order: key length, key,
+  // continuation (ids ascending, a continuation before its extensions).
+  // Holds the reader lock throughout: `visit` must not call the pool. The
+  // spans are valid only during the call. O(entries log entries).
+  void ForEach(absl::FunctionRef<void(absl::Span<const int32_t> key,
+                                      absl::Span<const int32_t> continuation,
+                                      int64_t count)>
+                   visit) const;
 
   // Up to max_results continuations for what follows `context` (oldest
   // first). For k = min(|context|, max_key_tokens) down to 1, the key of the
@@ -148,8 +193,21 @@ class NgramPool {
   // Retention order: count desc, then newer first (stamps are unique).
   static bool RetainedBefore(const Continuation& a, const Continuation& b);
 
-  // Cuts to low water and halves (see Add). REQUIRES: mu_ held.
-  void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks Add's argument rules.
+  absl::Status CheckEntry(absl::Span<const int32_t> key,
+                          absl::Span<const int32_t> continuation,
+                          int64_t count) const;
+  // Add's rules for a checked entry. `stored`: the entry is already a row
+  // with `count` (Restore), so only changes to it are emitted. Appends to
+  // `mutations` if not null. REQUIRES: mu_ held.
+  void InsertLocked(absl::Span<const int32_t> key,
+                    absl::Span<const int32_t> continuation, uint32_t count,
+                    bool stored, std::vector<TrieMutation>* mutations)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cuts to low water and halves (see Add); appends the removals and new
+  // counts to `mutations` if not null. REQUIRES: mu_ held.
+  void PruneLocked(std::vector<TrieMutation>* mutations)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const NgramPoolOptions options_;
 

@@ -1,13 +1,17 @@
 #include "draftsvc/ngram_pool.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <random>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "draftsvc/trie_mutation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -58,6 +62,59 @@ std::vector<Row> RowsOfKey(const NgramPool& pool, const Tokens& key) {
                             }),
              rows.end());
   return rows;
+}
+
+// A pool entry (key, continuation), ordered as the store's rows: key
+// length, key, continuation.
+using Entry = std::pair<Tokens, Tokens>;
+struct StoreOrder {
+  bool operator()(const Entry& a, const Entry& b) const {
+    return std::forward_as_tuple(a.first.size(), a.first, a.second) <
+           std::forward_as_tuple(b.first.size(), b.first, b.second);
+  }
+};
+using Entries = std::map<Entry, int64_t, StoreOrder>;
+
+// The pool's entries through ForEach, which must visit them in store order.
+Entries Contents(const NgramPool& pool) {
+  Entries out;
+  bool ordered = true;
+  pool.ForEach([&](absl::Span<const int32_t> key,
+                   absl::Span<const int32_t> continuation, int64_t count) {
+    Entry e{Tokens(key.begin(), key.end()),
+            Tokens(continuation.begin(), continuation.end())};
+    if (!out.empty() && !StoreOrder()(out.rbegin()->first, e)) {
+      ordered = false;
+    }
+    out.emplace(std::move(e), count);
+  });
+  EXPECT_TRUE(ordered) << "ForEach is not in store order";
+  return out;
+}
+
+// Applies pool mutations as the store does (kAdd: +=, creating; kSetCount:
+// =; kDeleteSubtree: erase exactly that entry).
+void Replay(const std::vector<TrieMutation>& mutations, Entries* store) {
+  for (const TrieMutation& m : mutations) {
+    ASSERT_EQ(m.table, TrieMutation::Table::kNgramPool);
+    ASSERT_GE(m.path.size(), 2u);
+    const size_t key_length = static_cast<size_t>(m.path[0]);
+    ASSERT_GE(key_length, 1u);
+    ASSERT_LT(key_length + 1, m.path.size());
+    Entry e{Tokens(m.path.begin() + 1, m.path.begin() + 1 + key_length),
+            Tokens(m.path.begin() + 1 + key_length, m.path.end())};
+    switch (m.kind) {
+      case TrieMutation::Kind::kAdd:
+        (*store)[e] += m.value;
+        break;
+      case TrieMutation::Kind::kSetCount:
+        (*store)[e] = m.value;
+        break;
+      case TrieMutation::Kind::kDeleteSubtree:
+        store->erase(e);
+        break;
+    }
+  }
 }
 
 TEST(NgramPoolTest, CreateRejectsBadOptionsNamingTheField) {
@@ -438,6 +495,179 @@ TEST(NgramPoolTest, ConcurrentAddsAndLookups) {
   const NgramPoolStats stats = pool->Stats();
   EXPECT_LE(stats.entries, 50);
   EXPECT_GT(stats.prunes, 0);
+}
+
+// Each kind of change emits exactly the rows it changes.
+TEST(NgramPoolTest, AddEmitsTheRowsItChanges) {
+  NgramPoolOptions options;
+  options.max_continuations_per_key = 2;
+  auto pool = MakePool(options);
+  Entries store;
+  std::vector<TrieMutation> m;
+  ASSERT_TRUE(pool->Add({1}, {3}, 2, &m).ok());  // New.
+  EXPECT_EQ(m.size(), 1u);
+  ASSERT_TRUE(pool->Add({1}, {3, 4}, 1, &m).ok());  // Absorbs {3}.
+  ASSERT_TRUE(pool->Add({1}, {3}, 1, &m).ok());     // Merges into {3,4}.
+  ASSERT_TRUE(pool->Add({1}, {7}, 1, &m).ok());     // Fills the key.
+  ASSERT_TRUE(pool->Add({1}, {8}, 1, &m).ok());     // Evicts {7} (FIFO).
+  const size_t before_reject = m.size();
+  ASSERT_TRUE(pool->Add({1}, {9}, 0, &m).code() ==
+              absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.size(), before_reject);  // Errors emit nothing.
+  Replay(m, &store);
+  EXPECT_EQ(store, (Entries{{{{1}, {3, 4}}, 4}, {{{1}, {8}}, 1}}));
+  EXPECT_EQ(store, Contents(*pool));
+  // The kinds, in order: set; delete {3}, set {3,4}; set {3,4}; set {7};
+  // delete {7}, set {8}.
+  std::vector<std::pair<TrieMutation::Kind, Tokens>> kinds;
+  for (const TrieMutation& x : m) kinds.emplace_back(x.kind, x.path);
+  using K = TrieMutation::Kind;
+  EXPECT_EQ(kinds, (std::vector<std::pair<K, Tokens>>{
+                       {K::kSetCount, {1, 1, 3}},
+                       {K::kDeleteSubtree, {1, 1, 3}},
+                       {K::kSetCount, {1, 1, 3, 4}},
+                       {K::kSetCount, {1, 1, 3, 4}},
+                       {K::kSetCount, {1, 1, 7}},
+                       {K::kDeleteSubtree, {1, 1, 7}},
+                       {K::kSetCount, {1, 1, 8}},
+                   }));
+  // A refused continuation changes nothing and emits nothing.
+  m.clear();
+  ASSERT_TRUE(pool->Add({1}, {9}, 1, &m).ok());
+  EXPECT_EQ(pool->Stats().rejected, 0);  // {8} x1 is older: {9} evicts it.
+  ASSERT_TRUE(pool->Add({1}, {6}, 1, &m).ok());  // Evicts {9}.
+  Replay(m, &store);
+  EXPECT_EQ(store, Contents(*pool));
+  m.clear();
+  ASSERT_TRUE(pool->Add({1}, {3, 4}, 5, &m).ok());
+  ASSERT_TRUE(pool->Add({1}, {6}, 5, &m).ok());
+  m.clear();
+  ASSERT_TRUE(pool->Add({1}, {5}, 1, &m).ok());
+  EXPECT_EQ(pool->Stats().rejected, 1);
+  EXPECT_TRUE(m.empty());
+}
+
+// Random Adds (merges, absorptions, evictions, prunes with and without
+// halving): replaying the emitted mutations on an empty store always gives
+// exactly the pool's entries, and restoring that store in scan order gives
+// the same pool (same Lookup answers) and asks for no repair.
+TEST(NgramPoolTest, EmittedMutationsReplayThePoolAndRestoreRebuildsIt) {
+  for (int set = 0; set < 4; ++set) {
+    NgramPoolOptions options;
+    options.max_key_tokens = 1 + (set + 1) % 3;
+    options.max_continuation_tokens = 1 + set;
+    options.max_continuations_per_key = 1 + 2 * set;
+    options.capacity_entries = 8 + 8 * set;
+    options.low_water = 0.5 + 0.1 * set;
+    options.prune_halves_counts = set % 2 == 0;
+    auto pool = MakePool(options);
+    std::mt19937 rng(500 + set);
+    auto token = [&] { return static_cast<int32_t>(rng() % 6); };
+    Entries store;
+    for (int step = 1; step <= 3000; ++step) {
+      Tokens key(1 + rng() % options.max_key_tokens);
+      for (int32_t& t : key) t = token();
+      Tokens cont(1 + rng() % options.max_continuation_tokens);
+      for (int32_t& t : cont) t = token();
+      std::vector<TrieMutation> m;
+      ASSERT_TRUE(pool->Add(key, cont, 1 + rng() % 3, &m).ok());
+      Replay(m, &store);
+      if (step % 50 != 0) continue;
+      ASSERT_EQ(store, Contents(*pool)) << "set " << set << " step " << step;
+      ASSERT_EQ(static_cast<int64_t>(store.size()), pool->Stats().entries);
+    }
+    EXPECT_GT(pool->Stats().prunes, 0) << "set " << set;
+
+    auto restored = MakePool(options);
+    std::vector<TrieMutation> repairs;
+    for (const auto& [entry, count] : store) {
+      ASSERT_TRUE(
+          restored->Restore(entry.first, entry.second, count, &repairs).ok());
+    }
+    EXPECT_TRUE(repairs.empty()) << repairs.size() << " repairs, set " << set;
+    EXPECT_EQ(Contents(*restored), store);
+    EXPECT_EQ(restored->Stats().entries, pool->Stats().entries);
+    EXPECT_EQ(restored->Stats().keys, pool->Stats().keys);
+    for (int probe = 0; probe < 200; ++probe) {
+      Tokens context(1 + rng() % 4);
+      for (int32_t& t : context) t = token();
+      ASSERT_EQ(Rows(*restored, context), Rows(*pool, context));
+    }
+  }
+}
+
+// A store written under looser options (or damaged) breaks the pool's
+// invariants; Restore keeps the pool valid and emits the writes that make
+// the store match it again.
+TEST(NgramPoolTest, RestoreRepairsAStoreFromOtherOptions) {
+  NgramPoolOptions options;
+  options.max_key_tokens = 2;
+  options.max_continuation_tokens = 3;
+  options.max_continuations_per_key = 2;
+  options.capacity_entries = 5;
+  options.low_water = 1.0;
+  options.prune_halves_counts = false;
+  Entries store = {
+      // {3} prefixes {3,4}: merged into it.
+      {{{1}, {3}}, 2},
+      {{{1}, {3, 4}}, 5},
+      // Three continuations for a key of two: the lowest goes.
+      {{{2}, {1}}, 4},
+      {{{2}, {2}}, 1},
+      {{{2}, {3}}, 6},
+      // Key and continuation too long for these options: dropped.
+      {{{1, 2, 3}, {1}}, 9},
+      {{{4}, {1, 2, 3, 4}}, 9},
+      // Count 0 (never written by a pool): dropped.
+      {{{5}, {1}}, 0},
+      // Fills the pool past capacity 5: the lowest, {7} -> {1}, is pruned.
+      {{{6}, {1}}, 3},
+      {{{7}, {1}}, 1},
+      {{{7, 7}, {1}}, 7},
+  };
+  auto pool = MakePool(options);
+  std::vector<TrieMutation> repairs;
+  int rejected = 0;
+  for (const auto& [entry, count] : store) {
+    absl::Status s = pool->Restore(entry.first, entry.second, count, &repairs);
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      ++rejected;
+    }
+  }
+  EXPECT_EQ(rejected, 3);
+  Replay(repairs, &store);
+  const Entries contents = Contents(*pool);
+  EXPECT_EQ(store, contents);
+  EXPECT_EQ(contents, (Entries{{{{1}, {3, 4}}, 7},
+                               {{{2}, {1}}, 4},
+                               {{{2}, {3}}, 6},
+                               {{{6}, {1}}, 3},
+                               {{{7, 7}, {1}}, 7}}));
+  EXPECT_EQ(pool->Stats().prunes, 1);
+
+  // An entry with no row at all (negative id) is refused with no repair.
+  repairs.clear();
+  EXPECT_EQ(pool->Restore({1}, {-3}, 1, &repairs).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(repairs.empty());
+}
+
+TEST(NgramPoolTest, ForEachVisitsInStoreOrder) {
+  auto pool = MakePool();
+  ASSERT_TRUE(pool->Add({2, 1}, {5}).ok());
+  ASSERT_TRUE(pool->Add({256}, {9, 1}).ok());
+  ASSERT_TRUE(pool->Add({256}, {1}, 3).ok());
+  ASSERT_TRUE(pool->Add({3}, {0}).ok());
+  std::vector<Entry> order;
+  pool->ForEach([&](absl::Span<const int32_t> key,
+                    absl::Span<const int32_t> continuation, int64_t) {
+    order.emplace_back(Tokens(key.begin(), key.end()),
+                       Tokens(continuation.begin(), continuation.end()));
+  });
+  EXPECT_EQ(order,
+            (std::vector<Entry>{
+                {{3}, {0}}, {{256}, {1}}, {{256}, {9, 1}}, {{2, 1}, {5}}}));
 }
 
 }  // namespace

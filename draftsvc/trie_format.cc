@@ -92,6 +92,71 @@ absl::Status ParseNodeKey(absl::string_view key, ParsedNodeKey* out) {
   return absl::OkStatus();
 }
 
+std::string NgramPrefix(absl::string_view name) {
+  std::string key;
+  key.reserve(name.size() + 2);
+  key.push_back(kNgramTag);
+  key.append(name.data(), name.size());
+  key.push_back(kNamespaceEnd);
+  return key;
+}
+
+std::string NgramKey(absl::string_view name, absl::Span<const int32_t> key,
+                     absl::Span<const int32_t> continuation) {
+  std::string out = NgramPrefix(name);
+  out.reserve(out.size() + 1 + 4 * (key.size() + continuation.size()));
+  out.push_back(static_cast<char>(static_cast<uint8_t>(key.size())));
+  for (int32_t token : key) {
+    AppendBigEndian32(static_cast<uint32_t>(token), &out);
+  }
+  for (int32_t token : continuation) {
+    AppendBigEndian32(static_cast<uint32_t>(token), &out);
+  }
+  return out;
+}
+
+absl::Status ParseNgramKey(absl::string_view key, ParsedNgramKey* out) {
+  if (key.empty() || key[0] != kNgramTag) {
+    return absl::DataLossError(
+        "n-gram pool key does not start with the pool tag");
+  }
+  size_t end = key.find(kNamespaceEnd, 1);
+  if (end == absl::string_view::npos) {
+    return absl::DataLossError("n-gram pool key has no namespace terminator");
+  }
+  out->name_space = key.substr(1, end - 1);
+  absl::string_view rest = key.substr(end + 1);
+  const std::string where =
+      absl::StrCat("n-gram pool key of namespace \"",
+                   absl::CHexEscape(out->name_space), "\"");
+  if (rest.empty()) {
+    return absl::DataLossError(absl::StrCat(where, " has no key length"));
+  }
+  const size_t key_tokens = static_cast<unsigned char>(rest[0]);
+  absl::string_view tokens = rest.substr(1);
+  if (key_tokens == 0 || tokens.size() % 4 != 0 ||
+      tokens.size() / 4 <= key_tokens) {
+    return absl::DataLossError(absl::StrCat(
+        where, " has key length ", key_tokens, " and ", tokens.size(),
+        " token bytes (want a multiple of 4 holding the key and at least "
+        "one continuation token)"));
+  }
+  out->key.clear();
+  out->continuation.clear();
+  out->key.reserve(key_tokens);
+  out->continuation.reserve(tokens.size() / 4 - key_tokens);
+  for (size_t i = 0; i < tokens.size(); i += 4) {
+    uint32_t v = ReadBigEndian32(tokens.data() + i);
+    if (v > 0x7fffffffu) {
+      return absl::DataLossError(
+          absl::StrCat(where, " holds a negative token id"));
+    }
+    (i / 4 < key_tokens ? out->key : out->continuation)
+        .push_back(static_cast<int32_t>(v));
+  }
+  return absl::OkStatus();
+}
+
 std::string EncodeFixed32(uint32_t value) {
   std::string out(4, '\0');
   for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(value >> (8 * i));

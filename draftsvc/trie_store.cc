@@ -101,12 +101,32 @@ absl::Status ValidateBatch(const TrieMutationBatch& batch) {
         absl::StrCat("negative vocab_size ", batch.vocab_size));
   }
   for (const TrieMutation& m : batch.mutations) {
-    if (m.path.empty() || m.path.size() > fmt::kMaxPathTokens) {
+    // A pool path starts with the key length, which is not a token.
+    size_t first_token = 0;
+    if (m.table == TrieMutation::Table::kNgramPool) {
+      const int64_t key_length = m.path.empty() ? 0 : m.path[0];
+      const int64_t tokens = static_cast<int64_t>(m.path.size()) - 1;
+      if (key_length < 1 || key_length > fmt::kMaxNgramKeyTokens ||
+          tokens <= key_length || tokens > fmt::kMaxPathTokens) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "n-gram pool mutation path must be [key_length in [1, ",
+            fmt::kMaxNgramKeyTokens,
+            "], key tokens, continuation tokens] with a non-empty "
+            "continuation and at most ",
+            fmt::kMaxPathTokens, " tokens; got key_length ", key_length,
+            " and ", std::max<int64_t>(tokens, 0), " tokens"));
+      }
+      first_token = 1;
+    } else if (m.table != TrieMutation::Table::kTrie) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown mutation table ", static_cast<int>(m.table)));
+    } else if (m.path.empty() || m.path.size() > fmt::kMaxPathTokens) {
       return absl::InvalidArgumentError(
           absl::StrCat("mutation path must hold 1..", fmt::kMaxPathTokens,
                        " tokens, got ", m.path.size()));
     }
-    for (int32_t token : m.path) {
+    for (size_t i = first_token; i < m.path.size(); ++i) {
+      const int32_t token = m.path[i];
       if (token < 0 || (batch.vocab_size > 0 && token >= batch.vocab_size)) {
         return absl::InvalidArgumentError(
             absl::StrCat("token id ", token, " outside [0, ", batch.vocab_size,
@@ -115,6 +135,71 @@ absl::Status ValidateBatch(const TrieMutationBatch& batch) {
     }
   }
   return absl::OkStatus();
+}
+
+// The RocksDB key of a kNgramPool mutation. REQUIRES: ValidateBatch passed.
+std::string NgramRowKey(absl::string_view name_space,
+                        const std::vector<int32_t>& path) {
+  absl::Span<const int32_t> all(path);
+  const size_t key_length = static_cast<size_t>(path[0]);
+  return fmt::NgramKey(name_space, all.subspan(1, key_length),
+                       all.subspan(1 + key_length));
+}
+
+// What a run of pool mutations of one entry amounts to. Pool entries are
+// single rows (no ranges), so only the order of one entry's own mutations
+// matters, and any run folds into one write: a merge of the summed adds, a
+// put (a set-count, or a delete followed by adds), or a delete.
+struct NgramRowWrite {
+  enum Kind { kMerge, kPut, kDelete } kind = kMerge;
+  uint64_t value = 0;
+
+  void Apply(const TrieMutation& m) {
+    const uint64_t v = static_cast<uint64_t>(m.value);
+    switch (m.kind) {
+      case TrieMutation::Kind::kAdd:
+        if (kind == kDelete) {
+          kind = kPut;
+          value = v;
+        } else {
+          value += v;  // Wrapping, as the merge operator.
+        }
+        break;
+      case TrieMutation::Kind::kSetCount:
+        kind = kPut;
+        value = v;
+        break;
+      case TrieMutation::Kind::kDeleteSubtree:
+        kind = kDelete;
+        value = 0;
+        break;
+    }
+  }
+};
+
+// Appends `rows` to `wb` in key order (cheap memtable inserts, as the adds).
+void WriteNgramRows(const absl::flat_hash_map<std::string, NgramRowWrite>& rows,
+                    rocksdb::WriteBatch* wb) {
+  std::vector<const std::pair<const std::string, NgramRowWrite>*> sorted;
+  sorted.reserve(rows.size());
+  for (const auto& row : rows) sorted.push_back(&row);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto* a, const auto* b) { return a->first < b->first; });
+  for (const auto* row : sorted) {
+    const std::string& key = row->first;
+    const NgramRowWrite& w = row->second;
+    switch (w.kind) {
+      case NgramRowWrite::kMerge:
+        wb->Merge(key, fmt::EncodeFixed64(w.value));
+        break;
+      case NgramRowWrite::kPut:
+        wb->Put(key, fmt::EncodeFixed64(w.value));
+        break;
+      case NgramRowWrite::kDelete:
+        wb->Delete(key);
+        break;
+    }
+  }
 }
 
 // The RocksDB options every open of the store uses.
@@ -183,7 +268,8 @@ class TrieStore::ErrorListener : public rocksdb::EventListener {
 };
 
 // The mutations accepted while degraded, in order. Adds to one key are
-// summed until a set or delete ends the run, as in a write round.
+// summed until a set or delete ends the run, as in a write round; pool
+// entries fold per entry, as in a write round.
 class TrieStore::Backlog {
  public:
   void AddPut(std::string key, std::string value) {
@@ -193,6 +279,14 @@ class TrieStore::Backlog {
   }
   void Add(const TrieMutationBatch& b) {
     for (const TrieMutation& m : b.mutations) {
+      if (m.table == TrieMutation::Table::kNgramPool) {
+        ++mutations_;
+        auto [it, inserted] =
+            ngram_rows_.try_emplace(NgramRowKey(b.name_space, m.path));
+        if (inserted) bytes_ += static_cast<int64_t>(it->first.size()) + 48;
+        it->second.Apply(m);
+        continue;
+      }
       std::string key = fmt::NodeKey(b.name_space, m.path);
       ++mutations_;
       switch (m.kind) {
@@ -241,8 +335,10 @@ class TrieStore::Backlog {
           break;
       }
     }
+    // Pool rows are disjoint from every trie key and range above.
+    WriteNgramRows(ngram_rows_, wb);
   }
-  bool empty() const { return segments_.empty(); }
+  bool empty() const { return segments_.empty() && ngram_rows_.empty(); }
   int64_t bytes() const { return bytes_; }
   int64_t mutations() const { return mutations_; }
   // Namespaces whose metadata key the backlog writes.
@@ -255,6 +351,9 @@ class TrieStore::Backlog {
     std::string key, value;  // kPut: key, value; kDeleteRange: begin, end.
   };
   std::vector<Segment> segments_;
+  // Pool rows, folded per entry (NgramRowWrite): kept apart from the
+  // segments since no trie mutation orders against them.
+  absl::flat_hash_map<std::string, NgramRowWrite> ngram_rows_;
   int64_t bytes_ = 0;
   int64_t mutations_ = 0;
 };
@@ -356,11 +455,15 @@ absl::StatusOr<bool> TrieStore::LoadFormat() {
       return absl::FailedPreconditionError(absl::StrCat(
           "trie store ", path_, " is corrupt: malformed format record"));
     }
-    if (version != fmt::kFormatVersion) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("trie store ", path_, " has format version ", version,
-                       "; this build reads version ", fmt::kFormatVersion));
+    if (version < fmt::kOldestReadableFormatVersion ||
+        version > fmt::kFormatVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trie store ", path_, " has format version ", version,
+          "; this build reads versions ", fmt::kOldestReadableFormatVersion,
+          "..", fmt::kFormatVersion));
     }
+    // An older layout is a subset of this one: only its record changes.
+    needs_format = version < fmt::kFormatVersion;
   }
   // Namespaces whose metadata is already on disk.
   const std::string begin(1, fmt::kNamespaceTag);
@@ -924,6 +1027,9 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
     // the summing so that batch order is kept.
     absl::flat_hash_map<std::string, uint64_t> adds;
     std::vector<std::pair<std::string, uint64_t>> sorted_adds;
+    // Pool rows fold per entry (NgramRowWrite) and are written last: no
+    // trie mutation, range deletes included, touches their keys.
+    absl::flat_hash_map<std::string, NgramRowWrite> ngram_rows;
     auto flush_adds = [&] {
       // In key order: the memtable's skiplist inserts sequential keys
       // cheaply (its splice hint stays valid), random ones dominate the
@@ -947,6 +1053,10 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
         new_namespaces.push_back(b.name_space);
       }
       for (const TrieMutation& m : b.mutations) {
+        if (m.table == TrieMutation::Table::kNgramPool) {
+          ngram_rows[NgramRowKey(b.name_space, m.path)].Apply(m);
+          continue;
+        }
         std::string key = fmt::NodeKey(b.name_space, m.path);
         switch (m.kind) {
           case TrieMutation::Kind::kAdd:
@@ -964,6 +1074,7 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
       }
     }
     flush_adds();
+    WriteNgramRows(ngram_rows, &wb);
     absl::Status marker_written;
     absl::Status s = WriteTagged(wb, options_.sync, &marker_written);
     if (s.ok()) {
@@ -1053,6 +1164,7 @@ absl::Status TrieStore::Scan(TrieScanVisitor& visitor) const {
   ro.readahead_size = 2 << 20;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   fmt::ParsedNodeKey parsed;
+  fmt::ParsedNgramKey parsed_ngram;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     absl::string_view key = View(it->key());
     absl::string_view value = View(it->value());
@@ -1093,6 +1205,25 @@ absl::Status TrieStore::Scan(TrieScanVisitor& visitor) const {
         if (!s.ok()) return s;
         break;
       }
+      case fmt::kNgramTag: {
+        absl::Status s = fmt::ParseNgramKey(key, &parsed_ngram);
+        if (!s.ok()) {
+          return absl::DataLossError(
+              absl::StrCat("trie store ", path_, ": ", s.message()));
+        }
+        uint64_t count = 0;
+        if (!fmt::DecodeFixed64(value, &count)) {
+          return absl::DataLossError(absl::StrCat(
+              "trie store ", path_,
+              ": malformed count of an n-gram pool entry in namespace ",
+              parsed_ngram.name_space));
+        }
+        s = visitor.OnNgram(parsed_ngram.name_space, parsed_ngram.key,
+                            parsed_ngram.continuation,
+                            static_cast<int64_t>(count));
+        if (!s.ok()) return s;
+        break;
+      }
       default:
         return absl::DataLossError(
             absl::StrCat("trie store ", path_, ": unknown key tag 0x",
@@ -1111,6 +1242,25 @@ absl::StatusOr<int64_t> TrieStore::GetCount(
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), fmt::NodeKey(name_space, path), &value);
   if (s.IsNotFound()) return absl::NotFoundError("no such trie node");
+  if (!s.ok()) return ReadError(path_, s);
+  uint64_t count = 0;
+  if (!fmt::DecodeFixed64(value, &count)) {
+    return absl::DataLossError(
+        absl::StrCat("trie store ", path_, ": malformed count"));
+  }
+  return static_cast<int64_t>(count);
+}
+
+absl::StatusOr<int64_t> TrieStore::GetNgramCount(
+    absl::string_view name_space, absl::Span<const int32_t> key,
+    absl::Span<const int32_t> continuation) const {
+  absl::ReaderMutexLock lock(&db_mu_);
+  if (db_ == nullptr) return NoDbError();
+  std::string value;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(),
+               fmt::NgramKey(name_space, key, continuation), &value);
+  if (s.IsNotFound()) return absl::NotFoundError("no such n-gram pool entry");
   if (!s.ok()) return ReadError(path_, s);
   uint64_t count = 0;
   if (!fmt::DecodeFixed64(value, &count)) {

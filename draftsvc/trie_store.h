@@ -6,6 +6,10 @@
 // so no request thread ever waits on disk. Counts are updated by a RocksDB
 // merge operator (int64 add), so inserts never read-modify-write.
 //
+// Pool entries (TrieMutation::Table::kNgramPool) ride in the same batches:
+// a batch's trie and pool rows are one WriteBatch, so they are durable (and
+// acknowledged, kept in the degraded backlog, re-persisted) together.
+//
 // Storage faults are a state, not a crash. When a write fails (ENOSPC, EIO, a
 // read-only remount, a RocksDB background error) the store turns *degraded*:
 // it stops calling RocksDB's write path (which asserts when used again after
@@ -140,7 +144,9 @@ struct TrieStoreOptions {
 };
 
 // Receives a full scan (TrieStore::Scan) in key order: every namespace
-// first, then every node with parents before their children.
+// first, then every node with parents before their children, then every
+// n-gram pool entry (by namespace, then key length, key, continuation: a
+// key's entries are consecutive, a continuation before its extensions).
 class TrieScanVisitor {
  public:
   virtual ~TrieScanVisitor() = default;
@@ -150,6 +156,16 @@ class TrieScanVisitor {
   virtual absl::Status OnNode(absl::string_view name_space,
                               absl::Span<const int32_t> path,
                               int64_t count) = 0;
+  // One pool entry (TrieMutation::Table::kNgramPool). `key` and
+  // `continuation` are valid only during the call; `count` is what the
+  // mutations left (any int64: the store does not check it). Default:
+  // ignores the entry (a visitor that only rebuilds tries).
+  virtual absl::Status OnNgram(absl::string_view name_space,
+                               absl::Span<const int32_t> key,
+                               absl::Span<const int32_t> continuation,
+                               int64_t count) {
+    return absl::OkStatus();
+  }
 };
 
 class TrieStore : public MutationSink {
@@ -176,7 +192,9 @@ class TrieStore : public MutationSink {
   // MutationSink. Queues `batch`; `done` runs exactly once on the writer
   // thread: OK once the batch is durable (see TrieStoreOptions::sync), or
   // INVALID_ARGUMENT (bad namespace, empty/negative/too deep path, token
-  // outside [0, vocab_size); nothing of the batch is written), or
+  // outside [0, vocab_size), a pool path that is not [key_length in
+  // [1, 255], key, non-empty continuation]; nothing of the batch is
+  // written), or
   // UNAVAILABLE "not persisted" when the store is (or just became) degraded:
   // the batch is then kept for the recovery, see above. If the store is
   // closed, `done` runs on the calling thread with FAILED_PRECONDITION. A
@@ -202,6 +220,12 @@ class TrieStore : public MutationSink {
   // The count stored for `path`, or NOT_FOUND. For tests and tools.
   absl::StatusOr<int64_t> GetCount(absl::string_view name_space,
                                    absl::Span<const int32_t> path) const;
+  // The count stored for the pool entry (key, continuation), or NOT_FOUND.
+  // For tests and tools. REQUIRES: the arguments satisfy
+  // trie_format::NgramKey's requirements.
+  absl::StatusOr<int64_t> GetNgramCount(
+      absl::string_view name_space, absl::Span<const int32_t> key,
+      absl::Span<const int32_t> continuation) const;
 
   // Batches queued or being written, not yet acknowledged.
   int64_t PendingBatches() const;
@@ -251,7 +275,8 @@ class TrieStore : public MutationSink {
   // The file system under RocksDB and the marker.
   rocksdb::FileSystem* FileSystem() const;
   // Checks the format record and loads the known namespaces. Returns true
-  // iff the database is empty and still needs its format record.
+  // iff the format record must be written: the database is empty, or has
+  // an older (readable) version, which the record's rewrite upgrades.
   absl::StatusOr<bool> LoadFormat();
 
   void WriterLoop();

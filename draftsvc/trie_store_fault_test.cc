@@ -51,6 +51,21 @@ class Collector : public TrieScanVisitor {
     counts[std::vector<int32_t>(path.begin(), path.end())] = count;
     return absl::OkStatus();
   }
+  // Pool entries go into the same map as PoolPath(key, continuation).
+  absl::Status OnNgram(absl::string_view, absl::Span<const int32_t> key,
+                       absl::Span<const int32_t> continuation,
+                       int64_t count) override {
+    counts[PoolPath(key, continuation)] = count;
+    return absl::OkStatus();
+  }
+  // A pool entry's place in Counts: -1 (no trie path starts so), then its
+  // mutation path.
+  static std::vector<int32_t> PoolPath(absl::Span<const int32_t> key,
+                                       absl::Span<const int32_t> continuation) {
+    std::vector<int32_t> path = NgramMutationPath(key, continuation);
+    path.insert(path.begin(), -1);
+    return path;
+  }
   Counts counts;
 };
 
@@ -61,27 +76,56 @@ Counts ScanCounts(const TrieStore& store) {
   return c.counts;
 }
 
-// Batch number `i`: adds 1 to [i % 7] and [i % 7, i].
-TrieMutationBatch Batch(int i) {
+// With `pool`, batch i also changes the n-gram pool entry [i % 4] ->
+// [i % 3]: deletes it if i % 5 == 4, sets it to 100 + i if i % 5 == 3, else
+// adds 1 (so the backlog must keep the order of one entry's changes).
+TrieMutation PoolMutation(int i) {
+  TrieMutation m;
+  m.table = TrieMutation::Table::kNgramPool;
+  m.path = NgramMutationPath({i % 4}, {i % 3});
+  m.kind = i % 5 == 4   ? TrieMutation::Kind::kDeleteSubtree
+           : i % 5 == 3 ? TrieMutation::Kind::kSetCount
+                        : TrieMutation::Kind::kAdd;
+  m.value = i % 5 == 3 ? 100 + i : i % 5 == 4 ? 0 : 1;
+  return m;
+}
+
+// Batch number `i`: adds 1 to [i % 7] and [i % 7, i] (and PoolMutation(i)).
+TrieMutationBatch Batch(int i, bool pool = false) {
   TrieMutationBatch b;
   b.name_space = kNs;
   b.vocab_size = 100000;
   b.mutations.push_back({TrieMutation::Kind::kAdd, {i % 7}, 1});
   b.mutations.push_back({TrieMutation::Kind::kAdd, {i % 7, i}, 1});
+  if (pool) b.mutations.push_back(PoolMutation(i));
   return b;
 }
 
-void Apply(int i, Counts* counts) {
+void Apply(int i, Counts* counts, bool pool = false) {
   (*counts)[{i % 7}] += 1;
   (*counts)[{i % 7, i}] += 1;
+  if (!pool) return;
+  const std::vector<int32_t> entry = Collector::PoolPath({i % 4}, {i % 3});
+  const TrieMutation m = PoolMutation(i);
+  switch (m.kind) {
+    case TrieMutation::Kind::kAdd:
+      (*counts)[entry] += m.value;
+      break;
+    case TrieMutation::Kind::kSetCount:
+      (*counts)[entry] = m.value;
+      break;
+    case TrieMutation::Kind::kDeleteSubtree:
+      counts->erase(entry);
+      break;
+  }
 }
 
 // Submits batch i and waits for its status.
-absl::Status SubmitAndWait(TrieStore& store, int i) {
+absl::Status SubmitAndWait(TrieStore& store, int i, bool pool = false) {
   absl::Mutex mu;
   bool finished = false;
   absl::Status result;
-  store.Submit(Batch(i), [&](absl::Status s) {
+  store.Submit(Batch(i, pool), [&](absl::Status s) {
     absl::MutexLock lock(&mu);
     result = std::move(s);
     finished = true;
@@ -130,7 +174,8 @@ class StoreFaultTest : public ::testing::TestWithParam<FaultCase> {
 
 // The disk fails mid-traffic and comes back: every batch is answered (OK
 // only while written), the store is degraded meanwhile, and afterwards the
-// disk holds everything, the batches accepted while degraded included.
+// disk holds everything, the batches accepted while degraded included (their
+// n-gram pool rows too: adds, sets and deletes of one entry, in order).
 TEST_P(StoreFaultTest, DegradesThenRecoversAndRepersists) {
   const std::string dir = TempDir(absl::StrCat(
       "recover_", GetParam().sync, "_", static_cast<int>(GetParam().fault)));
@@ -139,24 +184,24 @@ TEST_P(StoreFaultTest, DegradesThenRecoversAndRepersists) {
     auto store = TrieStore::Open(dir, Options());
     ASSERT_TRUE(store.ok()) << store.status();
     for (int i = 0; i < 20; ++i) {
-      ASSERT_TRUE(SubmitAndWait(**store, i).ok());
-      Apply(i, &all);
+      ASSERT_TRUE(SubmitAndWait(**store, i, /*pool=*/true).ok());
+      Apply(i, &all, /*pool=*/true);
     }
     ASSERT_TRUE((*store)->Flush().ok());
     EXPECT_FALSE((*store)->Health().degraded);
 
     fs_->Inject(GetParam().fault);
     for (int i = 20; i < 40; ++i) {
-      absl::Status s = SubmitAndWait(**store, i);
+      absl::Status s = SubmitAndWait(**store, i, /*pool=*/true);
       EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
       EXPECT_THAT(s.message(), HasSubstr("not persisted"));
-      Apply(i, &all);
+      Apply(i, &all, /*pool=*/true);
       absl::SleepFor(absl::Milliseconds(2));  // Let periodic syncs run.
     }
     const StoreHealth h = (*store)->Health();
     EXPECT_TRUE(h.degraded);
     EXPECT_GE(h.write_errors, 1);
-    EXPECT_EQ(h.unpersisted_mutations, 40);
+    EXPECT_EQ(h.unpersisted_mutations, 60);
     EXPECT_FALSE(h.error.empty());
     EXPECT_EQ((*store)->Flush().code(), absl::StatusCode::kUnavailable);
 
@@ -164,10 +209,10 @@ TEST_P(StoreFaultTest, DegradesThenRecoversAndRepersists) {
     ASSERT_TRUE(WaitHealthy(**store, absl::Seconds(20)));
     const StoreHealth after = (*store)->Health();
     EXPECT_EQ(after.recoveries, 1);
-    EXPECT_EQ(after.repersisted_mutations, 40);
+    EXPECT_EQ(after.repersisted_mutations, 60);
     EXPECT_EQ(after.unpersisted_mutations, 0);
-    ASSERT_TRUE(SubmitAndWait(**store, 40).ok());
-    Apply(40, &all);
+    ASSERT_TRUE(SubmitAndWait(**store, 40, /*pool=*/true).ok());
+    Apply(40, &all, /*pool=*/true);
     EXPECT_TRUE((*store)->Flush().ok());
     EXPECT_TRUE((*store)->Close().ok());
   }

@@ -54,7 +54,8 @@ int Run(int repeats) {
   const std::vector<std::pair<int, int>> configs = {
       {0, 0}, {2, 3}, {4, 3}, {4, 4}, {8, 4}};
 
-  // 1. Forward cost of one verify pass: the root alone, then + window.
+  // 1. Forward cost of one verify pass: the root alone or the root and a
+  // 16-node draft chain (a typical trie step), then each + a window.
   auto cache = *model.NewCache();
   torch::Tensor last = *model.Prefill(cache.get(), *prompt);
   const int32_t root = static_cast<int32_t>(last.argmax().item<int64_t>());
@@ -71,33 +72,46 @@ int Run(int repeats) {
     o.vocab_size = model.config().vocab_size;
     windows.push_back(*JacobiWindow::Create(o, *prompt));
   }
-  std::vector<std::vector<double>> ms(configs.size());
-  for (int r = 0; r < repeats + 1; ++r) {
-    for (size_t c = 0; c < configs.size(); ++c) {
-      engine::SequenceRows rows = *engine::RowsFromTree(
-          engine::MakeVerifyInput(cache.get(), root, engine::DraftTree()));
-      if (windows[c] != nullptr && !windows[c]->AppendRows(&rows).ok()) {
-        return 1;
-      }
-      const absl::Time start = absl::Now();
-      auto logits = model.ForwardRows(absl::MakeConstSpan(&rows, 1));
-      const double elapsed = absl::ToDoubleMilliseconds(absl::Now() - start);
-      if (!logits.ok()) {
-        std::fprintf(stderr, "%s\n", logits.status().ToString().c_str());
-        return 1;
-      }
-      cache->DiscardPending();
-      if (r > 0) ms[c].push_back(elapsed);  // round 0 warms up
-    }
+  engine::DraftTree chain16;
+  for (int i = 0; i < 16; ++i) {
+    chain16.tokens.push_back((*prompt)[i % prompt->size()]);
+    chain16.parents.push_back(i - 1);
   }
-  std::printf("\nverify pass of the root (prompt %zu tokens), median of %d:\n",
-              prompt->size(), repeats);
-  std::printf("%-8s %5s %9s %7s\n", "W,N", "rows", "ms", "x root");
-  const double base = Median(ms[0]);
-  for (size_t c = 0; c < configs.size(); ++c) {
-    const int rows = 1 + configs[c].first * std::max(0, configs[c].second - 1);
-    std::printf("%d,%-6d %5d %9.2f %7.2f\n", configs[c].first,
-                configs[c].second, rows, Median(ms[c]), Median(ms[c]) / base);
+  const engine::DraftTree* drafts[2] = {nullptr, &chain16};
+  for (const engine::DraftTree* draft : drafts) {
+    const int tree_rows = 1 + (draft == nullptr ? 0 : draft->size());
+    std::vector<std::vector<double>> ms(configs.size());
+    for (int r = 0; r < repeats + 1; ++r) {
+      for (size_t c = 0; c < configs.size(); ++c) {
+        engine::SequenceRows rows =
+            *engine::RowsFromTree(engine::MakeVerifyInput(
+                cache.get(), root,
+                draft == nullptr ? engine::DraftTree() : *draft));
+        if (windows[c] != nullptr && !windows[c]->AppendRows(&rows).ok()) {
+          return 1;
+        }
+        const absl::Time start = absl::Now();
+        auto logits = model.ForwardRows(absl::MakeConstSpan(&rows, 1));
+        const double elapsed = absl::ToDoubleMilliseconds(absl::Now() - start);
+        if (!logits.ok()) {
+          std::fprintf(stderr, "%s\n", logits.status().ToString().c_str());
+          return 1;
+        }
+        cache->DiscardPending();
+        if (r > 0) ms[c].push_back(elapsed);  // round 0 warms up
+      }
+    }
+    std::printf(
+        "\nverify pass of %d tree rows (prompt %zu tokens), median of %d:\n",
+        tree_rows, prompt->size(), repeats);
+    std::printf("%-8s %5s %9s %8s\n", "W,N", "rows", "ms", "x alone");
+    const double base = Median(ms[0]);
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const int rows =
+          tree_rows + configs[c].first * std::max(0, configs[c].second - 1);
+      std::printf("%d,%-6d %5d %9.2f %8.2f\n", configs[c].first,
+                  configs[c].second, rows, Median(ms[c]), Median(ms[c]) / base);
+    }
   }
 
   // 2. A greedy decode with the window and its n-grams vs plain decoding.
@@ -110,13 +124,18 @@ int Run(int repeats) {
   if (!plain.ok()) return 1;
   std::printf("\ngreedy decode of %d tokens; plain %.2f s (%.1f tok/s)\n",
               kTokens, plain_s, kTokens / plain_s);
-  std::printf("%-6s %9s %6s %5s %12s %11s %8s %7s\n", "W,N", "identical",
-              "steps", "EDL", "accepted", "col0 hits", "tok/s", "x plain");
-  for (size_t c = 1; c < configs.size(); ++c) {
+  std::printf("%-9s %6s %6s %5s %12s %11s %8s %7s\n", "W,N", "same", "steps",
+              "EDL", "accepted", "col0 hits", "tok/s", "x plain");
+  // The last run, "fwd1": (4, 4) moving one position per step whatever was
+  // accepted (shift_by_accepted = false, ALWAYS_FWD_ONE).
+  for (size_t c = 1; c <= configs.size(); ++c) {
+    const bool fixed = c == configs.size();
+    const std::pair<int, int> wn = fixed ? configs[3] : configs[c];
     JacobiDecodeOptions o;
-    o.window.window = configs[c].first;
-    o.window.ngram = configs[c].second;
-    o.window.max_ngrams = configs[c].first;
+    o.window.window = wn.first;
+    o.window.ngram = wn.second;
+    o.window.max_ngrams = wn.first;
+    o.window.shift_by_accepted = !fixed;
     o.max_new_tokens = kTokens;
     const absl::Time start = absl::Now();
     auto jacobi = JacobiDecode(model, *prompt, o);
@@ -132,11 +151,14 @@ int Run(int repeats) {
     std::snprintf(hits, sizeof(hits), "%lld/%lld",
                   static_cast<long long>(jacobi->first_token_hits),
                   static_cast<long long>(jacobi->harvest_steps));
-    std::printf(
-        "%d,%-4d %9s %6d %5.2f %12s %11s %8.1f %7.2f\n", configs[c].first,
-        configs[c].second, jacobi->tokens == plain->tokens ? "yes" : "NO",
-        jacobi->steps + 1, double(jacobi->tokens.size()) / (jacobi->steps + 1),
-        accepted, hits, kTokens / s, plain_s / s);
+    char label[16];
+    std::snprintf(label, sizeof(label), "%d,%d%s", wn.first, wn.second,
+                  fixed ? " fwd1" : "");
+    std::printf("%-9s %6s %6d %5.2f %12s %11s %8.1f %7.2f\n", label,
+                jacobi->tokens == plain->tokens ? "yes" : "NO",
+                jacobi->steps + 1,
+                double(jacobi->tokens.size()) / (jacobi->steps + 1), accepted,
+                hits, kTokens / s, plain_s / s);
   }
   return 0;
 }

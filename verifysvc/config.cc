@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "engine/gguf/model_files.h"
@@ -55,6 +57,26 @@ ABSL_FLAG(int, branch_length, 16,
           "Draft branch depth: most draft tokens one step can accept "
           "(bench/results: RAG decode speedup 1.64x at 8, 1.77x at 16, 1.81x "
           "at 24, with decoding_length 32).");
+ABSL_FLAG(std::string, draft_sources, "",
+          "Draft sources of a request that names none, comma-separated: "
+          "trie (the prompt and output tries; prompt and output are its "
+          "aliases), ngram (the n-gram pool), assistant (draftsvc's "
+          "assistant model). Empty = draftsvc's --draft_sources.");
+ABSL_FLAG(int, prediction_k, 4,
+          "Token Recycling: the model's top-k predictions at every verified "
+          "draft node (and the root) go to draftsvc's n-gram pool for "
+          "sequences that may draft from it; 0 = off. One top-k over each "
+          "sequence's verify logits per step.");
+ABSL_FLAG(int, lookahead_window, 5,
+          "Jacobi lookahead window W of a request that sets 0.");
+ABSL_FLAG(int, lookahead_ngram, 3,
+          "Jacobi lookahead n-gram size N of a request that sets 0 (>= 2).");
+ABSL_FLAG(int, lookahead_guess, 5,
+          "Most n-grams G a Jacobi window harvests per step, for a request "
+          "that sets 0.");
+ABSL_FLAG(int, max_lookahead_window, 16, "Largest lookahead_window allowed.");
+ABSL_FLAG(int, max_lookahead_ngram, 8, "Largest lookahead_ngram allowed.");
+ABSL_FLAG(int, max_lookahead_guess, 16, "Largest lookahead_guess allowed.");
 ABSL_FLAG(int, max_step_tokens, 64,
           "Most tokens (roots + drafts + prefill) in one forward pass.");
 ABSL_FLAG(int, prefill_chunk_tokens, 64,
@@ -123,10 +145,37 @@ RequestLimits LimitsFromFlags() {
   limits.default_branch_length = absl::GetFlag(FLAGS_branch_length);
   limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
   limits.max_stop_bytes = absl::GetFlag(FLAGS_max_stop_bytes);
+  limits.default_lookahead_window = absl::GetFlag(FLAGS_lookahead_window);
+  limits.default_lookahead_ngram = absl::GetFlag(FLAGS_lookahead_ngram);
+  limits.default_lookahead_guess = absl::GetFlag(FLAGS_lookahead_guess);
+  limits.max_lookahead_window = absl::GetFlag(FLAGS_max_lookahead_window);
+  limits.max_lookahead_ngram = absl::GetFlag(FLAGS_max_lookahead_ngram);
+  limits.max_lookahead_guess = absl::GetFlag(FLAGS_max_lookahead_guess);
   return limits;
 }
 
 }  // namespace
+
+absl::StatusOr<engine::DraftSourceSet> ParseDraftSources(
+    absl::string_view list) {
+  engine::DraftSourceSet set = 0;
+  for (absl::string_view name :
+       absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    name = absl::StripAsciiWhitespace(name);
+    if (name == "trie" || name == "prompt" || name == "output") {
+      set |= engine::SourceBit(engine::DraftSourceTag::kTrie);
+    } else if (name == "ngram") {
+      set |= engine::SourceBit(engine::DraftSourceTag::kNgram);
+    } else if (name == "assistant") {
+      set |= engine::SourceBit(engine::DraftSourceTag::kAssistant);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--draft_sources: unknown source \"", name,
+                       "\"; use trie, ngram, assistant (comma-separated)"));
+    }
+  }
+  return set;
+}
 
 absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   VerifysvcConfig c;
@@ -159,6 +208,9 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   RETURN_IF_ERROR(engine::ParseDeviceOptions(
       absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &c.model));
   c.limits = LimitsFromFlags();
+  ASSIGN_OR_RETURN(c.limits.default_draft_sources,
+                   ParseDraftSources(absl::GetFlag(FLAGS_draft_sources)));
+  RETURN_IF_ERROR(CheckLookaheadLimits(c.limits));
   if (c.limits.default_decoding_length < 0 ||
       c.limits.default_decoding_length > c.limits.max_decoding_length ||
       c.limits.default_max_new_tokens < 1 ||
@@ -174,6 +226,12 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.scheduler.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   c.scheduler.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   c.scheduler.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
+  c.scheduler.prediction_k = absl::GetFlag(FLAGS_prediction_k);
+  if (c.scheduler.prediction_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prediction_k=", c.scheduler.prediction_k,
+                     " must be >= 0 (0 = off)"));
+  }
   c.prefix_cache.capacity_bytes = int64_t{absl::GetFlag(FLAGS_prefix_cache_mib)}
                                   << 20;
   c.prefix_cache.block_tokens = absl::GetFlag(FLAGS_prefix_cache_block_tokens);

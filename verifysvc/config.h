@@ -6,8 +6,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "engine/gguf/model_config.h"
+#include "engine/model/draft_tree.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/prefix_cache.h"
 #include "engine/model/threading.h"
@@ -43,6 +45,12 @@ struct VerifysvcConfig {
 // Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming
 // the flag for values out of range or an unknown --device/--dtype.
 absl::StatusOr<VerifysvcConfig> ConfigFromFlags();
+
+// A --draft_sources list ("trie,ngram"; prompt and output alias trie; empty:
+// 0 = draftsvc's defaults) as a source set. INVALID_ARGUMENT naming an
+// unknown name.
+absl::StatusOr<engine::DraftSourceSet> ParseDraftSources(
+    absl::string_view list);
 
 // Returns the prefix cache of config->prefix_cache for `model`'s K/V and
 // points config->scheduler.prefix_cache at it, or null iff its capacity is 0.

@@ -12,6 +12,9 @@ void TrimDraft(DraftTree* tree, int max_nodes) {
   if (tree->sources.size() > static_cast<size_t>(max_nodes)) {
     tree->sources.resize(max_nodes);
   }
+  if (tree->source_sets.size() > static_cast<size_t>(max_nodes)) {
+    tree->source_sets.resize(max_nodes);
+  }
 }
 
 int TrimToValidPrefix(DraftTree* tree, int32_t vocab_size) {
@@ -25,6 +28,10 @@ int TrimToValidPrefix(DraftTree* tree, int32_t vocab_size) {
   if (!tree->sources.empty() &&
       tree->sources.size() < static_cast<size_t>(valid)) {
     tree->sources.clear();  // Tags are optional; a short list is dropped.
+  }
+  if (!tree->source_sets.empty() &&
+      tree->source_sets.size() < static_cast<size_t>(valid)) {
+    tree->source_sets.clear();
   }
   const int dropped = tree->size() - valid;
   TrimDraft(tree, valid);

@@ -5,6 +5,7 @@
 #ifndef LOOKAHEAD_ENGINE_MODEL_DRAFT_TREE_H_
 #define LOOKAHEAD_ENGINE_MODEL_DRAFT_TREE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -18,14 +19,33 @@ enum class DraftSourceTag : uint8_t {
   kNgram = 2,      // n-gram pool (Jacobi lookahead, recycled predictions)
   kAssistant = 3,  // an assistant model
 };
+constexpr int kNumDraftSourceTags = 4;
+
+// A set of DraftSourceTags: bit (1 << tag) for each member.
+using DraftSourceSet = uint32_t;
+constexpr DraftSourceSet SourceBit(DraftSourceTag tag) {
+  return DraftSourceSet{1} << static_cast<int>(tag);
+}
 
 // A draft to verify after a root token. parents[i] is in [-1, i) and indexes
 // `tokens`; -1 means a child of the root. sources is empty (all kUnknown) or
-// has one tag per node.
+// has one tag per node: the node's primary source. source_sets is empty
+// (each node's set is SourceBit(sources[i])) or has one set per node: every
+// source that proposed the node (identical nodes from several sources are
+// merged into one), for per-source statistics.
 struct DraftTree {
   std::vector<int32_t> tokens;
   std::vector<int32_t> parents;
   std::vector<DraftSourceTag> sources;
+  std::vector<DraftSourceSet> source_sets;
+
+  // The sources of node i (REQUIRES: 0 <= i < size()): source_sets[i] if
+  // set, else the bit of sources[i], else kUnknown's.
+  DraftSourceSet SourcesOf(int i) const {
+    if (static_cast<size_t>(i) < source_sets.size()) return source_sets[i];
+    if (static_cast<size_t>(i) < sources.size()) return SourceBit(sources[i]);
+    return SourceBit(DraftSourceTag::kUnknown);
+  }
 
   int size() const { return static_cast<int>(tokens.size()); }
   bool empty() const { return tokens.empty(); }
@@ -37,7 +57,8 @@ void TrimDraft(DraftTree* tree, int max_nodes);
 
 // Cuts `tree` to its longest valid prefix: nodes up to the first whose token
 // is outside [0, vocab_size), whose parent is outside [-1, i), or (with
-// sources) whose tag count disagrees. Returns how many nodes it dropped.
+// sources or source_sets) whose tag count disagrees. Returns how many nodes it
+// dropped.
 int TrimToValidPrefix(DraftTree* tree, int32_t vocab_size);
 
 }  // namespace lookahead::engine

@@ -69,7 +69,46 @@ RawDraftParams DraftFromProto(const v1::DraftParams& draft) {
   raw.decoding_length = draft.decoding_length();
   raw.branch_length = draft.branch_length();
   raw.name_space = draft.namespace_();
+  for (int wire : draft.sources()) {
+    RawDraftParams::Source source;
+    source.wire = wire;
+    switch (wire) {
+      case v1::DRAFT_SOURCE_PROMPT:
+      case v1::DRAFT_SOURCE_OUTPUT:
+        source.kind = RawDraftParams::Source::Kind::kTrie;
+        break;
+      case v1::DRAFT_SOURCE_NGRAM:
+        source.kind = RawDraftParams::Source::Kind::kNgram;
+        break;
+      case v1::DRAFT_SOURCE_ASSISTANT:
+        source.kind = RawDraftParams::Source::Kind::kAssistant;
+        break;
+      default:  // UNSPECIFIED, or a value from a newer client
+        source.kind = RawDraftParams::Source::Kind::kUnsupported;
+        break;
+    }
+    raw.sources.push_back(source);
+  }
+  raw.lookahead_window = draft.lookahead_window();
+  raw.lookahead_ngram = draft.lookahead_ngram();
+  raw.lookahead_guess = draft.lookahead_guess();
   return raw;
+}
+
+// The wire name of a source in Usage: the verifier counts the prompt and
+// output tries as one source, reported as DRAFT_SOURCE_PROMPT.
+v1::DraftSource SourceToProto(engine::DraftSourceTag source) {
+  switch (source) {
+    case engine::DraftSourceTag::kTrie:
+      return v1::DRAFT_SOURCE_PROMPT;
+    case engine::DraftSourceTag::kNgram:
+      return v1::DRAFT_SOURCE_NGRAM;
+    case engine::DraftSourceTag::kAssistant:
+      return v1::DRAFT_SOURCE_ASSISTANT;
+    case engine::DraftSourceTag::kUnknown:
+      break;
+  }
+  return v1::DRAFT_SOURCE_UNSPECIFIED;
 }
 
 v1::FinishReason FinishToProto(FinishReason finish) {
@@ -106,6 +145,12 @@ v1::GenerateResponse ResponseFromOutput(const GenerationOutput& out) {
     usage->set_accepted_draft_tokens(u.accepted_draft_tokens);
     usage->set_queue_seconds(u.queue_seconds);
     usage->set_cached_prompt_tokens(u.cached_prompt_tokens);
+    for (const SourceUsage& su : u.sources) {
+      v1::SourceUsage* source = usage->add_sources();
+      source->set_source(SourceToProto(su.source));
+      source->set_draft_tokens(su.draft_tokens);
+      source->set_accepted_draft_tokens(su.accepted_draft_tokens);
+    }
   }
   return response;
 }

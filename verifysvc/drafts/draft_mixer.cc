@@ -29,6 +29,9 @@ engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
         out.sources.push_back(i < tree.sources.size()
                                   ? tree.sources[i]
                                   : engine::DraftSourceTag::kUnknown);
+        out.source_sets.push_back(tree.SourcesOf(i));
+      } else {
+        out.source_sets[it->second] |= tree.SourcesOf(i);
       }
       placed[i] = it->second;
     }
@@ -56,6 +59,40 @@ void DraftMixer::Observe(int64_t handle, absl::Span<const int32_t> tokens) {
   for (size_t s = 0; s < sources_.size(); ++s) {
     if (it->second[s] != 0) sources_[s]->Observe(it->second[s], tokens);
   }
+}
+
+bool DraftMixer::WantsPredictions(int64_t handle) const {
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return false;
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    if (it->second[s] != 0 && sources_[s]->WantsPredictions(it->second[s])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void DraftMixer::ObserveVerified(int64_t handle,
+                                 const VerifiedPredictions& predictions) {
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return;
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    const int64_t h = it->second[s];
+    if (h != 0 && sources_[s]->WantsPredictions(h)) {
+      sources_[s]->ObserveVerified(h, predictions);
+    }
+  }
+}
+
+absl::Status DraftMixer::Failure(int64_t handle) const {
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return absl::OkStatus();
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    if (it->second[s] == 0) continue;
+    absl::Status failure = sources_[s]->Failure(it->second[s]);
+    if (!failure.ok()) return failure;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<engine::DraftTree> DraftMixer::Propose(

@@ -20,7 +20,8 @@ namespace lookahead::verifysvc {
 
 // Merges `trees` (in priority order) into one tree of at most `budget`
 // nodes: a node whose path from the root equals a node already taken is
-// shared (its source is the first tree's), others are appended in each
+// shared (its primary source is the first tree's; its source set the union
+// of every tree's that proposed it), others are appended in each
 // tree's order, so a higher-priority tree keeps all its nodes that fit.
 // The result is topologically ordered, with no two siblings of one token
 // (so parallel chains from several sources become one tree; with a single
@@ -46,6 +47,12 @@ class DraftMixer {
   // source drafts it.
   int64_t Open(const DraftPolicy& policy, absl::Span<const int32_t> prompt);
   void Observe(int64_t handle, absl::Span<const int32_t> tokens);
+  // True iff some source of the sequence wants its verify predictions.
+  bool WantsPredictions(int64_t handle) const;
+  // Passes `predictions` to every source of the sequence that wants them.
+  void ObserveVerified(int64_t handle, const VerifiedPredictions& predictions);
+  // The first source failure of the sequence (DraftSource::Failure), or OK.
+  absl::Status Failure(int64_t handle) const;
   // One valid tree per ask within ask.budget. Sets *called iff some source
   // did work worth timing.
   std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,

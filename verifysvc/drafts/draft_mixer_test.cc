@@ -131,6 +131,22 @@ class FakeSource : public DraftSource {
   void Close(int64_t handle) override { closed.push_back(handle); }
   DraftCost cost() const override { return cost_; }
   DraftSourceStats Stats() const override { return stats_; }
+  bool WantsPredictions(int64_t handle) const override {
+    return wants_predictions;
+  }
+  void ObserveVerified(int64_t handle,
+                       const VerifiedPredictions& predictions) override {
+    verified.push_back({handle, predictions.top_tokens});
+  }
+  absl::Status Failure(int64_t handle) const override {
+    auto it = failures.find(handle);
+    return it == failures.end() ? absl::OkStatus() : it->second;
+  }
+
+  bool wants_predictions = false;
+  std::map<int64_t, absl::Status> failures;
+  // Every ObserveVerified: (handle, top tokens).
+  std::vector<std::pair<int64_t, std::vector<int32_t>>> verified;
 
   // What the mixer called, in order.
   std::vector<std::vector<int32_t>> opened_prompts;
@@ -210,6 +226,51 @@ TEST(MergeDraftTreesTest, SharedPrefixesAreMergedAndKeepTheFirstSource) {
               ElementsAre(DraftSourceTag::kTrie, DraftSourceTag::kTrie,
                           DraftSourceTag::kTrie, DraftSourceTag::kNgram,
                           DraftSourceTag::kNgram));
+}
+
+TEST(MergeDraftTreesTest, SharedNodesCarryEverySourceThatProposedThem) {
+  // trie: 1 -> 2 -> 3.  ngram: 1 -> 2 -> 4.  assistant: 1 (already tagged
+  // trie and assistant by its own source).
+  const DraftTree trie = Chain({1, 2, 3}, DraftSourceTag::kTrie);
+  const DraftTree ngram = Chain({1, 2, 4}, DraftSourceTag::kNgram);
+  DraftTree assistant = Chain({1}, DraftSourceTag::kAssistant);
+  assistant.source_sets = {engine::SourceBit(DraftSourceTag::kAssistant) |
+                           engine::SourceBit(DraftSourceTag::kTrie)};
+  const DraftTree merged = MergeDraftTrees({trie, ngram, assistant}, 16);
+  EXPECT_THAT(merged.tokens, ElementsAre(1, 2, 3, 4));
+  const engine::DraftSourceSet t = engine::SourceBit(DraftSourceTag::kTrie);
+  const engine::DraftSourceSet n = engine::SourceBit(DraftSourceTag::kNgram);
+  const engine::DraftSourceSet a =
+      engine::SourceBit(DraftSourceTag::kAssistant);
+  EXPECT_THAT(merged.source_sets, ElementsAre(t | n | a, t | n, t, n));
+  // The primary source stays the first tree's.
+  EXPECT_THAT(merged.sources,
+              ElementsAre(DraftSourceTag::kTrie, DraftSourceTag::kTrie,
+                          DraftSourceTag::kTrie, DraftSourceTag::kNgram));
+}
+
+TEST(DraftMixerTest, PredictionsAndFailuresPassThroughPerSource) {
+  FakeSource trie("trie"), ngram("ngram");
+  ngram.wants_predictions = true;
+  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
+  const int64_t h = mixer.Open(DraftPolicy{DraftMode::kTrieHierarchical, 8},
+                               std::vector<int32_t>{1, 2});
+  ASSERT_NE(h, 0);
+  EXPECT_TRUE(mixer.WantsPredictions(h));
+  EXPECT_FALSE(mixer.WantsPredictions(h + 100));
+  VerifiedPredictions p;
+  p.k = 1;
+  p.top_tokens = {7};
+  mixer.ObserveVerified(h, p);
+  EXPECT_THAT(trie.verified, IsEmpty());  // it does not want them
+  ASSERT_EQ(ngram.verified.size(), 1u);
+  EXPECT_EQ(ngram.verified[0].first, 1);  // the source's own handle
+  EXPECT_THAT(ngram.verified[0].second, ElementsAre(7));
+
+  EXPECT_TRUE(mixer.Failure(h).ok());
+  ngram.failures[1] = absl::FailedPreconditionError("not served");
+  EXPECT_EQ(mixer.Failure(h), absl::FailedPreconditionError("not served"));
+  EXPECT_TRUE(mixer.Failure(h + 100).ok());
 }
 
 TEST(MergeDraftTreesTest, PriorityDecidesWhoseNodesFitAndWhoseTagSticks) {

@@ -4,10 +4,15 @@
 // asks every enabled source and merges their trees within each budget.
 //
 // The scheduler drives a source per sequence: Open with the prompt, then
-// each step Observe the tokens the sequence emitted and, in ONE Propose call
-// for all drafted sequences, ask for a tree of at most `budget` tokens to
-// verify after the sequence's last token; Close when it ends. A source that
-// fails proposes empty trees: drafts are an optimisation, never an error.
+// each step, in ONE Propose call for all drafted sequences, ask for a tree
+// of at most `budget` tokens to verify after the sequence's last token;
+// after the verify pass, ObserveVerified the model's top-k predictions at
+// the tree's nodes (if the source WantsPredictions) and then Observe the
+// tokens the sequence emitted; Close when it ends. A source that fails
+// proposes empty trees: drafts are an optimisation, never an error. The one
+// exception is a request the source can never serve as asked (a requested
+// source that is not run): Failure reports it and the scheduler ends the
+// request with that status.
 //
 // Thread-safety: implementations are used by the one scheduler thread; their
 // Stats() may be called from any thread.
@@ -18,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "engine/model/draft_tree.h"
 #include "verifysvc/drafts/draft_policy.h"
@@ -47,6 +53,21 @@ struct DraftAsk {
   DraftMode mode = DraftMode::kTrieHierarchical;
 };
 
+// What the verify pass computed at a verified tree (Token Recycling): the
+// model's k most likely next tokens at the root and at every draft node,
+// accepted or not. The root is the sequence's last token before the step's
+// emitted tokens.
+struct VerifiedPredictions {
+  // The verified draft nodes, as in engine::DraftTree: node i is tokens[i]
+  // with parent parents[i] in [-1, i) (-1: the root).
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> parents;
+  int k = 0;  // >= 1
+  // top_tokens: (tokens.size() + 1, k) row-major, best first; row 0 is the
+  // root, row i + 1 node i.
+  std::vector<int32_t> top_tokens;
+};
+
 class DraftSource {
  public:
   virtual ~DraftSource() = default;
@@ -61,6 +82,22 @@ class DraftSource {
 
   // The sequence emitted `tokens` (in order, after everything before).
   virtual void Observe(int64_t handle, absl::Span<const int32_t> tokens) = 0;
+
+  // True iff the source uses ObserveVerified for this sequence (computing
+  // the predictions costs a top-k over the verify logits).
+  virtual bool WantsPredictions(int64_t handle) const { return false; }
+  // The model's predictions at the tree verified after the sequence's last
+  // observed token. Called after the verify pass and before Observe of that
+  // step's emitted tokens.
+  virtual void ObserveVerified(int64_t handle,
+                               const VerifiedPredictions& predictions) {}
+
+  // OK, or why the sequence can never be drafted as its policy asks (e.g.
+  // FAILED_PRECONDITION: a requested source is not served); then the
+  // scheduler ends the request with this status. Set by Propose.
+  virtual absl::Status Failure(int64_t handle) const {
+    return absl::OkStatus();
+  }
 
   // Returns one tree per ask (empty when the source has nothing, fails or
   // was not asked for tokens), each of at most ask.budget tokens, to verify

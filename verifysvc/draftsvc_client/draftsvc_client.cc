@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 
 namespace lookahead::verifysvc {
+namespace v1 = ::lookahead::v1;
 namespace {
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
@@ -32,7 +33,8 @@ absl::Status DraftClient::OpenSession(absl::string_view session_id,
                                       absl::string_view name_space,
                                       int32_t vocab_size,
                                       absl::Span<const int32_t> prompt_tokens,
-                                      int32_t branch_length) {
+                                      int32_t branch_length,
+                                      const v1::DraftSampling& sampling) {
   lookahead::v1::OpenSessionRequest request;
   request.set_session_id(std::string(session_id));
   request.set_namespace_(std::string(name_space));
@@ -40,6 +42,7 @@ absl::Status DraftClient::OpenSession(absl::string_view session_id,
   request.mutable_prompt_tokens()->Add(prompt_tokens.begin(),
                                        prompt_tokens.end());
   request.set_branch_length(branch_length);
+  if (sampling.ByteSizeLong() > 0) *request.mutable_sampling() = sampling;
   lookahead::v1::OpenSessionResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, options_.session_deadline);
@@ -57,6 +60,10 @@ DraftClient::Step(absl::Span<const DraftRequest> requests, int32_t vocab_size) {
     step->set_decoding_length(r.decoding_length);
     step->set_branch_length(r.branch_length);
     step->set_mode(r.mode);
+    for (v1::DraftSource source : r.sources) step->add_sources(source);
+    for (const v1::PredictionTree& p : r.predictions) {
+      *step->add_predictions() = p;
+    }
   }
   lookahead::v1::StepResponse response;
   grpc::ClientContext context;
@@ -93,14 +100,31 @@ absl::Status DraftClient::CloseSession(absl::string_view session_id) {
 absl::StatusOr<engine::DraftTree> DraftTreeFromProto(
     const lookahead::v1::DraftTree& tree, int32_t vocab_size) {
   const int n = tree.tokens_size();
-  if (tree.parents_size() != n || tree.depths_size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "draft tree lists differ in length: ", n, " tokens, ",
-        tree.parents_size(), " parents, ", tree.depths_size(), " depths"));
+  if (tree.parents_size() != n || tree.depths_size() != n ||
+      (tree.sources_size() != 0 && tree.sources_size() != n) ||
+      (tree.source_sets_size() != 0 && tree.source_sets_size() != n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft tree lists differ in length: ", n, " tokens, ",
+                     tree.parents_size(), " parents, ", tree.depths_size(),
+                     " depths, ", tree.sources_size(), " sources, ",
+                     tree.source_sets_size(), " source sets"));
   }
   engine::DraftTree out;
   out.tokens.reserve(n);
   out.parents.reserve(n);
+  for (int i = 0; i < tree.sources_size(); ++i) {
+    out.sources.push_back(SourceTagFromProto(tree.sources(i)));
+  }
+  for (int i = 0; i < tree.source_sets_size(); ++i) {
+    engine::DraftSourceSet set = 0;
+    for (int s = 0; s < 32; ++s) {
+      if ((tree.source_sets(i) >> s) & 1) {
+        set |= engine::SourceBit(
+            SourceTagFromProto(static_cast<v1::DraftSource>(s)));
+      }
+    }
+    out.source_sets.push_back(set);
+  }
   for (int i = 0; i < n; ++i) {
     const int32_t token = tree.tokens(i);
     const int32_t parent = tree.parents(i);
@@ -121,6 +145,35 @@ absl::StatusOr<engine::DraftTree> DraftTreeFromProto(
     }
     out.tokens.push_back(token);
     out.parents.push_back(parent);
+  }
+  return out;
+}
+
+engine::DraftSourceTag SourceTagFromProto(v1::DraftSource source) {
+  switch (source) {
+    case v1::DRAFT_SOURCE_PROMPT:
+    case v1::DRAFT_SOURCE_OUTPUT:
+      return engine::DraftSourceTag::kTrie;
+    case v1::DRAFT_SOURCE_NGRAM:
+      return engine::DraftSourceTag::kNgram;
+    case v1::DRAFT_SOURCE_ASSISTANT:
+      return engine::DraftSourceTag::kAssistant;
+    default:
+      return engine::DraftSourceTag::kUnknown;
+  }
+}
+
+std::vector<v1::DraftSource> SourcesToProto(engine::DraftSourceSet sources) {
+  std::vector<v1::DraftSource> out;
+  if (sources & engine::SourceBit(engine::DraftSourceTag::kTrie)) {
+    out.push_back(v1::DRAFT_SOURCE_PROMPT);
+    out.push_back(v1::DRAFT_SOURCE_OUTPUT);
+  }
+  if (sources & engine::SourceBit(engine::DraftSourceTag::kNgram)) {
+    out.push_back(v1::DRAFT_SOURCE_NGRAM);
+  }
+  if (sources & engine::SourceBit(engine::DraftSourceTag::kAssistant)) {
+    out.push_back(v1::DRAFT_SOURCE_ASSISTANT);
   }
   return out;
 }

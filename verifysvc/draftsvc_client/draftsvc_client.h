@@ -41,6 +41,11 @@ struct DraftRequest {
   int32_t decoding_length = 0;           // Node budget; 0 = no tree.
   int32_t branch_length = 0;             // 0 = the session's.
   lookahead::v1::DraftMode mode = lookahead::v1::DRAFT_MODE_TRIE_HIERARCHICAL;
+  // Sources the draft may use; empty = draftsvc's --draft_sources.
+  std::vector<lookahead::v1::DraftSource> sources;
+  // The verifier's predictions at the trees verified since the last Step
+  // (root_after relative to accepted_tokens), oldest first.
+  std::vector<lookahead::v1::PredictionTree> predictions;
 };
 
 class DraftClient {
@@ -50,10 +55,12 @@ class DraftClient {
   static std::unique_ptr<DraftClient> Create(const std::string& target,
                                              DraftClientOptions options);
 
+  // `sampling`: the request's (default: greedy), for model-based drafts.
   absl::Status OpenSession(absl::string_view session_id,
                            absl::string_view name_space, int32_t vocab_size,
                            absl::Span<const int32_t> prompt_tokens,
-                           int32_t branch_length);
+                           int32_t branch_length,
+                           const lookahead::v1::DraftSampling& sampling = {});
 
   // Returns one entry per request, in order: the session's draft tree, or
   // its error (NOT_FOUND: reopen the session). The outer status is the RPC's.
@@ -72,11 +79,22 @@ class DraftClient {
   const DraftClientOptions options_;
 };
 
-// Converts a wire tree into the verifier's DraftTree. INVALID_ARGUMENT (naming
-// the node) if the lists differ in length, a parent is not in [-1, i), a depth
-// is inconsistent or a token is outside [0, vocab_size).
+// Converts a wire tree into the verifier's DraftTree, with each node's
+// primary source and source set mapped to engine tags (PROMPT and OUTPUT:
+// kTrie; NGRAM: kNgram; ASSISTANT: kAssistant; others kUnknown; a tree
+// without sources gets none). INVALID_ARGUMENT (naming the node) if the
+// lists differ in length (sources and source_sets may be empty), a parent is
+// not in [-1, i), a depth is inconsistent or a token is outside
+// [0, vocab_size).
 absl::StatusOr<engine::DraftTree> DraftTreeFromProto(
     const lookahead::v1::DraftTree& tree, int32_t vocab_size);
+
+// The engine tag of a wire source (see DraftTreeFromProto).
+engine::DraftSourceTag SourceTagFromProto(lookahead::v1::DraftSource source);
+// The wire sources a set of engine tags stands for: kTrie -> PROMPT and
+// OUTPUT, kNgram -> NGRAM, kAssistant -> ASSISTANT (kUnknown: none).
+std::vector<lookahead::v1::DraftSource> SourcesToProto(
+    engine::DraftSourceSet sources);
 
 }  // namespace lookahead::verifysvc
 

@@ -32,13 +32,17 @@ DraftSessions::~DraftSessions() {
 }
 
 int64_t DraftSessions::Open(std::string name_space, std::vector<int32_t> prompt,
-                            int32_t branch_length) {
+                            int32_t branch_length,
+                            std::vector<lookahead::v1::DraftSource> sources,
+                            lookahead::v1::DraftSampling sampling) {
   absl::MutexLock lock(&mu_);
   const int64_t handle = next_handle_++;
   Session& session = sessions_[handle];
   session.id = absl::StrCat(options_.replica_id, "/", handle);
   session.name_space = std::move(name_space);
   session.branch_length = branch_length;
+  session.sources = std::move(sources);
+  session.sampling = std::move(sampling);
   session.context = std::move(prompt);
   Enqueue({/*close=*/false, handle, session.context});
   ++stats_.open_sessions;
@@ -61,6 +65,9 @@ std::vector<engine::DraftTree> DraftSessions::Step(
       auto it = sessions_.find(entries[i].handle);
       if (it == sessions_.end()) continue;
       Session& session = it->second;
+      // Tokens held back before this entry's: its predictions' roots lie
+      // this much further into what is reported.
+      const size_t held_back = session.unreported.size();
       Append(&session.context, entries[i].accepted);
       Append(&session.unreported, entries[i].accepted);
       if (session.state == State::kClosed && link_up) {
@@ -72,6 +79,16 @@ std::vector<engine::DraftTree> DraftSessions::Step(
         continue;
       }
       if (session.state != State::kOpen || !link_up) continue;
+      if (!session.failure.ok()) {
+        // Its request is ending; keep the trie fed meanwhile.
+        DraftRequest report;
+        report.session_id = session.id;
+        report.accepted_tokens = std::move(session.unreported);
+        session.unreported.clear();
+        requests.push_back(std::move(report));
+        sent.push_back(i);
+        continue;
+      }
       DraftRequest request;
       request.session_id = session.id;
       const size_t report =
@@ -87,6 +104,15 @@ std::vector<engine::DraftTree> DraftSessions::Step(
           session.unreported.empty() ? entries[i].decoding_length : 0;
       request.branch_length = session.branch_length;
       request.mode = entries[i].mode;
+      request.sources = session.sources;
+      for (const lookahead::v1::PredictionTree& p : entries[i].predictions) {
+        // Only trees whose root is among the tokens reported now.
+        const size_t root_after = held_back + p.root_after();
+        if (root_after > report) continue;
+        request.predictions.push_back(p);
+        request.predictions.back().set_root_after(
+            static_cast<int32_t>(root_after));
+      }
       requests.push_back(std::move(request));
       sent.push_back(i);
     }
@@ -123,6 +149,20 @@ std::vector<engine::DraftTree> DraftSessions::Step(
     absl::StatusOr<engine::DraftTree>& result = (*results)[k];
     if (result.ok()) {
       trees[sent[k]] = *std::move(result);
+      continue;
+    }
+    if (absl::IsFailedPrecondition(result.status()) &&
+        !requests[k].sources.empty()) {
+      // A requested source draftsvc does not run: the client's
+      // configuration error, for its request to fail with. The entry
+      // stored nothing: report its tokens again with the next Step.
+      auto it = sessions_.find(entries[sent[k]].handle);
+      if (it == sessions_.end()) continue;
+      it->second.failure = absl::FailedPreconditionError(
+          absl::StrCat("draftsvc: ", result.status().message()));
+      std::vector<int32_t> unapplied = std::move(requests[k].accepted_tokens);
+      Append(&unapplied, it->second.unreported);
+      it->second.unreported = std::move(unapplied);
       continue;
     }
     if (!absl::IsNotFound(result.status())) continue;
@@ -181,6 +221,12 @@ void DraftSessions::Erase(std::map<int64_t, Session>::iterator it) {
   --stats_.open_sessions;
 }
 
+absl::Status DraftSessions::Failure(int64_t handle) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(handle);
+  return it == sessions_.end() ? absl::OkStatus() : it->second.failure;
+}
+
 DraftSessionsStats DraftSessions::Stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
@@ -211,6 +257,7 @@ void DraftSessions::WorkerLoop() {
 void DraftSessions::RunOpen(const Task& task) {
   std::string id, name_space;
   int32_t branch_length = 0;
+  lookahead::v1::DraftSampling sampling;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(task.handle);
@@ -223,13 +270,14 @@ void DraftSessions::RunOpen(const Task& task) {
     id = it->second.id;
     name_space = it->second.name_space;
     branch_length = it->second.branch_length;
+    sampling = it->second.sampling;
   }
   absl::Span<const int32_t> prompt = task.tokens;
   if (static_cast<int>(prompt.size()) > options_.max_reopen_tokens) {
     prompt.remove_prefix(prompt.size() - options_.max_reopen_tokens);
   }
-  absl::Status opened =
-      client_->OpenSession(id, name_space, vocab_size_, prompt, branch_length);
+  absl::Status opened = client_->OpenSession(id, name_space, vocab_size_,
+                                             prompt, branch_length, sampling);
   // ALREADY_EXISTS: an earlier open went through after its deadline.
   const bool ok = opened.ok() || absl::IsAlreadyExists(opened);
 

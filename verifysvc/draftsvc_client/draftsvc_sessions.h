@@ -13,6 +13,14 @@
 // meanwhile. Close() reports the last accepted tokens, so every output
 // reaches the global trie (unless the session had already expired).
 //
+// Reported predictions (SessionStep.predictions) are best effort: they go
+// out with the Step that reports their root's token, and are dropped when
+// that Step fails, the session is not open, or the tokens are held back.
+// A Step entry that draftsvc refuses with FAILED_PRECONDITION while the
+// session asked for explicit sources (a source it does not run) marks the
+// session failed: Failure() returns that status and no further drafts are
+// asked for it.
+//
 // Thread-safety: all methods are safe to call concurrently; Step() is meant
 // for the one scheduler thread.
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTSVC_CLIENT_DRAFTSVC_SESSIONS_H_
@@ -26,6 +34,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -71,14 +80,21 @@ class DraftSessions {
 
   // Starts opening a session for a sequence with this prompt; returns its
   // handle at once (the session serves drafts once the open completes).
+  // `sources`: what every Step of it may draft from (empty: draftsvc's
+  // defaults); `sampling`: the request's, for model-based drafts.
   int64_t Open(std::string name_space, std::vector<int32_t> prompt,
-               int32_t branch_length);
+               int32_t branch_length,
+               std::vector<lookahead::v1::DraftSource> sources = {},
+               lookahead::v1::DraftSampling sampling = {});
 
   struct StepEntry {
     int64_t handle = 0;
     std::vector<int32_t> accepted;  // Emitted since the previous Step.
     int32_t decoding_length = 0;    // 0: report tokens only.
     lookahead::v1::DraftMode mode = lookahead::v1::DRAFT_MODE_TRIE_HIERARCHICAL;
+    // Predictions whose root_after counts tokens of `accepted` (each in
+    // [0, accepted.size()]), oldest first.
+    std::vector<lookahead::v1::PredictionTree> predictions;
   };
   // Reports every entry's tokens and returns its draft tree (empty if the
   // session is not open, draftsvc failed, or it had nothing to propose).
@@ -90,6 +106,10 @@ class DraftSessions {
 
   DraftSessionsStats Stats() const;
 
+  // OK, or the FAILED_PRECONDITION draftsvc answered for the session's
+  // explicit sources (see the class comment). OK for unknown handles.
+  absl::Status Failure(int64_t handle) const;
+
  private:
   // kClosed: the open failed for a transient reason (retried after the
   // backoff); kFailed: draftsvc refused it (e.g. the namespace holds another
@@ -99,6 +119,9 @@ class DraftSessions {
     std::string id;
     std::string name_space;
     int32_t branch_length = 0;
+    std::vector<lookahead::v1::DraftSource> sources;
+    lookahead::v1::DraftSampling sampling;
+    absl::Status failure;  // Not OK: no more drafts (see Failure()).
     State state = State::kOpening;
     std::vector<int32_t> context;     // Prompt + every accepted token.
     std::vector<int32_t> unreported;  // Accepted, not yet given to draftsvc.

@@ -1,5 +1,6 @@
 #include "verifysvc/draftsvc_client/draftsvc_source.h"
 
+#include <iterator>
 #include <utility>
 
 namespace lookahead::verifysvc {
@@ -12,6 +13,20 @@ lookahead::v1::DraftMode WireMode(DraftMode mode) {
 }
 
 }  // namespace
+
+lookahead::v1::PredictionTree PackPredictions(
+    const VerifiedPredictions& predictions, int root_after) {
+  lookahead::v1::PredictionTree tree;
+  tree.set_root_after(root_after);
+  tree.mutable_tokens()->Add(predictions.tokens.begin(),
+                             predictions.tokens.end());
+  tree.mutable_parents()->Add(predictions.parents.begin(),
+                              predictions.parents.end());
+  tree.set_k(predictions.k);
+  tree.mutable_top_tokens()->Add(predictions.top_tokens.begin(),
+                                 predictions.top_tokens.end());
+  return tree;
+}
 
 std::unique_ptr<DraftsvcSource> DraftsvcSource::Connect(
     const std::string& target, int32_t vocab_size,
@@ -28,17 +43,49 @@ std::unique_ptr<DraftsvcSource> DraftsvcSource::Connect(
 int64_t DraftsvcSource::Open(const DraftPolicy& policy,
                              absl::Span<const int32_t> prompt) {
   if (!policy.enabled()) return 0;
+  lookahead::v1::DraftSampling sampling;
+  sampling.set_temperature(policy.sampling.temperature);
+  sampling.set_top_p(policy.sampling.top_p);
+  sampling.set_top_k(policy.sampling.top_k);
+  sampling.set_seed(policy.sampling.seed);
   const int64_t handle = sessions_->Open(
       policy.name_space, std::vector<int32_t>(prompt.begin(), prompt.end()),
-      policy.branch_length);
-  fresh_[handle];
+      policy.branch_length, SourcesToProto(policy.sources), sampling);
+  pending_[handle].wants_predictions =
+      policy.MayUse(engine::DraftSourceTag::kNgram);
   return handle;
 }
 
 void DraftsvcSource::Observe(int64_t handle, absl::Span<const int32_t> tokens) {
-  auto it = fresh_.find(handle);
-  if (it == fresh_.end()) return;
-  it->second.insert(it->second.end(), tokens.begin(), tokens.end());
+  auto it = pending_.find(handle);
+  if (it == pending_.end()) return;
+  it->second.fresh.insert(it->second.fresh.end(), tokens.begin(), tokens.end());
+}
+
+bool DraftsvcSource::WantsPredictions(int64_t handle) const {
+  auto it = pending_.find(handle);
+  return it != pending_.end() && it->second.wants_predictions;
+}
+
+void DraftsvcSource::ObserveVerified(int64_t handle,
+                                     const VerifiedPredictions& predictions) {
+  auto it = pending_.find(handle);
+  if (it == pending_.end() || !it->second.wants_predictions ||
+      predictions.k < 1) {
+    return;
+  }
+  Pending& pending = it->second;
+  // The root is the last buffered token (or, with none buffered, the last
+  // token draftsvc has already seen).
+  pending.predictions.push_back(
+      PackPredictions(predictions, static_cast<int>(pending.fresh.size())));
+  while (static_cast<int>(pending.predictions.size()) > kMaxPredictionTrees) {
+    pending.predictions.pop_front();
+  }
+}
+
+absl::Status DraftsvcSource::Failure(int64_t handle) const {
+  return sessions_->Failure(handle);
 }
 
 std::vector<engine::DraftTree> DraftsvcSource::Propose(
@@ -49,21 +96,25 @@ std::vector<engine::DraftTree> DraftsvcSource::Propose(
   // % of a one-token step) and keep the tokens for a later one.
   bool call = false;
   for (const DraftAsk& ask : asks) {
-    auto it = fresh_.find(ask.handle);
-    if (it == fresh_.end()) continue;
+    auto it = pending_.find(ask.handle);
+    if (it == pending_.end()) continue;
     call = call || ask.budget > 0 ||
-           static_cast<int>(it->second.size()) >= kMaxUnreportedTokens;
+           static_cast<int>(it->second.fresh.size()) >= kMaxUnreportedTokens;
   }
   if (!call) return trees;
   std::vector<DraftSessions::StepEntry> entries;
   std::vector<size_t> which;
   for (size_t i = 0; i < asks.size(); ++i) {
-    auto it = fresh_.find(asks[i].handle);
-    if (it == fresh_.end()) continue;
+    auto it = pending_.find(asks[i].handle);
+    if (it == pending_.end()) continue;
     DraftSessions::StepEntry entry;
     entry.handle = asks[i].handle;
-    entry.accepted = std::move(it->second);
-    it->second.clear();
+    entry.accepted = std::move(it->second.fresh);
+    it->second.fresh.clear();
+    entry.predictions.assign(
+        std::make_move_iterator(it->second.predictions.begin()),
+        std::make_move_iterator(it->second.predictions.end()));
+    it->second.predictions.clear();
     entry.decoding_length = asks[i].budget;
     entry.mode = WireMode(asks[i].mode);
     entries.push_back(std::move(entry));
@@ -75,17 +126,21 @@ std::vector<engine::DraftTree> DraftsvcSource::Propose(
   for (size_t k = 0; k < which.size(); ++k) {
     engine::DraftTree& tree = got[k];
     engine::TrimDraft(&tree, asks[which[k]].budget);
-    tree.sources.assign(tree.tokens.size(), engine::DraftSourceTag::kTrie);
+    if (tree.sources.size() != tree.tokens.size()) {
+      // A draftsvc that tags nothing drafts from its tries alone.
+      tree.sources.assign(tree.tokens.size(), engine::DraftSourceTag::kTrie);
+    }
     trees[which[k]] = std::move(tree);
   }
   return trees;
 }
 
 void DraftsvcSource::Close(int64_t handle) {
-  auto it = fresh_.find(handle);
-  if (it == fresh_.end()) return;
-  sessions_->Close(handle, std::move(it->second));
-  fresh_.erase(it);
+  auto it = pending_.find(handle);
+  if (it == pending_.end()) return;
+  // Predictions still buffered are dropped: the sequence drafts no more.
+  sessions_->Close(handle, std::move(it->second.fresh));
+  pending_.erase(it);
 }
 
 DraftSourceStats DraftsvcSource::Stats() const {

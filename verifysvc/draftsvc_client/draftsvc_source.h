@@ -8,12 +8,20 @@
 // fresh and noticing a restarted draftsvc), and Close reports the rest, so
 // every answer reaches the global trie.
 //
+// Predictions (ObserveVerified) are wanted iff the request may draft from
+// the n-gram pool (its sources include kNgram or are the default). Each is
+// packed as a PredictionTree whose root_after is the number of tokens
+// buffered at that moment (its root is the last of them), buffered beside
+// the tokens (at most kMaxPredictionTrees per sequence, oldest dropped) and
+// sent with them.
+//
 // Thread-safety: Open, Observe, Propose and Close belong to the scheduler
 // thread; Stats is thread-safe.
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTSVC_CLIENT_DRAFTSVC_SOURCE_H_
 #define LOOKAHEAD_VERIFYSVC_DRAFTSVC_CLIENT_DRAFTSVC_SOURCE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +38,9 @@ class DraftsvcSource : public DraftSource {
   // Accepted tokens a sequence may hold back from draftsvc while it wants
   // no drafts: at most one report-only round trip per this many steps.
   static constexpr int kMaxUnreportedTokens = 64;
+  // Prediction trees a sequence buffers between two Steps (draftsvc's
+  // --max_prediction_trees default); older ones are dropped.
+  static constexpr int kMaxPredictionTrees = 8;
 
   // A source over a channel to draftsvc at `target` (e.g.
   // "127.0.0.1:50061"); does not wait for it: an absent draftsvc only means
@@ -43,6 +54,10 @@ class DraftsvcSource : public DraftSource {
   int64_t Open(const DraftPolicy& policy,
                absl::Span<const int32_t> prompt) override;
   void Observe(int64_t handle, absl::Span<const int32_t> tokens) override;
+  bool WantsPredictions(int64_t handle) const override;
+  void ObserveVerified(int64_t handle,
+                       const VerifiedPredictions& predictions) override;
+  absl::Status Failure(int64_t handle) const override;
   std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,
                                          bool* called) override;
   void Close(int64_t handle) override;
@@ -55,10 +70,22 @@ class DraftsvcSource : public DraftSource {
       : client_(std::move(client)), sessions_(std::move(sessions)) {}
 
   const std::unique_ptr<DraftClient> client_;
+  struct Pending {
+    bool wants_predictions = false;
+    std::vector<int32_t> fresh;  // Emitted since the last report.
+    // Predictions since the last report, root_after relative to `fresh`.
+    std::deque<lookahead::v1::PredictionTree> predictions;
+  };
+
   const std::unique_ptr<DraftSessions> sessions_;  // uses client_
-  // Per open handle: tokens emitted since the last report.
-  std::map<int64_t, std::vector<int32_t>> fresh_;
+  // Per open handle.
+  std::map<int64_t, Pending> pending_;
 };
+
+// `predictions` as a PredictionTree hung after the first `root_after` tokens
+// of the Step entry that carries it.
+lookahead::v1::PredictionTree PackPredictions(
+    const VerifiedPredictions& predictions, int root_after);
 
 }  // namespace lookahead::verifysvc
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/model/draft_tree.h"
 
 namespace lookahead::verifysvc {
 
@@ -20,6 +21,13 @@ enum class FinishReason {
   kLength,      // max_new_tokens reached
   kEos,         // an end-of-generation token
   kStopString,  // a stop string appeared (not included in the text)
+};
+
+// One draft source's share of a request's drafts.
+struct SourceUsage {
+  engine::DraftSourceTag source = engine::DraftSourceTag::kUnknown;
+  int64_t draft_tokens = 0;           // draft tokens it proposed, verified
+  int64_t accepted_draft_tokens = 0;  // of them, kept in the output
 };
 
 // Per-request usage, on the last output of a sequence.
@@ -38,6 +46,10 @@ struct Usage {
   int64_t accepted_draft_tokens = 0;  // of them, kept in the output
   // Prompt tokens whose K/V came from the prefix cache (not prefilled).
   int cached_prompt_tokens = 0;
+  // Per source that proposed any verified draft token, in tag order. A
+  // node several sources proposed counts for each of them, so these may
+  // sum to more than draft_tokens / accepted_draft_tokens.
+  std::vector<SourceUsage> sources;
   FinishReason finish_reason = FinishReason::kNone;
 };
 

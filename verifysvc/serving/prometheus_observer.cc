@@ -93,6 +93,27 @@ absl::Status AddTokenSeries(const Series& s, int max_position,
     m->accepted_per_position.push_back(
         per_position->WithLabels({s.model, absl::StrCat(d)}));
   }
+  ASSIGN_OR_RETURN(
+      metrics::CounterFamily * drafts_per_source,
+      s.registry->AddCounter(
+          "lookahead_spec_decode_num_draft_tokens_per_source_total",
+          "Draft tokens verified, by the source that proposed them (a node "
+          "several sources proposed counts for each).",
+          {"model", "source"}));
+  ASSIGN_OR_RETURN(
+      metrics::CounterFamily * accepted_per_source,
+      s.registry->AddCounter(
+          "lookahead_spec_decode_num_accepted_tokens_per_source_total",
+          "Draft tokens accepted (emitted), by the source that proposed "
+          "them (a node several sources proposed counts for each).",
+          {"model", "source"}));
+  for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
+    const char* label = SourceLabel(static_cast<engine::DraftSourceTag>(t));
+    m->draft_tokens_per_source.push_back(
+        drafts_per_source->WithLabels({s.model, label}));
+    m->accepted_tokens_per_source.push_back(
+        accepted_per_source->WithLabels({s.model, label}));
+  }
 
   return absl::OkStatus();
 }
@@ -182,6 +203,20 @@ absl::Status AddPrefixCacheSeries(const Series& s, VerifierMetrics* m) {
 
 }  // namespace
 
+const char* SourceLabel(engine::DraftSourceTag source) {
+  switch (source) {
+    case engine::DraftSourceTag::kTrie:
+      return "trie";
+    case engine::DraftSourceTag::kNgram:
+      return "ngram";
+    case engine::DraftSourceTag::kAssistant:
+      return "assistant";
+    case engine::DraftSourceTag::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
 absl::StatusOr<std::unique_ptr<VerifierMetrics>> VerifierMetrics::Create(
     metrics::Registry* registry, const std::string& model, int max_position) {
   auto m = std::make_unique<VerifierMetrics>();
@@ -238,6 +273,14 @@ void PrometheusObserver::OnDraftVerified(int verified, int accepted) {
   for (int d = 1; d <= accepted; ++d) {
     m_->accepted_per_position[std::min<size_t>(d, positions) - 1]->Increment();
   }
+}
+
+void PrometheusObserver::OnDraftSourceVerified(engine::DraftSourceTag source,
+                                               int verified, int accepted) {
+  const size_t t = static_cast<size_t>(source);
+  if (t >= m_->draft_tokens_per_source.size()) return;
+  m_->draft_tokens_per_source[t]->Increment(verified);
+  m_->accepted_tokens_per_source[t]->Increment(accepted);
 }
 
 void PrometheusObserver::OnDraftCall(double seconds, int64_t new_failures,

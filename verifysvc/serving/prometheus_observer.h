@@ -26,6 +26,10 @@
 
 namespace lookahead::verifysvc {
 
+// The `source` label value of a draft source tag: "unknown", "trie",
+// "ngram", "assistant".
+const char* SourceLabel(engine::DraftSourceTag source);
+
 struct VerifierMetrics {
   // Registers every series in `registry` (not owned; must outlive this).
   // `max_position`: deepest draft position with its own acceptance series.
@@ -51,6 +55,10 @@ struct VerifierMetrics {
   metrics::Counter* accepted_tokens = nullptr;
   // [d - 1]: draft tokens accepted at depth d (the last entry: deeper too).
   std::vector<metrics::Counter*> accepted_per_position;
+  // [tag]: draft tokens verified / accepted that engine::DraftSourceTag
+  // `tag` proposed (label source="unknown", "trie", "ngram", "assistant").
+  std::vector<metrics::Counter*> draft_tokens_per_source;
+  std::vector<metrics::Counter*> accepted_tokens_per_source;
 
   metrics::Histogram* step_seconds = nullptr;
   metrics::Histogram* forward_seconds = nullptr;
@@ -87,6 +95,8 @@ class PrometheusObserver : public SchedulerObserver {
   void OnFirstToken(int prompt_tokens, double seconds) override;
   void OnSequenceStep(int tokens) override;
   void OnDraftVerified(int verified, int accepted) override;
+  void OnDraftSourceVerified(engine::DraftSourceTag source, int verified,
+                             int accepted) override;
   void OnDraftCall(double seconds, int64_t new_failures,
                    bool available) override;
   void OnStep(const StepReport& step) override;

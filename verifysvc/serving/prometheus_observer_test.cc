@@ -42,5 +42,32 @@ TEST(PrometheusObserverTest, ExportsPrefixCacheSeries) {
                         "5\n"));
 }
 
+TEST(PrometheusObserverTest, ExportsDraftTokensPerSource) {
+  metrics::Registry registry;
+  auto m = VerifierMetrics::Create(&registry, "m", 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  PrometheusObserver observer(m->get());
+  observer.OnDraftSourceVerified(engine::DraftSourceTag::kTrie, 10, 4);
+  observer.OnDraftSourceVerified(engine::DraftSourceTag::kNgram, 6, 3);
+  observer.OnDraftSourceVerified(engine::DraftSourceTag::kTrie, 5, 0);
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("lookahead_spec_decode_num_draft_tokens_per_"
+                              "source_total{model=\"m\",source=\"trie\"} "
+                              "15\n"));
+  EXPECT_THAT(text, HasSubstr("lookahead_spec_decode_num_accepted_tokens_per_"
+                              "source_total{model=\"m\",source=\"trie\"} "
+                              "4\n"));
+  EXPECT_THAT(text, HasSubstr("lookahead_spec_decode_num_draft_tokens_per_"
+                              "source_total{model=\"m\",source=\"ngram\"} "
+                              "6\n"));
+  EXPECT_THAT(text, HasSubstr("lookahead_spec_decode_num_accepted_tokens_per_"
+                              "source_total{model=\"m\",source=\"ngram\"} "
+                              "3\n"));
+  // Every source has its series from the start (0 until it drafts).
+  EXPECT_THAT(text, HasSubstr("lookahead_spec_decode_num_accepted_tokens_per_"
+                              "source_total{model=\"m\",source=\"assistant"
+                              "\"} 0\n"));
+}
+
 }  // namespace
 }  // namespace lookahead::verifysvc

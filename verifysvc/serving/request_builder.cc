@@ -54,6 +54,44 @@ absl::StatusOr<DraftMode> Mode(const RawDraftParams& draft) {
       " is not supported; use OFF, TRIE_HIERARCHICAL or TRIE_PARALLEL"));
 }
 
+absl::StatusOr<engine::DraftSourceSet> Sources(const RawDraftParams& draft,
+                                               const RequestLimits& limits) {
+  if (draft.sources.empty()) return limits.default_draft_sources;
+  engine::DraftSourceSet set = 0;
+  for (size_t i = 0; i < draft.sources.size(); ++i) {
+    switch (draft.sources[i].kind) {
+      case RawDraftParams::Source::Kind::kTrie:
+        set |= engine::SourceBit(engine::DraftSourceTag::kTrie);
+        break;
+      case RawDraftParams::Source::Kind::kNgram:
+        set |= engine::SourceBit(engine::DraftSourceTag::kNgram);
+        break;
+      case RawDraftParams::Source::Kind::kAssistant:
+        set |= engine::SourceBit(engine::DraftSourceTag::kAssistant);
+        break;
+      case RawDraftParams::Source::Kind::kUnsupported:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "draft.sources[", i, "] = ", draft.sources[i].wire,
+            " is not a draft source; use PROMPT or OUTPUT (the token "
+            "tries), NGRAM or ASSISTANT (none = server default)"));
+    }
+  }
+  return set;
+}
+
+// One of W, N, G: 0 = the default, else within [min_set, max].
+absl::StatusOr<int> LookaheadParam(const char* field, int value, int min_set,
+                                   int max, int default_value) {
+  if (value != 0 && (value < min_set || value > max)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft.", field, " = ", value, " is outside ",
+                     min_set > 1 ? absl::StrCat("0 or [", min_set, ", ")
+                                 : std::string("[0, "),
+                     max, "] (0 = server default; --max_", field, ")"));
+  }
+  return value == 0 ? default_value : value;
+}
+
 absl::StatusOr<DraftPolicy> Draft(const RawDraftParams& draft,
                                   const RequestLimits& limits) {
   DraftPolicy policy;
@@ -85,6 +123,19 @@ absl::StatusOr<DraftPolicy> Draft(const RawDraftParams& draft,
   if (policy.mode == DraftMode::kOff) policy.decoding_length = 0;
   policy.branch_length = draft.branch_length == 0 ? limits.default_branch_length
                                                   : draft.branch_length;
+  ASSIGN_OR_RETURN(policy.sources, Sources(draft, limits));
+  ASSIGN_OR_RETURN(policy.lookahead_window,
+                   LookaheadParam("lookahead_window", draft.lookahead_window, 1,
+                                  limits.max_lookahead_window,
+                                  limits.default_lookahead_window));
+  ASSIGN_OR_RETURN(policy.lookahead_ngram,
+                   LookaheadParam("lookahead_ngram", draft.lookahead_ngram, 2,
+                                  limits.max_lookahead_ngram,
+                                  limits.default_lookahead_ngram));
+  ASSIGN_OR_RETURN(policy.lookahead_guess,
+                   LookaheadParam("lookahead_guess", draft.lookahead_guess, 1,
+                                  limits.max_lookahead_guess,
+                                  limits.default_lookahead_guess));
   return policy;
 }
 
@@ -144,6 +195,37 @@ absl::Status CheckTextBytes(const RawPrompt& prompt, int64_t max_bytes,
 }
 
 }  // namespace
+
+absl::StatusOr<DraftPolicy> BuildDraftPolicy(const RawDraftParams& draft,
+                                             const RequestLimits& limits) {
+  return Draft(draft, limits);
+}
+
+absl::Status CheckLookaheadLimits(const RequestLimits& limits) {
+  struct Param {
+    const char* name;
+    int default_value, max, min_set;
+  };
+  const Param params[] = {
+      {"window", limits.default_lookahead_window, limits.max_lookahead_window,
+       1},
+      {"ngram", limits.default_lookahead_ngram, limits.max_lookahead_ngram, 2},
+      {"guess", limits.default_lookahead_guess, limits.max_lookahead_guess, 1},
+  };
+  for (const Param& p : params) {
+    const bool max_ok = p.max == 0 || p.max >= p.min_set;
+    const bool default_ok =
+        p.default_value >= 0 && p.default_value <= p.max &&
+        (p.default_value == 0 || p.default_value >= p.min_set);
+    if (!max_ok || !default_ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--lookahead_", p.name, "=", p.default_value, " and --max_lookahead_",
+          p.name, "=", p.max, ": need 0 <= default <= max",
+          p.min_set > 1 ? absl::StrCat(", each 0 or >= ", p.min_set) : ""));
+    }
+  }
+  return absl::OkStatus();
+}
 
 RequestLimits FitLimitsToTokenizer(RequestLimits limits,
                                    const engine::Tokenizer& tokenizer) {
@@ -268,6 +350,7 @@ absl::StatusOr<GenerationRequest> BuildRequest(
       engine::ValidateStopStrings(request.stop, limits.max_stop_strings));
   ASSIGN_OR_RETURN(request.sampling, Sampling(raw));
   ASSIGN_OR_RETURN(request.draft, Draft(raw.draft, limits));
+  request.draft.sampling = {raw.temperature, raw.top_p, raw.top_k, raw.seed};
   RETURN_IF_ERROR(CheckPromptBytes(raw.prompt, limits));
   ASSIGN_OR_RETURN(request.prompt,
                    EncodePrompt(raw.prompt, tokenizer, limits.vocab_size));

@@ -38,6 +38,18 @@ struct RequestLimits {
   // Draft branch depth when a request leaves branch_length 0; most allowed.
   int default_branch_length = 8;
   int max_branch_length = 32;
+  // Draft sources when a request names none (--draft_sources; bits of
+  // engine::DraftSourceTag; 0 = the draft service's defaults).
+  engine::DraftSourceSet default_draft_sources = 0;
+  // Jacobi lookahead window (W, N, G) when a request leaves them 0
+  // (--lookahead_window/_ngram/_guess), and the most a request may ask for
+  // (--max_lookahead_window/_ngram/_guess). N is 0 or >= 2.
+  int default_lookahead_window = 5;
+  int default_lookahead_ngram = 3;
+  int default_lookahead_guess = 5;
+  int max_lookahead_window = 16;
+  int max_lookahead_ngram = 8;
+  int max_lookahead_guess = 16;
   // Most stop strings per request (--max_stop_strings), and bytes per stop
   // string (--max_stop_bytes). The stop matcher scans its held-back text
   // (shorter than the longest stop string) once per stop string per step,
@@ -75,6 +87,17 @@ struct RawDraftParams {
   int decoding_length = 0;
   int branch_length = 0;
   std::string name_space;
+  // The requested sources (empty = the server's --draft_sources), each
+  // mapped by the front end; kUnsupported keeps the client's wire value.
+  struct Source {
+    enum class Kind { kTrie, kNgram, kAssistant, kUnsupported };
+    Kind kind = Kind::kUnsupported;
+    int wire = 0;  // the client's value, for the kUnsupported message
+  };
+  std::vector<Source> sources;
+  int lookahead_window = 0;  // 0 = the server default
+  int lookahead_ngram = 0;
+  int lookahead_guess = 0;
 };
 
 // A request as the client sent it, before validation.
@@ -139,6 +162,18 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(
 // OK iff `messages` is non-empty and every role is system, user or
 // assistant; else INVALID_ARGUMENT naming the message.
 absl::Status ValidateChat(absl::Span<const engine::ChatMessage> messages);
+
+// The draft policy of `draft` under `limits` (sampling left default).
+// INVALID_ARGUMENT naming the field (draft.mode, draft.decoding_length,
+// draft.branch_length, draft.namespace, draft.sources[i],
+// draft.lookahead_window/_ngram/_guess), its value and the range.
+absl::StatusOr<DraftPolicy> BuildDraftPolicy(const RawDraftParams& draft,
+                                             const RequestLimits& limits);
+
+// OK iff the defaults and maxima of `limits` are consistent: 0 <= default
+// <= max for W, N, G and N's default and max 0 or >= 2; else
+// INVALID_ARGUMENT naming the flags.
+absl::Status CheckLookaheadLimits(const RequestLimits& limits);
 
 // OK iff every id is in [0, vocab_size); else INVALID_ARGUMENT naming
 // `field`[i].

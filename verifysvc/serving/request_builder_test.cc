@@ -328,6 +328,125 @@ TEST_F(RequestBuilderTest, BranchLengthOutOfRangeIsRejected) {
   }
 }
 
+// Sources and the Jacobi window (W, N, G).
+
+RawDraftParams::Source SourceOf(RawDraftParams::Source::Kind kind,
+                                int wire = 0) {
+  RawDraftParams::Source source;
+  source.kind = kind;
+  source.wire = wire;
+  return source;
+}
+
+TEST_F(RequestBuilderTest, SourcesDefaultToTheServersAndAreCarried) {
+  using Kind = RawDraftParams::Source::Kind;
+  RawRequest raw = TokensRequest(3);
+  auto built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.sources, 0u);  // draftsvc's defaults
+  EXPECT_TRUE(built->draft.MayUse(engine::DraftSourceTag::kNgram));
+
+  limits_.default_draft_sources =
+      engine::SourceBit(engine::DraftSourceTag::kTrie);
+  built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.sources, limits_.default_draft_sources);
+  EXPECT_FALSE(built->draft.MayUse(engine::DraftSourceTag::kNgram));
+
+  // The request's own choice wins; duplicates are harmless.
+  raw.draft.sources = {SourceOf(Kind::kNgram), SourceOf(Kind::kAssistant),
+                       SourceOf(Kind::kNgram)};
+  built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.sources,
+            engine::SourceBit(engine::DraftSourceTag::kNgram) |
+                engine::SourceBit(engine::DraftSourceTag::kAssistant));
+  EXPECT_FALSE(built->draft.MayUse(engine::DraftSourceTag::kTrie));
+}
+
+TEST_F(RequestBuilderTest, UnknownSourceIsRejected) {
+  using Kind = RawDraftParams::Source::Kind;
+  for (int wire : {0, 5, -3}) {
+    SCOPED_TRACE(wire);
+    RawRequest raw = TokensRequest(3);
+    raw.draft.sources = {SourceOf(Kind::kTrie, 1),
+                         SourceOf(Kind::kUnsupported, wire)};
+    ExpectInvalid(raw, {absl::StrCat("draft.sources[1] = ", wire,
+                                     " is not a draft source"),
+                        "PROMPT or OUTPUT", "NGRAM or ASSISTANT"});
+  }
+}
+
+TEST_F(RequestBuilderTest, LookaheadWindowDefaultsAndCarries) {
+  RawRequest raw = TokensRequest(3);
+  auto built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.lookahead_window, limits_.default_lookahead_window);
+  EXPECT_EQ(built->draft.lookahead_ngram, limits_.default_lookahead_ngram);
+  EXPECT_EQ(built->draft.lookahead_guess, limits_.default_lookahead_guess);
+  raw.draft.lookahead_window = 16;
+  raw.draft.lookahead_ngram = 2;
+  raw.draft.lookahead_guess = 1;
+  built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.lookahead_window, 16);
+  EXPECT_EQ(built->draft.lookahead_ngram, 2);
+  EXPECT_EQ(built->draft.lookahead_guess, 1);
+}
+
+TEST_F(RequestBuilderTest, LookaheadWindowOutOfRangeIsRejected) {
+  for (int bad : {-1, 17}) {
+    SCOPED_TRACE(bad);
+    RawRequest raw = TokensRequest(3);
+    raw.draft.lookahead_window = bad;
+    ExpectInvalid(raw, {absl::StrCat("draft.lookahead_window = ", bad,
+                                     " is outside [0, 16] (0 = server "
+                                     "default; --max_lookahead_window)")});
+    raw = TokensRequest(3);
+    raw.draft.lookahead_guess = bad;
+    ExpectInvalid(raw, {absl::StrCat("draft.lookahead_guess = ", bad,
+                                     " is outside [0, 16] (0 = server "
+                                     "default; --max_lookahead_guess)")});
+  }
+  for (int bad : {-1, 1, 9}) {
+    SCOPED_TRACE(bad);
+    RawRequest raw = TokensRequest(3);
+    raw.draft.lookahead_ngram = bad;
+    ExpectInvalid(raw, {absl::StrCat("draft.lookahead_ngram = ", bad,
+                                     " is outside 0 or [2, 8] (0 = server "
+                                     "default; --max_lookahead_ngram)")});
+  }
+}
+
+TEST(LookaheadLimitsTest, InconsistentFlagsAreRejected) {
+  RequestLimits limits;
+  EXPECT_TRUE(CheckLookaheadLimits(limits).ok());
+  limits.default_lookahead_window = 17;
+  absl::Status status = CheckLookaheadLimits(limits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("--lookahead_window=17 and --max_lookahead_window=16"));
+  limits = RequestLimits();
+  limits.default_lookahead_ngram = 1;
+  status = CheckLookaheadLimits(limits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("each 0 or >= 2"));
+}
+
+TEST_F(RequestBuilderTest, SamplingReachesTheDraftPolicy) {
+  RawRequest raw = TokensRequest(3);
+  raw.temperature = 0.7f;
+  raw.top_p = 0.9f;
+  raw.top_k = 5;
+  raw.seed = 42;
+  auto built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_FLOAT_EQ(built->draft.sampling.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(built->draft.sampling.top_p, 0.9f);
+  EXPECT_EQ(built->draft.sampling.top_k, 5);
+  EXPECT_EQ(built->draft.sampling.seed, 42u);
+}
+
 TEST_F(RequestBuilderTest, BadNamespaceIsRejected) {
   for (const std::string& bad :
        {std::string("has space"), std::string("slash/"), std::string(129, 'a'),

@@ -1,6 +1,7 @@
 #include "verifysvc/serving/scheduler.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "engine/model/batch.h"
 #include "engine/model/kv_cache.h"
 #include "verifysvc/serving/output_processor.h"
+#include "verifysvc/serving/verify_predictions.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -47,6 +49,9 @@ struct Scheduler::Sequence {
   int steps = 0;
   int64_t draft_tokens = 0;
   int64_t accepted_draft_tokens = 0;
+  // Per engine::DraftSourceTag: draft tokens verified and accepted.
+  std::array<int64_t, engine::kNumDraftSourceTags> source_drafts{};
+  std::array<int64_t, engine::kNumDraftSourceTags> source_accepted{};
   absl::Time admitted;
   absl::Time first_token;
 
@@ -68,6 +73,7 @@ struct Scheduler::StepPlan {
   int64_t draft_total = 0;
   double forward_seconds = 0;
   double plain_step_seconds = 0;  // plain decoding's estimate of this step
+  double prediction_seconds = 0;  // top-k of the verify logits, all rows
 };
 
 // What one step emitted.
@@ -83,11 +89,12 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
   if (options.max_running < 1 || options.max_queued < 0 ||
       options.max_step_tokens < 1 || options.prefill_chunk_tokens < 1 ||
       p.probe_interval < 1 || p.max_probe_interval < p.probe_interval ||
-      p.probe_tokens < 0) {
+      p.probe_tokens < 0 || options.prediction_k < 0) {
     return absl::InvalidArgumentError(
         "scheduler options: max_running, max_step_tokens, "
-        "prefill_chunk_tokens and probe_interval must be >= 1, max_queued "
-        "and probe_tokens >= 0, max_probe_interval >= probe_interval");
+        "prefill_chunk_tokens and probe_interval must be >= 1, max_queued, "
+        "probe_tokens and prediction_k >= 0, max_probe_interval >= "
+        "probe_interval");
   }
   return std::unique_ptr<Scheduler>(
       new Scheduler(model, tokenizer, drafts, std::move(cost), options));
@@ -333,6 +340,8 @@ void Scheduler::CachePrompt(const Sequence& seq) {
 void Scheduler::Step() {
   StepPlan plan = Plan();
   Draft(&plan);
+  // Draft may have ended every sequence (a source failure): nothing to run.
+  if (plan.decoding.empty() && plan.prefill_tokens == 0) return;
   absl::StatusOr<std::vector<torch::Tensor>> logits = RunForward(&plan);
   if (!logits.ok()) {
     // A bug, not bad input (requests are validated): fail this batch only.
@@ -345,7 +354,7 @@ void Scheduler::Step() {
     return;
   }
   StepTally tally;
-  AcceptDrafts(plan, *logits, &tally);
+  AcceptDrafts(&plan, *logits, &tally);
   CommitPrefill(plan, *logits, &tally);
   Record(plan, tally);
 }
@@ -412,6 +421,27 @@ void Scheduler::Draft(StepPlan* plan) {
   for (size_t k = 0; k < which.size(); ++k) {
     plan->trees[which[k]] = std::move(got[k]);
   }
+  // A request its sources can never serve as asked (a requested source
+  // that draftsvc does not run) ends now, with the source's status: a
+  // client configuration error, not something to hide behind no drafts.
+  size_t kept = 0;
+  for (size_t i = 0; i < plan->decoding.size(); ++i) {
+    Sequence* seq = plan->decoding[i];
+    if (seq->draft_handle != 0) {
+      absl::Status failure = drafts_->Failure(seq->draft_handle);
+      if (!failure.ok()) {
+        End(seq, std::move(failure));
+        continue;
+      }
+    }
+    if (kept != i) {  // never self-move: it may empty the tree
+      plan->decoding[kept] = seq;
+      plan->trees[kept] = std::move(plan->trees[i]);
+    }
+    ++kept;
+  }
+  plan->decoding.resize(kept);
+  plan->trees.resize(kept);
 }
 
 absl::StatusOr<std::vector<torch::Tensor>> Scheduler::RunForward(
@@ -446,9 +476,31 @@ absl::StatusOr<std::vector<torch::Tensor>> Scheduler::RunForward(
   return logits;
 }
 
-void Scheduler::AcceptDrafts(const StepPlan& plan,
+void Scheduler::RecyclePredictions(Sequence* seq, const engine::DraftTree& tree,
+                                   const torch::Tensor& logits,
+                                   StepPlan* plan) {
+  if (options_.prediction_k == 0 || seq->draft_handle == 0 ||
+      !drafts_->WantsPredictions(seq->draft_handle)) {
+    return;
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<VerifiedPredictions> predictions =
+      TopPredictions(tree, logits, options_.prediction_k);
+  plan->prediction_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  if (!predictions.ok()) {
+    // A bug (the logits were accepted from), never the client's: no
+    // predictions this step.
+    std::fprintf(stderr, "verifysvc: recycling predictions: %s\n",
+                 predictions.status().ToString().c_str());
+    return;
+  }
+  drafts_->ObserveVerified(seq->draft_handle, *predictions);
+}
+
+void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
                              const std::vector<torch::Tensor>& logits,
                              StepTally* tally) {
+  const StepPlan& plan = *plan_ptr;
   for (size_t i = 0; i < plan.decoding.size(); ++i) {
     Sequence* seq = plan.decoding[i];
     const engine::TreeInput& in = plan.batch[i];
@@ -463,18 +515,39 @@ void Scheduler::AcceptDrafts(const StepPlan& plan,
                    absl::StrCat("accepting the draft: ", committed.message())));
       continue;
     }
-    const int verified = plan.trees[i].size();
+    const engine::DraftTree& tree = plan.trees[i];
+    const int verified = tree.size();
     const int hits = static_cast<int>(accepted->tokens.size()) - 1;
     seq->pacer.Update(verified, hits);
+    // Before Emit, whose Observe reports the step's tokens after the tree.
+    RecyclePredictions(seq, tree, logits[i], plan_ptr);
     // Counted before Emit, whose last output carries the usage.
     seq->draft_tokens += verified;
-    const int kept = Emit(seq, accepted->tokens, hits);
+    std::array<int, engine::kNumDraftSourceTags> source_verified{};
+    for (int j = 0; j < verified; ++j) {
+      const engine::DraftSourceSet set = tree.SourcesOf(j);
+      for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
+        if ((set >> t) & 1) ++source_verified[t];
+      }
+    }
+    for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
+      seq->source_drafts[t] += source_verified[t];
+    }
+    const std::array<int64_t, engine::kNumDraftSourceTags> accepted_before =
+        seq->source_accepted;
+    const int kept = Emit(seq, accepted->tokens, hits, &tree, accepted->path);
     const int kept_hits = std::min(hits, kept);
     tally->accepted += kept_hits;
     ++tally->steps;
     tally->emitted += kept;
     tally->decode_emitted += kept;
     if (verified > 0) observer_->OnDraftVerified(verified, kept_hits);
+    for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
+      if (source_verified[t] == 0) continue;
+      observer_->OnDraftSourceVerified(
+          static_cast<engine::DraftSourceTag>(t), source_verified[t],
+          static_cast<int>(seq->source_accepted[t] - accepted_before[t]));
+    }
   }
 }
 
@@ -530,12 +603,13 @@ void Scheduler::Record(const StepPlan& plan, const StepTally& tally) {
     std::printf(
         "verifysvc: step %lld: %zu decoding + %zu prefilling, %lld tokens "
         "(%d prefill), drafts %d requested %lld verified %lld accepted, "
-        "forward %.1f ms\n",
+        "forward %.1f ms, predictions %.3f ms\n",
         static_cast<long long>(steps_run_), plan.decoding.size(),
         plan.prefilling.size(), static_cast<long long>(plan.batch_tokens),
         plan.prefill_tokens, plan.requested_drafts,
         static_cast<long long>(plan.draft_total),
-        static_cast<long long>(tally.accepted), plan.forward_seconds * 1e3);
+        static_cast<long long>(tally.accepted), plan.forward_seconds * 1e3,
+        plan.prediction_seconds * 1e3);
     std::fflush(stdout);
   }
   absl::MutexLock lock(&mu_);
@@ -551,12 +625,23 @@ void Scheduler::Record(const StepPlan& plan, const StepTally& tally) {
 }
 
 int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens,
-                    int draft_hits) {
+                    int draft_hits, const engine::DraftTree* tree,
+                    absl::Span<const int32_t> path) {
   GenerationOutput out = seq->output.Append(tokens);
   ++seq->steps;
   const int kept = static_cast<int>(out.token_ids.size());
   // Draft tokens count as accepted only if they reached the output.
-  seq->accepted_draft_tokens += std::min(draft_hits, kept);
+  const int kept_hits = std::min(draft_hits, kept);
+  seq->accepted_draft_tokens += kept_hits;
+  if (tree != nullptr) {
+    // path[m] is verify row m: draft node path[m] - 1.
+    for (int m = 1; m <= kept_hits && m < static_cast<int>(path.size()); ++m) {
+      const engine::DraftSourceSet set = tree->SourcesOf(path[m] - 1);
+      for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
+        if ((set >> t) & 1) ++seq->source_accepted[t];
+      }
+    }
+  }
   if (seq->draft_handle != 0)
     drafts_->Observe(seq->draft_handle, out.token_ids);
   observer_->OnSequenceStep(kept);
@@ -589,6 +674,11 @@ Usage Scheduler::UsageOf(const Sequence& seq, FinishReason finish) const {
   usage.accepted_draft_tokens = seq.accepted_draft_tokens;
   usage.queue_seconds = absl::ToDoubleSeconds(seq.admitted - arrival);
   usage.cached_prompt_tokens = seq.cached_prompt_tokens;
+  for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
+    if (seq.source_drafts[t] == 0) continue;
+    usage.sources.push_back({static_cast<engine::DraftSourceTag>(t),
+                             seq.source_drafts[t], seq.source_accepted[t]});
+  }
   return usage;
 }
 

@@ -67,6 +67,11 @@ struct SchedulerOptions {
   // K/V of recent prompt prefixes (not owned; may be shared by schedulers
   // of the same model; null: off). See the class comment.
   engine::PrefixCache* prefix_cache = nullptr;
+  // Token Recycling: the model's top-k predictions at every verified row
+  // (root and draft nodes) are handed to the draft sources that want them
+  // (DraftSource::ObserveVerified); 0 = off. One top-k over the sequence's
+  // verify logits per step.
+  int prediction_k = 4;
   // Print one line per this many steps (batch, tokens, drafts requested,
   // verified and accepted, forward time) to stdout; 0 = never.
   int log_every_steps = 0;
@@ -125,16 +130,23 @@ class Scheduler {
   StepPlan Plan();
   void Draft(StepPlan* plan);
   absl::StatusOr<std::vector<torch::Tensor>> RunForward(StepPlan* plan);
-  void AcceptDrafts(const StepPlan& plan,
-                    const std::vector<torch::Tensor>& logits, StepTally* tally);
+  void AcceptDrafts(StepPlan* plan, const std::vector<torch::Tensor>& logits,
+                    StepTally* tally);
   void CommitPrefill(const StepPlan& plan,
                      const std::vector<torch::Tensor>& logits,
                      StepTally* tally);
   void Record(const StepPlan& plan, const StepTally& tally);
   // Appends one step's tokens to `seq` up to its end (EOS, stop string,
   // length) and streams them; the first `draft_hits` of them are accepted
-  // draft tokens. Returns how many it kept.
-  int Emit(Sequence* seq, absl::Span<const int32_t> tokens, int draft_hits);
+  // draft tokens, nodes `path[1..draft_hits]` - 1 of `tree` (null with no
+  // hits). Returns how many it kept.
+  int Emit(Sequence* seq, absl::Span<const int32_t> tokens, int draft_hits,
+           const engine::DraftTree* tree = nullptr,
+           absl::Span<const int32_t> path = {});
+  // Hands the top-k predictions of the tree verified for `seq` to its
+  // draft sources, if they want them.
+  void RecyclePredictions(Sequence* seq, const engine::DraftTree& tree,
+                          const torch::Tensor& logits, StepPlan* plan);
   Usage UsageOf(const Sequence& seq, FinishReason finish) const;
   void End(Sequence* seq, absl::Status status);
   void CountOutcome(RequestOutcome outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -41,6 +41,11 @@ class SchedulerObserver {
   // A step verified `verified` (>= 1) draft tokens of one sequence; the
   // first `accepted` reached its output.
   virtual void OnDraftVerified(int verified, int accepted) {}
+  // Of those, `source` proposed `verified` (>= 1) and `accepted` of its
+  // tokens reached the output (once per source per sequence step; a node of
+  // several sources counts for each).
+  virtual void OnDraftSourceVerified(engine::DraftSourceTag source,
+                                     int verified, int accepted) {}
   // A draft call that did work: its duration, failures it added, health.
   virtual void OnDraftCall(double seconds, int64_t new_failures,
                            bool available) {}

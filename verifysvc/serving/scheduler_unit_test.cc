@@ -9,6 +9,7 @@
 // second.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -84,6 +85,10 @@ struct FakeSession {
   std::vector<int32_t> observed;  // every token Observe'd, in order
   std::vector<int> asks;          // the budget of every ask, in order
   int closes = 0;
+  std::vector<DraftTree> proposed;  // every tree proposed, in order
+  // Every ObserveVerified, with how many tokens were observed before it.
+  std::vector<std::pair<size_t, VerifiedPredictions>> predictions;
+  absl::Status failure;  // what Failure() returns
 };
 
 // Builds the tree for one ask of `budget` >= 1 tokens.
@@ -145,11 +150,32 @@ class ScriptedDraftSource : public DraftSource {
     }
     stats_.available = true;
     for (size_t i = 0; i < asks.size(); ++i) {
+      FakeSession& s = sessions_.at(asks[i].handle);
       if (asks[i].budget > 0) {
-        trees[i] = script_(sessions_.at(asks[i].handle), asks[i].budget);
+        trees[i] = script_(s, asks[i].budget);
+        s.proposed.push_back(trees[i]);
       }
+      if (!fail_sessions_.ok()) s.failure = fail_sessions_;
     }
     return trees;
+  }
+
+  bool WantsPredictions(int64_t handle) const override {
+    absl::MutexLock lock(&mu_);
+    return wants_predictions_;
+  }
+
+  void ObserveVerified(int64_t handle,
+                       const VerifiedPredictions& predictions) override {
+    absl::MutexLock lock(&mu_);
+    FakeSession& s = sessions_.at(handle);
+    EXPECT_TRUE(wants_predictions_) << "predictions nobody asked for";
+    s.predictions.emplace_back(s.observed.size(), predictions);
+  }
+
+  absl::Status Failure(int64_t handle) const override {
+    absl::MutexLock lock(&mu_);
+    return sessions_.at(handle).failure;
   }
 
   void Close(int64_t handle) override {
@@ -178,6 +204,15 @@ class ScriptedDraftSource : public DraftSource {
   void SetCost(DraftCost cost) {
     absl::MutexLock lock(&mu_);
     cost_ = cost;
+  }
+  void SetWantsPredictions(bool wants) {
+    absl::MutexLock lock(&mu_);
+    wants_predictions_ = wants;
+  }
+  // Every session asked for a draft from now on fails with `status`.
+  void FailSessions(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    fail_sessions_ = std::move(status);
   }
   // REQUIRES: set before the source is used.
   void SetOnObserve(std::function<void(const FakeSession&)> on_observe) {
@@ -215,6 +250,8 @@ class ScriptedDraftSource : public DraftSource {
   int failing_calls_ ABSL_GUARDED_BY(mu_) = 0;
   DraftSourceStats stats_ ABSL_GUARDED_BY(mu_);
   DraftCost cost_ ABSL_GUARDED_BY(mu_);
+  bool wants_predictions_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status fail_sessions_ ABSL_GUARDED_BY(mu_);
 };
 
 // Plain decoding's continuation of each prompt (kSlack tokens past the end).
@@ -314,6 +351,11 @@ class RecordingObserver : public SchedulerObserver {
     absl::MutexLock lock(&mu_);
     draft_calls_.push_back({new_failures, available});
   }
+  void OnDraftSourceVerified(engine::DraftSourceTag source, int verified,
+                             int accepted) override {
+    absl::MutexLock lock(&mu_);
+    per_source_.push_back({static_cast<int>(source), verified, accepted});
+  }
   void OnStep(const StepReport& step) override {
     absl::MutexLock lock(&mu_);
     steps_.push_back(step);
@@ -340,6 +382,11 @@ class RecordingObserver : public SchedulerObserver {
     absl::MutexLock lock(&mu_);
     return steps_;
   }
+  // Every OnDraftSourceVerified: {tag, verified, accepted}.
+  std::vector<std::array<int, 3>> per_source() const {
+    absl::MutexLock lock(&mu_);
+    return per_source_;
+  }
 
  private:
   mutable absl::Mutex mu_;
@@ -348,6 +395,7 @@ class RecordingObserver : public SchedulerObserver {
   int64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<DraftCall> draft_calls_ ABSL_GUARDED_BY(mu_);
   std::vector<StepReport> steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::array<int, 3>> per_source_ ABSL_GUARDED_BY(mu_);
 };
 
 // ---------------------------------------------------------------------------
@@ -1074,6 +1122,195 @@ TEST_F(SchedulerUnitTest, EveryOpenedHandleIsObservedAndClosed) {
   EXPECT_FALSE(source.SessionOf(queued).has_value());
   EXPECT_EQ(source.sessions().size(), 4u);
   EXPECT_EQ(source.Stats().open_sessions, 0);
+}
+
+}  // namespace
+}  // namespace lookahead::verifysvc
+
+namespace lookahead::verifysvc {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Token Recycling, per-source accounting, source failures.
+
+TEST_F(SchedulerUnitTest, PredictionsOfEveryVerifiedRowReachTheSource) {
+  constexpr int kNew = 30;
+  const std::vector<int32_t> prompt = PromptWithoutEos(500, 9, kNew);
+  Continuations truth;
+  truth[prompt] = PlainDecode(prompt, kNew + kSlack);
+  ScriptedDraftSource source(ChainDrafts(&truth, /*right_fraction=*/0.5));
+  source.SetWantsPredictions(true);
+  DraftMixer mixer({&source}, kVocab);
+  SchedulerOptions options;
+  options.prediction_k = 3;
+  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  ASSERT_NE(scheduler, nullptr);
+  RecordingSink sink;
+  ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 6), &sink).ok());
+  ASSERT_TRUE(sink.Wait());
+  ASSERT_TRUE(sink.status().ok()) << sink.status();
+  EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+  scheduler.reset();
+
+  std::optional<FakeSession> session = source.SessionOf(prompt);
+  ASSERT_TRUE(session.has_value());
+  // One per decoding step (every step after the first token), each before
+  // that step's tokens were observed, for the tree proposed for it.
+  ASSERT_FALSE(session->predictions.empty());
+  EXPECT_EQ(session->predictions.size(), session->asks.size());
+  size_t proposed = 0;
+  size_t last_observed = 0;
+  for (const auto& [observed, p] : session->predictions) {
+    SCOPED_TRACE(observed);
+    EXPECT_GE(observed, 1u);  // the first token came from the prefill
+    EXPECT_GT(observed, last_observed);  // each step emits >= 1 token
+    last_observed = observed;
+    ASSERT_LT(observed, session->observed.size());
+    EXPECT_EQ(p.k, 3);
+    ASSERT_EQ(p.top_tokens.size(), 3 * (p.tokens.size() + 1));
+    if (!p.tokens.empty()) {
+      ASSERT_LT(proposed, session->proposed.size());
+      EXPECT_EQ(p.tokens, session->proposed[proposed].tokens);
+      EXPECT_EQ(p.parents, session->proposed[proposed].parents);
+      ++proposed;
+    }
+    // Greedy: the root's best prediction is the next token emitted, and
+    // along the accepted chain each node's best is the token after it.
+    EXPECT_EQ(p.top_tokens[0], session->observed[observed]);
+    for (size_t j = 0;
+         j < p.tokens.size() && observed + j + 1 < session->observed.size() &&
+         p.tokens[j] == session->observed[observed + j];
+         ++j) {
+      EXPECT_EQ(p.top_tokens[3 * (j + 1)], session->observed[observed + j + 1])
+          << "node " << j;
+    }
+    for (int32_t id : p.top_tokens) {
+      EXPECT_GE(id, 0);
+      EXPECT_LT(id, kVocab);
+    }
+  }
+  EXPECT_EQ(proposed, session->proposed.size());
+}
+
+TEST_F(SchedulerUnitTest, NoPredictionsWhenOffOrUnwanted) {
+  constexpr int kNew = 12;
+  const std::vector<int32_t> prompt = PromptWithoutEos(600, 5, kNew);
+  Continuations truth;
+  truth[prompt] = PlainDecode(prompt, kNew + kSlack);
+  for (bool wanted : {false, true}) {
+    SCOPED_TRACE(wanted);
+    ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
+    source.SetWantsPredictions(wanted);
+    DraftMixer mixer({&source}, kVocab);
+    SchedulerOptions options;
+    options.prediction_k = wanted ? 0 : 4;  // off, or nobody wants them
+    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    RecordingSink sink;
+    ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 4), &sink).ok());
+    ASSERT_TRUE(sink.Wait());
+    EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+    scheduler.reset();
+    const std::optional<FakeSession> session = source.SessionOf(prompt);
+    ASSERT_TRUE(session.has_value());
+    EXPECT_TRUE(session->predictions.empty());
+  }
+}
+
+// Even nodes come from the trie alone, odd ones from the trie and the
+// n-gram pool (merged), so per step the trie counts every verified and
+// accepted draft token and the pool every second one.
+TEST_F(SchedulerUnitTest, UsageCountsDraftTokensPerSource) {
+  constexpr int kNew = 40;
+  const std::vector<int32_t> prompt = PromptWithoutEos(700, 7, kNew);
+  Continuations truth;
+  truth[prompt] = PlainDecode(prompt, kNew + kSlack);
+  DraftScript chain = ChainDrafts(&truth, /*right_fraction=*/0.75);
+  ScriptedDraftSource source([chain](const FakeSession& s, int budget) {
+    DraftTree tree = chain(s, budget);
+    for (int j = 0; j < tree.size(); ++j) {
+      tree.sources.push_back(engine::DraftSourceTag::kTrie);
+      tree.source_sets.push_back(
+          engine::SourceBit(engine::DraftSourceTag::kTrie) |
+          (j % 2 == 1 ? engine::SourceBit(engine::DraftSourceTag::kNgram) : 0));
+    }
+    return tree;
+  });
+  DraftMixer mixer({&source}, kVocab);
+  RecordingObserver observer;
+  SchedulerOptions options;
+  options.observer = &observer;
+  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  ASSERT_NE(scheduler, nullptr);
+  RecordingSink sink;
+  ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 8), &sink).ok());
+  ASSERT_TRUE(sink.Wait());
+  ASSERT_TRUE(sink.status().ok()) << sink.status();
+  EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+  scheduler.reset();
+
+  const Usage usage = sink.usage();
+  ASSERT_GT(usage.accepted_draft_tokens, 0);
+  ASSERT_EQ(usage.sources.size(), 2u);
+  EXPECT_EQ(usage.sources[0].source, engine::DraftSourceTag::kTrie);
+  EXPECT_EQ(usage.sources[0].draft_tokens, usage.draft_tokens);
+  EXPECT_EQ(usage.sources[0].accepted_draft_tokens,
+            usage.accepted_draft_tokens);
+  EXPECT_EQ(usage.sources[1].source, engine::DraftSourceTag::kNgram);
+  int64_t ngram_verified = 0;
+  const std::optional<FakeSession> session = source.SessionOf(prompt);
+  ASSERT_TRUE(session.has_value());
+  for (const DraftTree& tree : session->proposed) {
+    ngram_verified += tree.size() / 2;
+  }
+  EXPECT_EQ(usage.sources[1].draft_tokens, ngram_verified);
+  // Per step (trie first, then the pool): the pool's accepted nodes are
+  // the odd ones of the accepted chain.
+  int64_t ngram_accepted = 0;
+  const std::vector<std::array<int, 3>> per_source = observer.per_source();
+  for (size_t i = 0; i < per_source.size(); ++i) {
+    const auto& [tag, verified, accepted] = per_source[i];
+    if (tag != static_cast<int>(engine::DraftSourceTag::kNgram)) continue;
+    ASSERT_GT(i, 0u);
+    const auto& trie = per_source[i - 1];
+    EXPECT_EQ(trie[0], static_cast<int>(engine::DraftSourceTag::kTrie));
+    EXPECT_EQ(verified, trie[1] / 2);
+    EXPECT_EQ(accepted, trie[2] / 2);
+    ngram_accepted += accepted;
+  }
+  EXPECT_EQ(usage.sources[1].accepted_draft_tokens, ngram_accepted);
+  EXPECT_GT(ngram_accepted, 0);
+}
+
+TEST_F(SchedulerUnitTest, SourceFailureEndsTheRequestWithItsStatus) {
+  constexpr int kNew = 20;
+  const std::vector<int32_t> prompt = PromptWithoutEos(800, 6, kNew);
+  Continuations truth;
+  truth[prompt] = PlainDecode(prompt, kNew + kSlack);
+  ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
+  source.FailSessions(absl::FailedPreconditionError(
+      "draftsvc: source DRAFT_SOURCE_ASSISTANT is not served (--assistant)"));
+  DraftMixer mixer({&source}, kVocab);
+  auto scheduler = NewScheduler(&mixer, FlatCost(), SchedulerOptions());
+  ASSERT_NE(scheduler, nullptr);
+  RecordingSink failing, plain;
+  ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 4), &failing).ok());
+  ASSERT_TRUE(failing.Wait());
+  EXPECT_EQ(failing.status().code(), absl::StatusCode::kFailedPrecondition)
+      << failing.status();
+  EXPECT_EQ(failing.status().message(),
+            "draftsvc: source DRAFT_SOURCE_ASSISTANT is not served "
+            "(--assistant)");
+  // It ended at its first drafted step: only the prefill's token went out.
+  EXPECT_EQ(failing.tokens(), Head(truth[prompt], 1));
+  const std::optional<FakeSession> session = source.SessionOf(prompt);
+  ASSERT_TRUE(session.has_value());
+  EXPECT_EQ(session->closes, 1);
+  // The scheduler goes on serving: a request without drafts completes.
+  ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 0), &plain).ok());
+  ASSERT_TRUE(plain.Wait());
+  ASSERT_TRUE(plain.status().ok()) << plain.status();
+  EXPECT_EQ(plain.tokens(), Head(truth[prompt], kNew));
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 # asks a RAG question about real documents (BM25 over the licenses Debian
 # ships in /usr/share/common-licenses), streams the answer, and prints EDL and
 # the speedup over the same request with drafts off, measured in the same
-# run (the two answers must be token for token identical). Then stops both
+# run (the two answers must be token for token identical), with the draft
+# tokens each source (trie, ngram, assistant) got accepted. Then stops both
 # services cleanly (SIGTERM: verifysvc drains, draftsvc flushes).
 #
 #   tools/demo.sh ["another question"]
+#   LOOKAHEAD_DEMO_SOURCES=trie,ngram tools/demo.sh   # choose the sources
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +37,8 @@ grep -m2 -E "model|forward ms" "$work/verifysvc.log" || true
 echo
 
 /usr/bin/python3 clients/python/examples/rag.py --server="$verifysvc" \
-  --question="$QUESTION" --stats
+  --question="$QUESTION" --stats \
+  ${LOOKAHEAD_DEMO_SOURCES:+--sources="$LOOKAHEAD_DEMO_SOURCES"}
 
 echo
 stop_servers  # Shows their clean shutdown lines.

@@ -39,6 +39,9 @@ def parse_args(argv):
                         help="draftsvc namespace (default: the server's)")
     parser.add_argument("--passage_words", type=int, default=250,
                         help="most words per passage (default %(default)s)")
+    parser.add_argument("--sources", default="",
+                        help="draft sources, comma-separated: trie, ngram, "
+                             "assistant (default: the server's)")
     parser.add_argument("--stats", action="store_true",
                         help="rerun with drafts off; check identical tokens; "
                              "print EDL, tokens/s and speedup")
@@ -75,6 +78,7 @@ def print_stats(drafts, plain):
     """Plain decoding ran first, on a cold prompt; the drafted run reused its
     prompt's K/V from verifysvc's prefix cache. The decode-phase speedup is
     the drafts' alone; the end-to-end one also holds the cache's TTFT win."""
+    from lookahead_client import format_source_usage
     d, p = drafts.usage, plain.usage
     print(f"\n--- stats ({d.prompt_tokens} prompt tokens, {d.output_tokens} "
           f"output tokens, {drafts.finish_reason}) ---")
@@ -86,6 +90,8 @@ def print_stats(drafts, plain):
           f"{d.tokens_per_second:.1f} tok/s, TTFT {d.time_to_first_token_seconds:.3f} s "
           f"({d.cached_prompt_tokens} prompt tokens from the prefix cache), "
           f"total {d.total_seconds:.3f} s")
+    print(f"per source: {format_source_usage(d)} accepted/verified draft "
+          f"tokens")
     if d.total_seconds > 0 and decode_seconds(d) > 0:
         print(f"speedup   : {decode_seconds(p) / decode_seconds(d):.2f}x decode "
               f"phase (total - TTFT, drafts alone), "
@@ -107,6 +113,7 @@ def main(argv):
                           "content": user_message(passage, args.question)}],
                    max_new_tokens=args.max_new_tokens, namespace=args.namespace,
                    timeout=args.timeout)
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
 
     def stream(text):
         sys.stdout.write(text)
@@ -115,13 +122,14 @@ def main(argv):
     with Client(args.server) as client:
         try:
             if not args.stats:
-                client.complete(on_text=stream, **request)
+                client.complete(on_text=stream, sources=sources, **request)
                 print()
                 return 0
             # Plain first: it pays for the prompt; the drafted run then
             # finds it in the prefix cache.
             plain = client.complete(draft_mode="off", **request)
-            drafts = client.complete(on_text=stream, **request)
+            drafts = client.complete(on_text=stream, sources=sources,
+                                     **request)
             print()
         except grpc.RpcError as e:
             print(f"\nrag: Generate failed: {e.code().name}: {e.details()}",

@@ -10,7 +10,8 @@ first. The retrieval helpers (bm25, passages) are pure Python and import
 without grpc.
 """
 
-__all__ = ["Client", "Completion", "DRAFT_MODES"]
+__all__ = ["Client", "Completion", "DRAFT_MODES", "DRAFT_SOURCES",
+           "source_usage", "format_source_usage"]
 
 
 def __getattr__(name):

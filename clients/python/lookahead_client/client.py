@@ -28,6 +28,48 @@ DRAFT_MODES = {
     "parallel": draft_pb2.DRAFT_MODE_TRIE_PARALLEL,
 }
 
+# Names accepted in `sources` (DraftParams.sources); empty leaves the
+# server's default (--draft_sources). "trie" is the prompt and output tries.
+DRAFT_SOURCES = {
+    "trie": draft_pb2.DRAFT_SOURCE_PROMPT,
+    "prompt": draft_pb2.DRAFT_SOURCE_PROMPT,
+    "output": draft_pb2.DRAFT_SOURCE_OUTPUT,
+    "ngram": draft_pb2.DRAFT_SOURCE_NGRAM,
+    "assistant": draft_pb2.DRAFT_SOURCE_ASSISTANT,
+}
+
+# The name Usage.sources reports a source under: the verifier counts the
+# prompt and output tries as one source, "trie".
+SOURCE_NAMES = {
+    draft_pb2.DRAFT_SOURCE_UNSPECIFIED: "unknown",
+    draft_pb2.DRAFT_SOURCE_PROMPT: "trie",
+    draft_pb2.DRAFT_SOURCE_OUTPUT: "trie",
+    draft_pb2.DRAFT_SOURCE_NGRAM: "ngram",
+    draft_pb2.DRAFT_SOURCE_ASSISTANT: "assistant",
+}
+
+
+def source_usage(usage) -> "dict[str, Tuple[int, int]]":
+    """{source name: (draft tokens verified, of them accepted)} of a Usage.
+    A node several sources proposed counts for each of them."""
+    out = {}
+    for s in usage.sources:
+        name = SOURCE_NAMES.get(s.source, f"source {s.source}")
+        drafted, accepted = out.get(name, (0, 0))
+        out[name] = (drafted + s.draft_tokens,
+                     accepted + s.accepted_draft_tokens)
+    return out
+
+
+def format_source_usage(usage) -> str:
+    """"trie 40/90, ngram 12/30" (accepted/verified per source), or "none"."""
+    per_source = source_usage(usage)
+    if not per_source:
+        return "none"
+    return ", ".join(f"{name} {accepted}/{drafted}"
+                     for name, (drafted, accepted) in sorted(per_source.items()))
+
+
 # A chat turn: {"role": ..., "content": ...} or (role, content).
 ChatTurn = Union[Mapping[str, str], Tuple[str, str]]
 
@@ -85,6 +127,8 @@ class Client:
                  draft_mode: Optional[str] = None,
                  namespace: str = "",
                  decoding_length: int = 0,
+                 sources: Sequence[str] = (),
+                 lookahead: Tuple[int, int, int] = (0, 0, 0),
                  timeout: Optional[float] = None,
                  ) -> Iterator["generation_pb2.GenerateResponse"]:
         """Streams GenerateResponse messages, one per decoding step; the last
@@ -93,14 +137,18 @@ class Client:
         Exactly one of `prompt` (raw text), `chat` (rendered with the model's
         chat template) or `tokens` (ids used as given). Zeros mean the
         server's defaults; temperature 0 is greedy. `draft_mode` is one of
-        DRAFT_MODES' keys or None. `timeout` is the whole call's deadline in
-        seconds. Closing the iterator early cancels the call on the server.
+        DRAFT_MODES' keys or None. `sources` are DRAFT_SOURCES' keys (empty:
+        the server's); a source the server does not run fails the call with
+        FAILED_PRECONDITION. `lookahead` is the Jacobi window (W, N, G), 0 =
+        the server's. `timeout` is the whole call's deadline in seconds.
+        Closing the iterator early cancels the call on the server.
         """
         request = build_request(
             prompt, chat=chat, tokens=tokens, max_new_tokens=max_new_tokens,
             temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
             stop=stop, draft_mode=draft_mode, namespace=namespace,
-            decoding_length=decoding_length)
+            decoding_length=decoding_length, sources=sources,
+            lookahead=lookahead)
         call = self._stub.Generate(request, timeout=timeout)
         try:
             yield from call
@@ -186,6 +234,8 @@ def build_request(prompt: Optional[str] = None, *,
                   draft_mode: Optional[str] = None,
                   namespace: str = "",
                   decoding_length: int = 0,
+                  sources: Sequence[str] = (),
+                  lookahead: Tuple[int, int, int] = (0, 0, 0),
                   ) -> "generation_pb2.GenerateRequest":
     """The GenerateRequest for Client.generate's arguments. The server checks
     the values; this only checks what the message cannot express."""
@@ -194,6 +244,11 @@ def build_request(prompt: Optional[str] = None, *,
     if draft_mode is not None and draft_mode not in DRAFT_MODES:
         raise ValueError(f"draft_mode {draft_mode!r} is not one of "
                          f"{sorted(DRAFT_MODES)} (or None for the default)")
+    for source in sources:
+        if source not in DRAFT_SOURCES:
+            raise ValueError(f"draft source {source!r} is not one of "
+                             f"{sorted(DRAFT_SOURCES)}")
+    window, ngram, guess = lookahead
     request = generation_pb2.GenerateRequest(
         max_new_tokens=max_new_tokens,
         sampling=generation_pb2.SamplingParams(
@@ -202,7 +257,11 @@ def build_request(prompt: Optional[str] = None, *,
         draft=generation_pb2.DraftParams(
             mode=DRAFT_MODES.get(draft_mode, draft_pb2.DRAFT_MODE_UNSPECIFIED),
             decoding_length=decoding_length,
-            namespace=namespace))
+            namespace=namespace,
+            sources=[DRAFT_SOURCES[source] for source in sources],
+            lookahead_window=window,
+            lookahead_ngram=ngram,
+            lookahead_guess=guess))
     if chat is not None:
         request.chat.CopyFrom(chat_messages(chat))
     elif tokens is not None:

@@ -100,6 +100,28 @@ class ClientEndToEndTest(unittest.TestCase):
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("top_p", caught.exception.details())
 
+    def test_trie_source_usage_is_per_source(self):
+        from lookahead_client import source_usage
+        # The prompt repeats itself: the prompt trie drafts its second half.
+        done = self.client.complete(PROMPT, max_new_tokens=32,
+                                    sources=["trie"], timeout=TIMEOUT_S)
+        per_source = source_usage(done.usage)
+        self.assertLessEqual(set(per_source), {"trie"}, per_source)
+        drafted, accepted = per_source.get("trie", (0, 0))
+        self.assertEqual(drafted, done.usage.draft_tokens)
+        self.assertEqual(accepted, done.usage.accepted_draft_tokens)
+
+    def test_bad_lookahead_window_names_the_field(self):
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.client.complete(PROMPT, max_new_tokens=4, lookahead=(0, 1, 0),
+                                 timeout=TIMEOUT_S)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("draft.lookahead_ngram = 1", caught.exception.details())
+
+    def test_unknown_source_name_is_a_value_error(self):
+        with self.assertRaises(ValueError):
+            self.client.complete(PROMPT, sources=["tree"], timeout=TIMEOUT_S)
+
     def test_stats(self):
         before = self.client.stats(timeout=TIMEOUT_S)
         self.client.complete(PROMPT, max_new_tokens=4, draft_mode="off",

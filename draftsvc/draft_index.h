@@ -1,7 +1,15 @@
 // DraftIndex: draftsvc's in-memory state. Per namespace, a global counted
-// trie of accepted outputs; per open session, a private prompt trie and the
-// context tail. Every change to a global trie is described to a MutationSink
-// (the RocksDB store) so that disk follows memory; nothing here waits for it.
+// trie of accepted outputs, an n-gram pool (the verifiers' recycled top-k
+// predictions and Jacobi n-grams) and the sources' acceptance calibration;
+// per open session, a private prompt trie, a private n-gram pool (n-grams
+// whose key reaches into the prompt) and the context tail. Every change to
+// a global trie or namespace pool is described to a MutationSink (the
+// RocksDB store) so that disk follows memory; nothing here waits for it.
+//
+// Isolation: what comes from a session's prompt (its trie, and recycled
+// predictions whose key holds a prompt token or an unverified draft token,
+// which may have been copied from the prompt) never leaves the session;
+// nothing crosses namespaces.
 //
 // Sessions hold an idle lease (IndexOptions::session_lease): a background
 // thread of the index expires the ones nobody used for that long.
@@ -29,7 +37,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "draftsvc/draft_mix.h"
 #include "draftsvc/draft_tree_builder.h"
+#include "draftsvc/ngram_pool.h"
+#include "draftsvc/source_calibration.h"
 #include "draftsvc/token_trie.h"
 #include "draftsvc/trie_mutation.h"
 
@@ -84,6 +95,76 @@ struct IndexOptions {
   // frees a dead verifier's memory sooner but risks expiring a stalled live
   // one (it only loses drafts). InfiniteDuration(): never expire.
   absl::Duration session_lease = absl::Minutes(5);
+
+  // ---- N-gram pools (issue 15) ----
+  // Whether namespaces keep n-gram pools (DraftSource::kNgram). false:
+  // predictions and n-grams are validated and dropped, kNgram is never
+  // proposed.
+  bool ngram_enabled = true;
+  // Each namespace's pool (persisted). Its max_key_tokens also bounds the
+  // keys of recycled predictions.
+  NgramPoolOptions ngram;
+  // Each session's private pool (not persisted, dropped at close): the
+  // predictions whose key reaches into the prompt or into unverified draft
+  // tokens. Its key/continuation lengths are ngram's.
+  int64_t session_ngram_capacity_entries = 16384;
+  // Limits on a Step entry's predictions and n-grams (INVALID_ARGUMENT).
+  int32_t max_prediction_trees = 8;  // PredictionTrees per entry.
+  int32_t max_prediction_k = 8;      // Top-k per row.
+  int32_t max_step_ngrams = 64;      // Jacobi n-grams per entry.
+  int32_t ngram_max_tokens = 8;      // Longest n-gram, >= 2.
+  // Continuations looked up per pool per expanded draft node: the widest
+  // fan-out the pools give one node.
+  int32_t ngram_lookup_results = 4;
+  // Per-source acceptance estimates (SourceCalibration).
+  CalibrationOptions calibration;
+};
+
+// The verifier's top-k predictions at every node of a tree it verified
+// (v1.PredictionTree, neutral). Spans: owned by the caller for the call.
+struct PredictionInput {
+  // The tree hangs below the session's last token after the first
+  // root_after accepted tokens of the same Append. In [0, accepted size].
+  int32_t root_after = 0;
+  absl::Span<const int32_t> tokens;      // Verified draft nodes.
+  absl::Span<const int32_t> parents;     // parents[i] in [-1, i).
+  int32_t k = 0;                         // In [1, max_prediction_k].
+  absl::Span<const int32_t> top_tokens;  // k x (tokens size + 1), best first.
+};
+
+// One Step entry's input to Append.
+struct StepInput {
+  absl::Span<const int32_t> accepted;        // Tokens accepted since last Step.
+  std::vector<PredictionInput> predictions;  // Oldest first.
+  std::vector<absl::Span<const int32_t>> ngrams;  // Jacobi n-grams.
+};
+
+// A retrieval: which sources, how much, how arranged.
+struct RetrieveRequest {
+  // 0..max_decoding_length nodes (0: empty tree).
+  int32_t decoding_length = 0;
+  // Deepest node: 0 = the session's branch_length; else
+  // 1..max_branch_length.
+  int32_t branch_length = 0;
+  DraftMode mode = DraftMode::kHierarchical;
+  // SourceBit set of the sources to draft from. kPrompt or kOutput: both
+  // tries. kNgram: the namespace's and the session's pools (ignored when
+  // ngram_enabled is false). kAssistant: only through `extra`.
+  uint32_t sources = SourceBit(DraftSource::kPrompt) |
+                     SourceBit(DraftSource::kOutput) |
+                     SourceBit(DraftSource::kNgram);
+  // Candidates from sources outside the index (the assistant model), mixed
+  // in like the index's own.
+  std::vector<CandidateTree> extra;
+};
+
+// What one source has done in a namespace.
+struct SourceStatsRow {
+  DraftSource source = DraftSource::kOutput;
+  int64_t proposed = 0;  // Draft nodes sent and judged (see Append).
+  int64_t accepted = 0;  // Of those, accepted.
+  // Calibrated acceptance of a rank-0 node at depths 1.. given its parent.
+  std::vector<float> depth_acceptance;
 };
 
 struct OpenResult {
@@ -105,6 +186,12 @@ struct NamespaceStats {
   int64_t prompt_nodes = 0;  // Summed over open sessions' prompt tries.
   int64_t prunes = 0;
   int64_t memory_bytes = 0;  // Global trie only.
+  // The namespace's n-gram pool (sessions' private pools excluded).
+  int64_t ngram_entries = 0;
+  int64_t ngram_keys = 0;
+  int64_t ngram_prunes = 0;
+  // Every DraftSource, in enum order.
+  std::vector<SourceStatsRow> sources;
 };
 
 class DraftIndex {
@@ -140,6 +227,16 @@ class DraftIndex {
   // order: parents before children); count >= 1. Emits no mutations.
   absl::Status RestoreNode(absl::string_view ns, absl::Span<const int32_t> path,
                            int64_t count);
+  // Restores one stored entry of ns's n-gram pool (NgramPool::Restore).
+  // Ids are checked against the namespace's vocab_size. A no-op when
+  // ngram_enabled is false. The writes that make a store written under
+  // other pool options match the pool again are kept for FinishRestore.
+  // REQUIRES: RestoreNamespace(ns) done.
+  absl::Status RestoreNgram(absl::string_view ns, absl::Span<const int32_t> key,
+                            absl::Span<const int32_t> continuation,
+                            int64_t count);
+  // After the scan: submits what RestoreNgram kept (nothing to wait for).
+  void FinishRestore();
 
   // ---- Sessions ----
   // Opens `session_id` (1..256 bytes) in namespace `ns` (created on first
@@ -171,14 +268,56 @@ class DraftIndex {
   absl::Status Append(absl::string_view session_id,
                       absl::Span<const int32_t> tokens,
                       std::function<void(absl::Status)> on_durable);
+  // As above, plus the entry's recycled predictions and Jacobi n-grams, all
+  // validated before anything changes (INVALID_ARGUMENT naming the field,
+  // index, value and limit: predictions over max_prediction_trees, a tree
+  // over max_decoding_length nodes, parents/tokens size mismatch, parent
+  // outside [-1, i), k outside [1, max_prediction_k], top_tokens size not
+  // k x (nodes + 1), root_after outside [0, accepted size], more than
+  // max_step_ngrams n-grams, an n-gram length outside [2,
+  // ngram_max_tokens], any id outside [0, vocab_size)). Then, in order:
+  //  1. Calibration: if `accepted` is not empty and the session has a tree
+  //     from the last Retrieve, the accepted tokens are walked down it (the
+  //     first follows the root); every node whose parent was accepted (root
+  //     children always) is judged, accepted iff on that walk, once for
+  //     each source of its set at its rank there; the tree is then
+  //     forgotten.
+  //  2. The windows go into the trie (as above).
+  //  3. Each PredictionTree row (row 0 the root, row i + 1 node i) has the
+  //     context "session tokens up to the root + the path root->node"; for
+  //     its rank-r prediction t (r = 0..k-1) and j = 1..max_key_tokens, the
+  //     pool gets key = the context's last j tokens, continuation = [t],
+  //     count k - r (so the best-ranked prediction outweighs the rest and
+  //     repeats add up). A key that holds a prompt position, or a draft
+  //     node the accepted tokens did not confirm (the draft may have been
+  //     copied from the private prompt), goes to the session's pool; the
+  //     rest to the namespace's.
+  //  4. Each n-gram x (n tokens): key = its first j tokens, continuation =
+  //     the rest (cut to max_continuation_tokens), j = 1..min(
+  //     max_key_tokens, n - 1), count 1, into the namespace's pool (the
+  //     model's own guesses on output positions).
+  // The namespace's trie and pool mutations go to the sink in one batch
+  // sequence, in apply order, covered by on_durable.
+  absl::Status Append(absl::string_view session_id, const StepInput& input,
+                      std::function<void(absl::Status)> on_durable);
 
   // Draft tree for the session's next position: at most decoding_length
   // (0..max_decoding_length; 0 -> empty tree) nodes, at most branch_length
   // deep (0 = the session's; else 1..max_branch_length). Never waits for
   // disk. Errors: NOT_FOUND; INVALID_ARGUMENT naming the limit.
+  // The tries alone, scores are counts (x prompt_boost): the Ant baseline
+  // (benchmarks, ablations). Remembers nothing for calibration.
   absl::StatusOr<TrieDraft> Retrieve(absl::string_view session_id,
                                      int32_t decoding_length,
                                      int32_t branch_length, DraftMode mode);
+  // The mixed tree (draft_mix.h) of the requested sources: each proposes up
+  // to decoding_length candidates (the tries by BuildTrieDraft, prompt and
+  // output separately; the pools by NgramCandidates from the context
+  // suffix), MixDrafts keeps the best decoding_length by calibrated
+  // probability (score = that probability). The session remembers the tree
+  // for the next Append's calibration. Errors as above.
+  absl::StatusOr<TrieDraft> Retrieve(absl::string_view session_id,
+                                     const RetrieveRequest& request);
 
   // Closes the session: inserts its trailing output windows shorter than
   // branch_length + 1 (length >= 2; as Ant's final stream_put does) and
@@ -230,18 +369,32 @@ class DraftIndex {
   // One namespace's global trie. Namespaces are never destroyed before the
   // index.
   struct Namespace {
-    Namespace(std::string name_in, int32_t vocab)
-        : name(std::move(name_in)), vocab_size(vocab) {}
+    Namespace(std::string name_in, int32_t vocab,
+              const CalibrationOptions& calibration_options)
+        : name(std::move(name_in)),
+          vocab_size(vocab),
+          calibration(calibration_options) {}
     const std::string name;
     const int32_t vocab_size;
     // Changed with atomics so that OpenSession/Close never wait on `mu`.
     std::atomic<int64_t> open_sessions{0};
     std::atomic<int64_t> prompt_nodes{0};
 
+    // Null iff ngram_enabled is false. Thread-safe itself; changed only
+    // under mu's writer lock so that its mutations reach the sink in order
+    // with the trie's.
+    std::unique_ptr<NgramPool> pool;
+    SourceCalibration calibration;
+
     mutable absl::Mutex mu;  // Readers: retrieval, stats. Writers: changes.
     TokenTrie trie ABSL_GUARDED_BY(mu);
     int64_t prunes ABSL_GUARDED_BY(mu) = 0;
+    // RestoreNgram's repair writes, submitted by FinishRestore.
+    std::vector<TrieMutation> restore_mutations ABSL_GUARDED_BY(mu);
   };
+  // Creates a namespace with its pool. REQUIRES: options_ valid.
+  std::unique_ptr<Namespace> MakeNamespace(std::string name,
+                                           int32_t vocab_size) const;
   struct Session;
 
   // Returns the namespace or null. Namespaces are never destroyed before
@@ -272,6 +425,30 @@ class DraftIndex {
                            absl::Span<const absl::Span<const int32_t>> windows,
                            std::function<void(absl::Status)>& on_durable)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ns->mu);
+  // One pool entry to add (Append step 3/4).
+  struct PoolAdd {
+    std::vector<int32_t> key;
+    std::vector<int32_t> continuation;
+    int64_t count = 1;
+  };
+  // InsertWindowsLocked, plus `pool_adds` into ns's pool (their mutations
+  // after the windows', in the same batch sequence).
+  bool ApplyLocked(Namespace* ns,
+                   absl::Span<const absl::Span<const int32_t>> windows,
+                   absl::Span<const PoolAdd> pool_adds,
+                   std::function<void(absl::Status)>& on_durable)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ns->mu);
+  // Append steps 3 and 4: the pool entries of `input`, shared (namespace
+  // pool) or private (session pool), for a session whose context tail (the
+  // state before `input`) ends at absolute position total_tokens and whose
+  // first prompt_length positions are its prompt.
+  void CollectPoolAdds(absl::Span<const int32_t> context, int64_t total_tokens,
+                       int64_t prompt_length, const StepInput& input,
+                       std::vector<PoolAdd>* shared,
+                       std::vector<PoolAdd>* private_adds) const;
+  // Append's checks of `input` against ns's vocabulary and the limits.
+  absl::Status ValidateStepInput(const StepInput& input,
+                                 int32_t vocab_size) const;
   // Prunes ns's trie to `target` nodes, appending the mutations' batches.
   // REQUIRES: ns->mu held for writing.
   TokenTrie::PruneStats PruneLocked(Namespace* ns, int64_t target,

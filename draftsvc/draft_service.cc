@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -39,6 +41,13 @@ class IndexRestorer : public TrieScanVisitor {
                       absl::Span<const int32_t> path, int64_t count) override {
     ++stats.nodes;
     return index_.RestoreNode(name_space, path, count);
+  }
+  absl::Status OnNgram(absl::string_view name_space,
+                       absl::Span<const int32_t> key,
+                       absl::Span<const int32_t> continuation,
+                       int64_t count) override {
+    ++stats.ngram_entries;
+    return index_.RestoreNgram(name_space, key, continuation, count);
   }
 
   RebuildStats stats;
@@ -104,6 +113,34 @@ void SetEntryError(const absl::Status& s, v1::SessionDraft* draft) {
   draft->clear_tree();
 }
 
+v1::DraftSource ToProto(DraftSource source) {
+  switch (source) {
+    case DraftSource::kPrompt:
+      return v1::DRAFT_SOURCE_PROMPT;
+    case DraftSource::kOutput:
+      return v1::DRAFT_SOURCE_OUTPUT;
+    case DraftSource::kNgram:
+      return v1::DRAFT_SOURCE_NGRAM;
+    case DraftSource::kAssistant:
+      return v1::DRAFT_SOURCE_ASSISTANT;
+  }
+  return v1::DRAFT_SOURCE_UNSPECIFIED;
+}
+
+const char* SourceLabel(DraftSource source) {
+  switch (source) {
+    case DraftSource::kPrompt:
+      return "prompt";
+    case DraftSource::kOutput:
+      return "output";
+    case DraftSource::kNgram:
+      return "ngram";
+    case DraftSource::kAssistant:
+      return "assistant";
+  }
+  return "unknown";
+}
+
 void ToProto(const TrieDraft& tree, v1::DraftTree* out) {
   const int n = static_cast<int>(tree.nodes.size());
   out->mutable_tokens()->Reserve(n);
@@ -111,15 +148,87 @@ void ToProto(const TrieDraft& tree, v1::DraftTree* out) {
   out->mutable_depths()->Reserve(n);
   out->mutable_sources()->Reserve(n);
   out->mutable_scores()->Reserve(n);
+  out->mutable_source_sets()->Reserve(n);
   for (const DraftNode& node : tree.nodes) {
     out->add_tokens(node.token);
     out->add_parents(node.parent);
     out->add_depths(node.depth);
-    out->add_sources(node.source == DraftSource::kPrompt
-                         ? v1::DRAFT_SOURCE_PROMPT
-                         : v1::DRAFT_SOURCE_OUTPUT);
+    out->add_sources(ToProto(node.source));
     out->add_scores(node.score);
+    const uint32_t set =
+        node.source_set != 0 ? node.source_set : SourceBit(node.source);
+    uint32_t wire = 0;
+    for (int s = 0; s < kNumDraftSources; ++s) {
+      if ((set >> s & 1) != 0) {
+        wire |= uint32_t{1} << ToProto(static_cast<DraftSource>(s));
+      }
+    }
+    out->add_source_sets(wire);
   }
+}
+
+// The entry's retrieval sources as a SourceBit set (empty: `defaults`):
+// INVALID_ARGUMENT for values this server does not know, FAILED_PRECONDITION
+// naming the flag for sources it does not run.
+absl::StatusOr<uint32_t> SourcesFromProto(
+    const google::protobuf::RepeatedField<int>& sources, uint32_t defaults,
+    bool ngram_enabled, bool assistant_enabled) {
+  if (sources.empty()) return defaults;
+  uint32_t out = 0;
+  for (int i = 0; i < sources.size(); ++i) {
+    switch (sources[i]) {
+      case v1::DRAFT_SOURCE_PROMPT:
+      case v1::DRAFT_SOURCE_OUTPUT:
+        out |=
+            SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+        break;
+      case v1::DRAFT_SOURCE_NGRAM:
+        if (!ngram_enabled) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "sources[", i,
+              "] is DRAFT_SOURCE_NGRAM, which this server does not run "
+              "(started with --ngram_pool=false)"));
+        }
+        out |= SourceBit(DraftSource::kNgram);
+        break;
+      case v1::DRAFT_SOURCE_ASSISTANT:
+        if (!assistant_enabled) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "sources[", i,
+              "] is DRAFT_SOURCE_ASSISTANT, which this server does not run "
+              "(start it with --assistant_model or --self_draft)"));
+        }
+        out |= SourceBit(DraftSource::kAssistant);
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("sources[", i, "] is ", sources[i],
+                         ", not a DraftSource this server knows (1..4)"));
+    }
+  }
+  return out;
+}
+
+// The entry's predictions and n-grams as the index's neutral input (spans
+// into `step`, which must outlive it).
+StepInput ToStepInput(const v1::SessionStep& step) {
+  StepInput input;
+  input.accepted = step.accepted_tokens();
+  input.predictions.reserve(step.predictions_size());
+  for (const v1::PredictionTree& tree : step.predictions()) {
+    PredictionInput p;
+    p.root_after = tree.root_after();
+    p.tokens = tree.tokens();
+    p.parents = tree.parents();
+    p.k = tree.k();
+    p.top_tokens = tree.top_tokens();
+    input.predictions.push_back(p);
+  }
+  input.ngrams.reserve(step.ngrams_size());
+  for (const v1::Ngram& ngram : step.ngrams()) {
+    input.ngrams.push_back(ngram.tokens());
+  }
+  return input;
 }
 
 // Maps the wire mode; INVALID_ARGUMENT for values this server does not know.
@@ -285,8 +394,16 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
         latch->Expect();
         on_durable = [latch, i](absl::Status s) { latch->Arrive(i, s); };
       }
+      absl::StatusOr<uint32_t> sources = SourcesFromProto(
+          step.sources(), options_.default_sources,
+          options_.index.ngram_enabled, options_.assistant_enabled);
+      if (!sources.ok()) {
+        if (sync) latch->Arrive(i, absl::OkStatus());  // Will not run.
+        SetEntryError(sources.status(), draft);
+        continue;
+      }
       absl::Status appended = index_.Append(
-          step.session_id(), step.accepted_tokens(), std::move(on_durable));
+          step.session_id(), ToStepInput(step), std::move(on_durable));
       if (!appended.ok()) {
         if (sync) latch->Arrive(i, absl::OkStatus());  // Will not run.
         SetEntryError(appended, draft);
@@ -297,9 +414,13 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       }
       if (*mode == DraftMode::kOff || step.decoding_length() == 0) continue;
       const absl::Time start = absl::Now();
+      RetrieveRequest retrieve;
+      retrieve.decoding_length = step.decoding_length();
+      retrieve.branch_length = step.branch_length();
+      retrieve.mode = *mode;
+      retrieve.sources = *sources;
       absl::StatusOr<TrieDraft> tree =
-          index_.Retrieve(step.session_id(), step.decoding_length(),
-                          step.branch_length(), *mode);
+          index_.Retrieve(step.session_id(), retrieve);
       if (metrics_.retrieval_seconds != nullptr) {
         metrics_.retrieval_seconds->Observe(
             absl::ToDoubleSeconds(absl::Now() - start));
@@ -367,6 +488,18 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       out->set_open_sessions(s.open_sessions);
       out->set_prompt_nodes(s.prompt_nodes);
       out->set_prunes(s.prunes);
+      out->set_ngram_entries(s.ngram_entries);
+      out->set_ngram_keys(s.ngram_keys);
+      out->set_ngram_prunes(s.ngram_prunes);
+      for (const SourceStatsRow& row : s.sources) {
+        v1::SourceStats* source = out->add_sources();
+        source->set_source(ToProto(row.source));
+        source->set_proposed_tokens(row.proposed);
+        source->set_accepted_tokens(row.accepted);
+        for (float rate : row.depth_acceptance) {
+          source->add_depth_acceptance(rate);
+        }
+      }
     }
     response->set_bytes_per_node(index_.BytesPerNode());
     response->set_disk_bytes(store_.DiskBytes());
@@ -553,6 +686,52 @@ absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
       "lookahead_store_wal_dropped_bytes",
       "Acknowledged WAL bytes the last start's WAL recovery dropped.",
       [store] { return double(store->wal_recovery().dropped_bytes); }));
+  // Per source, summed over namespaces.
+  auto per_source = [index](int64_t SourceStatsRow::*field) {
+    return [index, field] {
+      double totals[kNumDraftSources] = {};
+      for (const NamespaceStats& s : index->Stats("")) {
+        for (const SourceStatsRow& row : s.sources) {
+          totals[static_cast<int>(row.source)] += double(row.*field);
+        }
+      }
+      std::vector<LabeledValue> values;
+      for (int i = 0; i < kNumDraftSources; ++i) {
+        values.push_back(
+            {{SourceLabel(static_cast<DraftSource>(i))}, totals[i]});
+      }
+      return values;
+    };
+  };
+  RETURN_IF_ERROR(registry->AddLabeledCounterCallback(
+      "lookahead_draft_proposed_tokens_total",
+      "Draft nodes sent to verifiers and judged by their next Step, per "
+      "source (a node several sources proposed counts for each).",
+      {"source"}, per_source(&SourceStatsRow::proposed)));
+  RETURN_IF_ERROR(registry->AddLabeledCounterCallback(
+      "lookahead_draft_accepted_tokens_total",
+      "Of lookahead_draft_proposed_tokens_total, the nodes the verifier "
+      "accepted (as draftsvc infers from the next Step's tokens).",
+      {"source"}, per_source(&SourceStatsRow::accepted)));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_ngram_pool_entries",
+      "(key, continuation) entries in the namespaces' n-gram pools, summed.",
+      [index] {
+        int64_t entries = 0;
+        for (const NamespaceStats& s : index->Stats("")) {
+          entries += s.ngram_entries;
+        }
+        return double(entries);
+      }));
+  RETURN_IF_ERROR(registry->AddCounterCallback(
+      "lookahead_ngram_pool_prunes_total",
+      "Automatic prunes of the namespaces' n-gram pools, summed.", [index] {
+        int64_t prunes = 0;
+        for (const NamespaceStats& s : index->Stats("")) {
+          prunes += s.ngram_prunes;
+        }
+        return double(prunes);
+      }));
   ServiceMetrics out;
   ASSIGN_OR_RETURN(out.inserted_tokens,
                    registry->AddCounter(
@@ -578,6 +757,22 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
   }
   // Bad index options fail here, before the store is opened or touched.
   RETURN_IF_ERROR(DraftIndex::ValidateOptions(options.index));
+  if (options.default_sources == 0) {
+    return absl::InvalidArgumentError(
+        "default_sources (flag --draft_sources) is empty; name at least one "
+        "of trie, ngram, assistant");
+  }
+  if ((options.default_sources & SourceBit(DraftSource::kNgram)) != 0 &&
+      !options.index.ngram_enabled) {
+    return absl::InvalidArgumentError(
+        "--draft_sources names ngram but --ngram_pool=false");
+  }
+  if ((options.default_sources & SourceBit(DraftSource::kAssistant)) != 0 &&
+      !options.assistant_enabled) {
+    return absl::InvalidArgumentError(
+        "--draft_sources names assistant but no assistant runs (start with "
+        "--assistant_model or --self_draft)");
+  }
   auto server = std::unique_ptr<DraftServer>(new DraftServer());
   server->options_ = options;
   server->health_reporter_ =
@@ -604,6 +799,7 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
         absl::StrCat("cannot rebuild the tries from trie store ",
                      options.db_path, ": ", scanned.message()));
   }
+  server->index_->FinishRestore();
   server->rebuild_ = restorer.stats;
   server->rebuild_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   ServiceMetrics service_metrics;
@@ -630,6 +826,25 @@ DraftServer::~DraftServer() {
 }
 
 grpc::Service* DraftServer::service() { return service_.get(); }
+
+absl::StatusOr<uint32_t> ParseDraftSources(absl::string_view list) {
+  uint32_t out = 0;
+  for (absl::string_view name : absl::StrSplit(list, ',')) {
+    name = absl::StripAsciiWhitespace(name);
+    if (name == "trie" || name == "prompt" || name == "output") {
+      out |= SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+    } else if (name == "ngram") {
+      out |= SourceBit(DraftSource::kNgram);
+    } else if (name == "assistant") {
+      out |= SourceBit(DraftSource::kAssistant);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "draft source ", QuoteInput(name),
+          " is not one of trie, prompt, output, ngram, assistant"));
+    }
+  }
+  return out;
+}
 
 void DraftServer::ReportHealthTo(grpc::HealthCheckServiceInterface* health) {
   health_reporter_->Attach(health, store_.get());

@@ -39,6 +39,15 @@ struct DraftServerOptions {
   // Most entries in one Step request (INVALID_ARGUMENT beyond). Default 1024:
   // far above a verifier's batch, small enough to bound one RPC's work.
   int32_t max_step_sessions = 1024;
+  // Sources of a Step entry that names none (SourceBit set; flag
+  // --draft_sources). Must be ones the server runs.
+  uint32_t default_sources = SourceBit(DraftSource::kPrompt) |
+                             SourceBit(DraftSource::kOutput) |
+                             SourceBit(DraftSource::kNgram);
+  // Whether an assistant model drafts (DraftSource::kAssistant). Seam for
+  // the assistant drafter: until it is wired in, requesting the assistant
+  // fails with FAILED_PRECONDITION naming --assistant_model/--self_draft.
+  bool assistant_enabled = false;
   // If set, the server exports its series here (not owned; must outlive the
   // server; scrape it only while the server lives): lookahead_draft_sessions,
   // lookahead_draft_sessions_expired_total,
@@ -48,7 +57,11 @@ struct DraftServerOptions {
   // lookahead_store_pending_batches, lookahead_store_rebuild_seconds,
   // lookahead_store_degraded, lookahead_store_write_errors_total,
   // lookahead_store_unpersisted_mutations, lookahead_store_recoveries_total,
-  // lookahead_store_wal_dropped_records, lookahead_store_wal_dropped_bytes.
+  // lookahead_store_wal_dropped_records, lookahead_store_wal_dropped_bytes,
+  // lookahead_draft_proposed_tokens_total{source},
+  // lookahead_draft_accepted_tokens_total{source} (as inferred from the
+  // next Step), lookahead_ngram_pool_entries,
+  // lookahead_ngram_pool_prunes_total.
   metrics::Registry* metrics = nullptr;
 };
 
@@ -56,8 +69,14 @@ struct DraftServerOptions {
 struct RebuildStats {
   int64_t namespaces = 0;
   int64_t nodes = 0;
-  double seconds = 0;  // Wall time of the scan and restore.
+  int64_t ngram_entries = 0;  // N-gram pool rows restored.
+  double seconds = 0;         // Wall time of the scan and restore.
 };
+
+// Parses --draft_sources: comma-separated "trie" (or "prompt", "output":
+// both tries), "ngram", "assistant". Returns the SourceBit set, or
+// INVALID_ARGUMENT naming the unknown or missing name.
+absl::StatusOr<uint32_t> ParseDraftSources(absl::string_view list);
 
 // The gRPC health service name that follows the store: SERVING while it
 // writes, NOT_SERVING while it is degraded (trie updates not persisted). The

@@ -604,6 +604,172 @@ class RecordingHealth : public grpc::HealthCheckServiceInterface {
   std::vector<bool> calls_ ABSL_GUARDED_BY(mu_);
 };
 
+// Issue 15 over real gRPC and RocksDB: Jacobi n-grams and recycled
+// predictions become n-gram drafts (source and source-set bits), are
+// durable in --sync mode even without a trie window, survive a restart,
+// show in Stats, and bad ones fail their entry alone with nothing stored.
+TEST_F(DraftServiceTest, NgramDraftsAreDurableSurviveRestartAndShowInStats) {
+  DraftServerOptions options = Options("ngram", /*sync=*/true);
+  {
+    auto h = StartOrDie(options);
+    ASSERT_NE(h, nullptr);
+    ASSERT_TRUE(h->Open("a", "ns", {1, 2}).ok());
+    v1::StepRequest request;
+    v1::SessionStep* step = request.add_steps();
+    step->set_session_id("a");
+    for (int32_t t : {3, 4, 5}) step->add_accepted_tokens(t);
+    v1::Ngram* ngram = step->add_ngrams();
+    for (int32_t t : {70, 71, 72, 73}) ngram->add_tokens(t);
+    // The verifier's tree below 4 (root_after 2): node 5, accepted; top-1
+    // predictions 5 at the root, 80 at node 5.
+    v1::PredictionTree* tree = step->add_predictions();
+    tree->set_root_after(2);
+    tree->add_tokens(5);
+    tree->add_parents(-1);
+    tree->set_k(1);
+    tree->add_top_tokens(5);
+    tree->add_top_tokens(80);
+    v1::StepResponse response;
+    ASSERT_TRUE(h->Step(request, &response).ok());
+    ASSERT_EQ(response.drafts_size(), 1);
+    EXPECT_EQ(response.drafts(0).code(), 0) << response.drafts(0).message();
+    // Fsynced before the answer (the pool rows with the trie's).
+    EXPECT_EQ(response.drafts(0).persistence(), v1::PERSISTENCE_DURABLE);
+
+    v1::StatsResponse stats;
+    ASSERT_TRUE(h->Stats("ns", &stats).ok());
+    ASSERT_EQ(stats.namespaces_size(), 1);
+    EXPECT_GT(stats.namespaces(0).ngram_entries(), 3);
+    EXPECT_GT(stats.namespaces(0).ngram_keys(), 0);
+    ASSERT_EQ(stats.namespaces(0).sources_size(), 4);
+    EXPECT_EQ(stats.namespaces(0).sources(2).source(), v1::DRAFT_SOURCE_NGRAM);
+    EXPECT_EQ(stats.namespaces(0).sources(2).depth_acceptance_size(), 16);
+  }
+  auto h = StartOrDie(options);  // Restart: the pool comes back from disk.
+  ASSERT_NE(h, nullptr);
+  v1::StatsResponse stats;
+  ASSERT_TRUE(h->Stats("ns", &stats).ok());
+  EXPECT_GT(stats.namespaces(0).ngram_entries(), 3);
+  ASSERT_TRUE(h->Open("b", "ns", {9, 70}).ok());
+  v1::StepRequest request;
+  v1::SessionStep* step = request.add_steps();
+  step->set_session_id("b");
+  step->set_decoding_length(8);
+  step->add_sources(v1::DRAFT_SOURCE_NGRAM);
+  v1::StepResponse response;
+  ASSERT_TRUE(h->Step(request, &response).ok());
+  const v1::SessionDraft& d = response.drafts(0);
+  EXPECT_EQ(d.code(), 0) << d.message();
+  ExpectWellFormed(d.tree(), 8);
+  ASSERT_EQ(d.tree().source_sets_size(), d.tree().tokens_size());
+  ASSERT_GE(d.tree().tokens_size(), 3);
+  EXPECT_EQ(d.tree().tokens(0), 71);
+  EXPECT_EQ(d.tree().sources(0), v1::DRAFT_SOURCE_NGRAM);
+  EXPECT_EQ(d.tree().source_sets(0), 1u << v1::DRAFT_SOURCE_NGRAM);
+  EXPECT_GT(d.tree().scores(0), 0.0f);
+  EXPECT_LE(d.tree().scores(0), 1.0f);
+  // The recycled prediction: after "4 5" comes 80.
+  ASSERT_TRUE(h->Open("c", "ns", {4, 5}).ok());
+  v1::SessionDraft c = h->StepOne("c", {}, 4);
+  EXPECT_EQ(c.code(), 0) << c.message();
+  ASSERT_GT(c.tree().tokens_size(), 0);
+  EXPECT_EQ(c.tree().tokens(0), 80);
+}
+
+TEST_F(DraftServiceTest, SourcesTheServerDoesNotRunFailNamingTheFlag) {
+  DraftServerOptions options = Options("sources", /*sync=*/false);
+  options.index.ngram_enabled = false;
+  options.default_sources =
+      SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->Open("a", "ns", {1, 2, 3, 1, 2}).ok());
+  const std::vector<std::pair<v1::DraftSource, std::string>> cases = {
+      {v1::DRAFT_SOURCE_ASSISTANT, "--assistant_model or --self_draft"},
+      {v1::DRAFT_SOURCE_NGRAM, "--ngram_pool"},
+  };
+  for (const auto& [source, flag] : cases) {
+    v1::StepRequest request;
+    v1::SessionStep* step = request.add_steps();
+    step->set_session_id("a");
+    step->add_accepted_tokens(3);
+    step->set_decoding_length(4);
+    step->add_sources(v1::DRAFT_SOURCE_PROMPT);
+    step->add_sources(source);
+    v1::StepResponse response;
+    ASSERT_TRUE(h->Step(request, &response).ok());
+    EXPECT_EQ(response.drafts(0).code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(response.drafts(0).message(), HasSubstr(flag));
+    EXPECT_THAT(response.drafts(0).message(),
+                HasSubstr(v1::DraftSource_Name(source)));
+  }
+  v1::StepRequest request;
+  v1::SessionStep* step = request.add_steps();
+  step->set_session_id("a");
+  step->add_sources(static_cast<v1::DraftSource>(9));
+  v1::StepResponse response;
+  ASSERT_TRUE(h->Step(request, &response).ok());
+  EXPECT_EQ(response.drafts(0).code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(response.drafts(0).message(), HasSubstr("sources[0] is 9"));
+  // The tries still answer, and the 3 of the failed entries was not kept:
+  // after "1 2" the prompt says 3.
+  v1::SessionDraft d = h->StepOne("a", {}, 4);
+  EXPECT_EQ(d.code(), 0) << d.message();
+  ASSERT_GT(d.tree().tokens_size(), 0);
+  EXPECT_EQ(d.tree().tokens(0), 3);
+  // Bad default sources fail the start.
+  options.default_sources |= SourceBit(DraftSource::kNgram);
+  EXPECT_EQ(DraftServer::Open(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DraftServiceTest, BadPredictionFailsItsEntryAloneAndStoresNothing) {
+  DraftServerOptions options = Options("bad_prediction", /*sync=*/false);
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->Open("a", "ns", {1, 2}).ok());
+  ASSERT_TRUE(h->Open("b", "ns", {1, 2}).ok());
+  v1::StepRequest request;
+  v1::SessionStep* bad = request.add_steps();
+  bad->set_session_id("a");
+  for (int32_t t : {3, 4, 5, 6, 7, 8}) bad->add_accepted_tokens(t);
+  v1::Ngram* ngram = bad->add_ngrams();
+  for (int32_t t : {70, 71}) ngram->add_tokens(t);
+  v1::PredictionTree* tree = bad->add_predictions();
+  tree->add_tokens(5);
+  tree->add_parents(-1);
+  tree->set_k(1);
+  tree->add_top_tokens(5);
+  tree->add_top_tokens(kVocab);  // Out of range.
+  v1::SessionStep* good = request.add_steps();
+  good->set_session_id("b");
+  v1::StepResponse response;
+  ASSERT_TRUE(h->Step(request, &response).ok());
+  EXPECT_EQ(response.drafts(0).code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(response.drafts(0).message(),
+              HasSubstr("predictions[0].top_tokens[1] is 1000, outside [0, "
+                        "vocab_size=1000)"));
+  EXPECT_EQ(response.drafts(1).code(), 0);
+  v1::StatsResponse stats;
+  ASSERT_TRUE(h->Stats("ns", &stats).ok());
+  EXPECT_EQ(stats.namespaces(0).output_nodes(), 0);
+  EXPECT_EQ(stats.namespaces(0).ngram_entries(), 0);
+}
+
+TEST(ParseDraftSourcesTest, NamesAndErrors) {
+  EXPECT_EQ(*ParseDraftSources("trie,ngram"),
+            SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput) |
+                SourceBit(DraftSource::kNgram));
+  EXPECT_EQ(*ParseDraftSources(" output "),
+            SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput));
+  EXPECT_EQ(*ParseDraftSources("assistant"),
+            SourceBit(DraftSource::kAssistant));
+  const absl::StatusOr<uint32_t> bad = ParseDraftSources("trie,bogus");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("bogus"));
+  EXPECT_FALSE(ParseDraftSources("").ok());
+}
+
 // Destroying (or closing) the server detaches the health service before the
 // store's last transition: here the closing store's final resume recovers,
 // which must not reach a health service that may be gone (main destroys

@@ -134,11 +134,10 @@ std::vector<DraftNode> BuildHierarchical(absl::Span<const TrieSource> sources,
   return tree.Release();
 }
 
-// Lays a hierarchical tree out as independent root-to-leaf chains: leaves
-// by score (then selection order), each chain its full path, the last one
-// cut to fit `budget`.
-std::vector<DraftNode> ToParallel(const std::vector<DraftNode>& tree,
-                                  int32_t budget) {
+}  // namespace
+
+std::vector<DraftNode> LayOutAsChains(const std::vector<DraftNode>& tree,
+                                      int32_t budget) {
   const int32_t n = static_cast<int32_t>(tree.size());
   std::vector<bool> has_child(n, false);
   for (const DraftNode& node : tree) {
@@ -172,8 +171,6 @@ std::vector<DraftNode> ToParallel(const std::vector<DraftNode>& tree,
   return out;
 }
 
-}  // namespace
-
 TrieDraft BuildTrieDraft(absl::Span<const TrieSource> sources,
                          const DraftRequest& request) {
   TrieDraft result;
@@ -184,7 +181,7 @@ TrieDraft BuildTrieDraft(absl::Span<const TrieSource> sources,
   }
   result.nodes = BuildHierarchical(sources, request);
   if (request.mode == DraftMode::kParallel) {
-    result.nodes = ToParallel(result.nodes, request.decoding_length);
+    result.nodes = LayOutAsChains(result.nodes, request.decoding_length);
   }
   return result;
 }

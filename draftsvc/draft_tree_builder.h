@@ -7,6 +7,7 @@
 #ifndef LOOKAHEAD_DRAFTSVC_DRAFT_TREE_BUILDER_H_
 #define LOOKAHEAD_DRAFTSVC_DRAFT_TREE_BUILDER_H_
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -15,11 +16,20 @@
 
 namespace lookahead::draftsvc {
 
-// Where a draft node's evidence came from (maps to v1.DraftSource).
+// Where a draft node's evidence came from (maps to v1.DraftSource). Values
+// index arrays (kNumDraftSources) and bit sets (SourceBit).
 enum class DraftSource : uint8_t {
-  kPrompt,  // The session's private prompt trie.
-  kOutput,  // The namespace's global trie of accepted outputs.
+  kPrompt,     // The session's private prompt trie.
+  kOutput,     // The namespace's global trie of accepted outputs.
+  kNgram,      // The n-gram pools (namespace + the session's private one).
+  kAssistant,  // A model-based drafter (draftsvc's assistant model).
 };
+inline constexpr int kNumDraftSources = 4;
+inline constexpr uint32_t SourceBit(DraftSource s) {
+  return uint32_t{1} << static_cast<int>(s);
+}
+// A node's rank among its siblings in a source that did not propose it.
+inline constexpr uint8_t kNoRank = 0xFF;
 
 // How the selected nodes are arranged (maps to v1.DraftMode).
 enum class DraftMode : uint8_t {
@@ -33,7 +43,16 @@ struct DraftNode {
   int32_t parent = -1;  // Index of the parent node; -1 = child of the root.
   int32_t depth = 1;    // 1 for root children, parent's depth + 1 otherwise.
   DraftSource source = DraftSource::kOutput;
-  float score = 0;  // Trie count, times prompt_boost for prompt evidence.
+  // BuildTrieDraft: trie count, times prompt_boost for prompt evidence.
+  // MixDrafts: the estimated probability that the node is accepted.
+  float score = 0;
+  // Every source that proposed the node (SourceBit); 0 = just `source`.
+  uint32_t source_set = 0;
+  // Per source (indexed by DraftSource): the node's rank among its siblings
+  // in that source's proposal (0 = its best), kNoRank if it did not
+  // propose it. Set by MixDrafts only (for calibration).
+  std::array<uint8_t, kNumDraftSources> ranks{kNoRank, kNoRank, kNoRank,
+                                              kNoRank};
 };
 
 // A draft tree below the root (the last accepted token, not included).
@@ -74,6 +93,12 @@ struct DraftRequest {
 // leaves first, the last chain truncated to fit the budget).
 TrieDraft BuildTrieDraft(absl::Span<const TrieSource> sources,
                          const DraftRequest& request);
+
+// Lays a hierarchical tree (topological order, scores set) out as
+// independent root-to-leaf chains: leaves by score (then their order in
+// `tree`), each chain its full path, the last one cut to fit `budget`.
+std::vector<DraftNode> LayOutAsChains(const std::vector<DraftNode>& tree,
+                                      int32_t budget);
 
 }  // namespace lookahead::draftsvc
 

@@ -97,6 +97,32 @@ ABSL_FLAG(double, session_lease_s, 300,
           "verifiers step every few tokens and reopen an expired session. "
           "0 = never expire.");
 ABSL_FLAG(int, max_step_sessions, 1024, "Most entries in one Step request.");
+ABSL_FLAG(std::string, draft_sources, "trie,ngram",
+          "Sources of a Step entry that names none: comma-separated trie "
+          "(the prompt and output tries), ngram (the n-gram pools), "
+          "assistant.");
+ABSL_FLAG(bool, ngram_pool, true,
+          "Keep per-namespace n-gram pools of the verifiers' recycled top-k "
+          "predictions and Jacobi n-grams (DRAFT_SOURCE_NGRAM). false: they "
+          "are validated and dropped, and entries asking for ngram fail.");
+ABSL_FLAG(int, ngram_max_key_tokens, 4,
+          "Longest n-gram pool key (context suffix), in [1, 8].");
+ABSL_FLAG(int, ngram_max_continuation_tokens, 4,
+          "Longest continuation an n-gram pool stores, in [1, 32].");
+ABSL_FLAG(int, ngram_continuations_per_key, 8,
+          "Continuations an n-gram pool keeps per key, in [1, 1024].");
+ABSL_FLAG(int64_t, ngram_capacity_entries, int64_t{1} << 20,
+          "Entries a namespace's n-gram pool holds before it is pruned "
+          "(~100-150 bytes each).");
+ABSL_FLAG(int64_t, session_ngram_capacity_entries, 16384,
+          "Entries a session's private n-gram pool holds before it is "
+          "pruned.");
+ABSL_FLAG(int, max_prediction_trees, 8,
+          "Most PredictionTrees in one Step entry.");
+ABSL_FLAG(int, max_prediction_k, 8,
+          "Largest k (top-k predictions per row) of a PredictionTree.");
+ABSL_FLAG(int, max_step_ngrams, 64, "Most Jacobi n-grams in one Step entry.");
+ABSL_FLAG(int, ngram_max_tokens, 8, "Longest Jacobi n-gram accepted (>= 2).");
 ABSL_FLAG(int, metrics_port, 9091,
           "Port of the Prometheus /metrics HTTP endpoint; 0 picks a free one, "
           "-1 turns it off.");
@@ -176,6 +202,29 @@ int Run() {
   index.session_lease =
       lease_s == 0 ? absl::InfiniteDuration() : absl::Seconds(lease_s);
   options.max_step_sessions = absl::GetFlag(FLAGS_max_step_sessions);
+  index.ngram_enabled = absl::GetFlag(FLAGS_ngram_pool);
+  index.ngram.max_key_tokens = absl::GetFlag(FLAGS_ngram_max_key_tokens);
+  index.ngram.max_continuation_tokens =
+      absl::GetFlag(FLAGS_ngram_max_continuation_tokens);
+  index.ngram.max_continuations_per_key =
+      absl::GetFlag(FLAGS_ngram_continuations_per_key);
+  index.ngram.capacity_entries = absl::GetFlag(FLAGS_ngram_capacity_entries);
+  index.ngram.low_water = index.low_water;
+  index.ngram.prune_halves_counts = index.prune_halves_counts;
+  index.session_ngram_capacity_entries =
+      absl::GetFlag(FLAGS_session_ngram_capacity_entries);
+  index.max_prediction_trees = absl::GetFlag(FLAGS_max_prediction_trees);
+  index.max_prediction_k = absl::GetFlag(FLAGS_max_prediction_k);
+  index.max_step_ngrams = absl::GetFlag(FLAGS_max_step_ngrams);
+  index.ngram_max_tokens = absl::GetFlag(FLAGS_ngram_max_tokens);
+  absl::StatusOr<uint32_t> sources =
+      ParseDraftSources(absl::GetFlag(FLAGS_draft_sources));
+  if (!sources.ok()) {
+    std::fprintf(stderr, "draftsvc: --draft_sources: %s\n",
+                 std::string(sources.status().message()).c_str());
+    return 1;
+  }
+  options.default_sources = *sources;
 
   metrics::Registry registry;
   options.metrics = &registry;

@@ -20,6 +20,44 @@ sys.path.insert(0, os.path.join(REPO_ROOT, "clients", "python"))
 MODES = {"plain": "off", "trie-hierarchical": "hierarchical",
          "trie-parallel": "parallel"}
 
+# The Jacobi window (W, N, G) of the source ablation's jacobi and mixed modes.
+JACOBI_WINDOW = (5, 3, 5)
+
+# The draft-source ablation (run.py --source_modes): Client.generate's
+# draft arguments per mode, each a DraftParams.sources choice. "ngram" is the
+# n-gram pool fed by recycled predictions only: verifysvc runs with
+# --lookahead_window=0 (a request's 0 means the server's default, so only
+# the server can turn the window off), and "jacobi" turns the window on
+# explicitly. A source the draft service does not run fails its requests
+# with FAILED_PRECONDITION, which the ablation reports per mode.
+SOURCE_MODES = {
+    "plain": {"draft_mode": "off"},
+    "trie": {"draft_mode": "hierarchical", "sources": ("trie",)},
+    "ngram": {"draft_mode": "hierarchical", "sources": ("ngram",)},
+    "jacobi": {"draft_mode": "hierarchical", "sources": ("ngram",),
+               "lookahead": JACOBI_WINDOW},
+    "assistant": {"draft_mode": "hierarchical", "sources": ("assistant",)},
+    "mixed": {"draft_mode": "hierarchical",
+              "sources": ("trie", "ngram", "assistant"),
+              "lookahead": JACOBI_WINDOW},
+}
+
+# Usage.sources' names (lookahead_client.SOURCE_NAMES without grpc): the
+# verifier counts the prompt and output tries as one source.
+_SOURCE_NAMES = {0: "unknown", 1: "trie", 2: "trie", 3: "ngram",
+                 4: "assistant"}
+
+
+def source_usage(usage):
+    """{source name: [draft tokens verified, accepted]} of a Usage."""
+    out = {}
+    for s in getattr(usage, "sources", ()):  # test fakes may have none
+        name = _SOURCE_NAMES.get(s.source, f"source {s.source}")
+        counts = out.setdefault(name, [0, 0])
+        counts[0] += s.draft_tokens
+        counts[1] += s.accepted_draft_tokens
+    return out
+
 
 class Service:
     """One server process on loopback, with its log in `work`."""
@@ -130,14 +168,17 @@ def token_latencies(arrivals):
 
 
 def measure(connection, prompt, draft_mode, namespace, max_new_tokens,
-            timeout, *, decoding_length=0, branch_length=0):
+            timeout, *, decoding_length=0, branch_length=0, sources=(),
+            lookahead=(0, 0, 0)):
     """Runs `prompt` once; its usage, output token ids and per-token
-    latencies (token_latencies)."""
+    latencies (token_latencies). `sources` and `lookahead` (W, N, G) as
+    Client.generate's."""
     arrivals, token_ids, usage = [], [], None
     for message in connection.generate(
             prompt.request, draft_mode=draft_mode, namespace=namespace,
             max_new_tokens=max_new_tokens, decoding_length=decoding_length,
-            branch_length=branch_length, timeout=timeout):
+            branch_length=branch_length, sources=sources, lookahead=lookahead,
+            timeout=timeout):
         now = time.perf_counter()
         if message.token_ids:
             arrivals.append((now, len(message.token_ids)))
@@ -174,6 +215,8 @@ def make_record(workload, prompt_id, mode, measured, reference_ids, **extra):
         "queue_seconds": usage.queue_seconds,
         "total_seconds": usage.total_seconds,
         "finish_reason": usage.finish_reason,
+        # {source: [draft tokens verified, accepted]} (Usage.sources).
+        "sources": source_usage(usage),
         "token_latencies_ms": latencies}
     record.update(extra)
     return record

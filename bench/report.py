@@ -754,6 +754,53 @@ def llamacpp_lines(section):
     return lines + [""]
 
 
+def source_ablation_lines(section):
+    """The draft-source ablation (run.py --source_modes): per workload and
+    mode, EDL, tok/s, speedup over plain on the same prompts, and each
+    source's accepted/verified draft tokens (a node several sources proposed
+    counts for each)."""
+    w, n, g = section.get("jacobi_window", (0, 0, 0))
+    lines = ["## Draft sources", "",
+             "Each mode is a DraftParams.sources choice (bench/harness.py "
+             "SOURCE_MODES): trie = the prompt and output tries, ngram = the "
+             "n-gram pool from recycled predictions (verifysvc "
+             f"--lookahead_window=0), jacobi = the pool with a Jacobi window "
+             f"W={w} N={n} G={g}, assistant = draftsvc's assistant model, "
+             "mixed = all of them. Speedup: plain's summed seconds over the "
+             "mode's on the same prompts.", ""]
+    groups = defaultdict(lambda: defaultdict(list))
+    for r in section.get("records", []):
+        groups[r["workload"]][r["mode"]].append(r)
+    for name, by_mode in groups.items():
+        plain = by_mode.get("plain", [])
+        lines += [f"### {name}", "",
+                  "| mode | tokens | tok/s | EDL | speedup | identical | "
+                  "accepted/verified per source |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for mode in section.get("modes", []):
+            rs = by_mode.get(mode)
+            if not rs:
+                continue
+            st = group_stats(rs, [p for p in plain
+                                  if p["prompt"] in {r["prompt"] for r in rs}])
+            per_source = defaultdict(lambda: [0, 0])
+            for r in rs:
+                for source, (drafted, accepted) in r.get("sources", {}).items():
+                    per_source[source][0] += drafted
+                    per_source[source][1] += accepted
+            cells = ", ".join(
+                f"{source} {a}/{d} ({a / d:.0%})" if d else f"{source} 0/0"
+                for source, (d, a) in sorted(per_source.items())) or "-"
+            lines.append(
+                f"| {mode} | {st['tokens']} | {st['tokens_per_second']:.1f} | "
+                f"{st['edl']:.2f} | {st['speedup']:.2f}x | "
+                f"{st['identical']}/{st['requests']} | {cells} |")
+        for mode, error in section.get("errors", {}).get(name, {}).items():
+            lines.append(f"| {mode} | failed: {error} | | | | | |")
+        lines.append("")
+    return lines
+
+
 def markdown(results, summary, plots):
     records = results.get("records", [])
     lines = header_lines(results) + main_table_lines(results, summary)
@@ -761,6 +808,8 @@ def markdown(results, summary, plots):
         lines += concurrency_lines(results["concurrency"])
     if "ablations" in results:
         lines += ablation_lines(results["ablations"])
+    if "source_ablation" in results:
+        lines += source_ablation_lines(results["source_ablation"])
     if summary:
         lines += worst_case_lines(summary, records)
     if "peer" in results:

@@ -31,6 +31,13 @@ More, each behind its flags and with its own section in report.md:
                              use; raises verifysvc's --max_context_tokens
                              for the deepest context; never in CI);
                              --peer=hf,llamacpp runs both
+    --source_modes=plain,trie,ngram,jacobi,assistant,mixed (or all)
+                             the draft-source ablation: each workload's
+                             prompts in those modes (each a DraftParams.sources
+                             choice, harness.SOURCE_MODES), EDL, tok/s,
+                             speedup vs plain and accepted/verified draft
+                             tokens per source; a mode whose source draftsvc
+                             does not run is reported as failed, not fatal
     --all                    --concurrency=1,4,8,16 --ablations=all
     --no_main                skip the three-mode table (e.g. peer only)
 
@@ -138,6 +145,10 @@ def parse_args(argv):
                        help="draftsvc --prompt_boost values beside the "
                             "default (%(default)s)")
 
+    group = parser.add_argument_group("draft-source ablation")
+    group.add_argument("--source_modes", default="",
+                       help="comma-separated modes of harness.SOURCE_MODES "
+                            "(plain is always run), or all; empty = off")
     group = parser.add_argument_group("peers (hf_peer.py, llamacpp_peer.py)")
     group.add_argument("--peer", default="",
                        help="comma-separated peers to run beside ours on the "
@@ -222,6 +233,20 @@ def parse_args(argv):
         # paid for, and the ratios would credit drafts with the cache's
         # gain (prefix_cache_bench measures that on its own).
         args.verifysvc_flag = args.verifysvc_flag + ["--prefix_cache_mib=0"]
+    args.source_modes = (list(harness.SOURCE_MODES)
+                         if args.source_modes == "all" else
+                         [m for m in args.source_modes.split(",") if m])
+    unknown = sorted(set(args.source_modes) - set(harness.SOURCE_MODES))
+    if unknown:
+        parser.error(f"--source_modes: unknown {unknown}; pick from "
+                     f"{','.join(harness.SOURCE_MODES)} or all")
+    if args.source_modes and "plain" not in args.source_modes:
+        args.source_modes = ["plain"] + args.source_modes
+    if (args.source_modes and not args.verifysvc and sweeps.effective_flag(
+            args.verifysvc_flag, "lookahead_window", None) is None):
+        # "ngram" is recycled predictions alone: no Jacobi window unless a
+        # mode asks for one (a request's 0 means the server's default).
+        args.verifysvc_flag = args.verifysvc_flag + ["--lookahead_window=0"]
     args.ablations = (list(sweeps.ABLATIONS) if args.ablations == "all" else
                       [a for a in args.ablations.split(",") if a])
     unknown = sorted(set(args.ablations) - set(sweeps.ABLATIONS))
@@ -268,6 +293,64 @@ def run_workload(connection, workload, namespace_prefix, args):
         print(f"  {workload.name} {i + 1}/{len(workload.measured)} {prompt.id}: "
               + " | ".join(line), flush=True)
     return records
+
+
+def run_source_ablation(connection, workload, namespace_prefix, args):
+    """The draft-source ablation on one workload: warm-up, then every
+    measured prompt in each of args.source_modes (order rotating per
+    prompt), each drafted mode in its own namespace. Returns (records,
+    {mode: error}) where a mode that failed (e.g. FAILED_PRECONDITION: its
+    source is not served) is left out of the records after its error."""
+    import grpc
+    modes = args.source_modes
+    namespace = {m: f"{namespace_prefix}-src-{workload.name}-{m}"
+                 for m in modes if m != "plain"}
+    errors = {}
+
+    def measure(prompt, mode):
+        spec = harness.SOURCE_MODES[mode]
+        try:
+            return harness.measure(
+                connection, prompt, spec["draft_mode"], namespace.get(mode, ""),
+                args.max_new_tokens, args.timeout,
+                sources=spec.get("sources", ()),
+                lookahead=spec.get("lookahead", (0, 0, 0)))
+        except grpc.RpcError as e:
+            if mode == "plain":
+                raise  # the baseline: nothing to compare without it
+            errors[mode] = f"{e.code().name}: {e.details()}"
+            return None
+
+    for prompt in workload.warmup:
+        for mode in modes:
+            if mode != "plain" and mode not in errors:
+                measure(prompt, mode)
+    records = []
+    for i, prompt in enumerate(workload.measured):
+        order = modes[i % len(modes):] + modes[:i % len(modes)]
+        results = {}
+        for position, mode in enumerate(order):
+            if mode in errors:
+                continue
+            measured = measure(prompt, mode)
+            if measured is not None:
+                results[mode] = (measured, position)
+        plain_ids = results["plain"][0][1]
+        line = []
+        for mode in modes:
+            if mode not in results:
+                continue
+            measured, position = results[mode]
+            record = harness.make_record(workload.name, prompt.id, mode,
+                                         measured, plain_ids,
+                                         position=position)
+            records.append(record)
+            usage = measured[0]
+            line.append(f"{mode} EDL {usage.edl:.2f}"
+                        + ("" if record["identical"] else " MISMATCH"))
+        print(f"  sources {workload.name} {i + 1}/{len(workload.measured)} "
+              f"{prompt.id}: " + " | ".join(line), flush=True)
+    return records, errors
 
 
 def mixed_jobs(selected, split, count):
@@ -452,6 +535,9 @@ def our_mismatches(results):
     found = [r for r in results.get("records", []) if not r["identical"]]
     found += [r for r in results.get("concurrency", {}).get("records", [])
               if not r["identical"]]
+    found += [dict(r, mode=f"sources {r['mode']}")
+              for r in results.get("source_ablation", {}).get("records", [])
+              if not r["identical"]]
     for table in results.get("ablations", {}).get("tables", {}).values():
         for cell in table["cells"]:
             found += [dict(r, mode=f"{r['mode']} {cell['params']}")
@@ -493,6 +579,19 @@ def run_all(stack, args, results, started_services):
             print(f"{workload.name}: {len(workload.warmup)} warm-up, "
                   f"{len(workload.measured)} measured prompts", flush=True)
             results["records"] += run_workload(connection, workload, prefix, args)
+    if args.source_modes:
+        start = time.perf_counter()
+        print(f"draft sources {args.source_modes}", flush=True)
+        results["source_ablation"] = {
+            "modes": args.source_modes, "records": [], "errors": {},
+            "jacobi_window": list(harness.JACOBI_WINDOW)}
+        for workload in selected:
+            records, errors = run_source_ablation(connection, workload,
+                                                  prefix, args)
+            results["source_ablation"]["records"] += records
+            if errors:
+                results["source_ablation"]["errors"][workload.name] = errors
+        results["source_ablation"]["seconds"] = time.perf_counter() - start
     if args.concurrency:
         start = time.perf_counter()
         print(f"concurrency {args.concurrency}", flush=True)
@@ -595,7 +694,8 @@ def main(argv):
               f"{len(theirs)} llama.cpp outputs differ from our plain "
               "decoding (reported, not fatal)")
     checked = len(results["records"]) + len(
-        results.get("concurrency", {}).get("records", [])) + sum(
+        results.get("concurrency", {}).get("records", [])) + len(
+        results.get("source_ablation", {}).get("records", [])) + sum(
         len(c["records"]) for t in results.get("ablations", {}).get(
             "tables", {}).values() for c in t["cells"])
     print(f"run: {checked - len(mismatches)} identical, {len(mismatches)} "

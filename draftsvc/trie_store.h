@@ -212,9 +212,10 @@ class TrieStore : public MutationSink {
   // Blocking Flush. Must not be called from a `done` callback.
   absl::Status Flush();
 
-  // Streams every namespace and node to `visitor` from a consistent
-  // snapshot; stops at the first non-OK status the visitor returns.
-  // DATA_LOSS on malformed keys or values.
+  // Streams every namespace, node and n-gram pool entry to `visitor` from a
+  // consistent snapshot (in TrieScanVisitor's order); stops at the first
+  // non-OK status the visitor returns. DATA_LOSS on malformed keys or
+  // values (the error names the store and what is malformed).
   absl::Status Scan(TrieScanVisitor& visitor) const;
 
   // The count stored for `path`, or NOT_FOUND. For tests and tools.

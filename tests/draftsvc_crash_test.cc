@@ -16,6 +16,24 @@
 // windowing is DraftIndex's own (the thing under test is durability, not
 // window extraction): a sink-less copy of the index maps Steps to paths.
 //
+// The namespace's n-gram pool gets the same checks. Steps also carry Jacobi
+// n-grams and recycled predictions (PredictionTree), built so that pool
+// entries only ever add up, in any order: the pool never prunes (huge
+// capacity), every prediction continuation is one token out of 8 (so a key
+// never holds more than --ngram_continuations_per_key = 8 and nothing is
+// evicted or merged as a prefix), and each n-gram's first token is used
+// once in the whole test (its entries are its own). Then, per entry
+// (key, continuation) of the store:
+//   * acknowledged: count >= the count the acknowledged Steps give it (the
+//     index's own pool, in a driver-side replica, computes it);
+//   * not invented: the entry was produced by an attempted Step, count <=
+//     the count if every attempted Step had been applied.
+// After each restart the server must also serve them: Stats' ngram_entries
+// lies between the acknowledged and the attempted entry counts (the
+// restored pool), and a session whose context ends in an acknowledged
+// n-gram's first token gets a draft (DRAFT_SOURCE_NGRAM only) whose root
+// children include the n-gram's second token.
+//
 // The server binary's path comes from env DRAFTSVC_BINARY (set by BUILD).
 #include <fcntl.h>
 #include <grpcpp/create_channel.h>
@@ -68,8 +86,23 @@ constexpr int32_t kVocab = 49152;
 constexpr int32_t kBranchLength = 4;
 constexpr int kKills = 22;
 constexpr int kWriters = 3;
+// Token ranges that keep pool entries apart (see the top): Steps' accepted
+// tokens and prediction tree nodes are < kNgramFirstToken; n-gram first
+// tokens are unique, from kNgramFirstToken up; their other tokens in
+// [kNgramOtherToken, kNgramFirstToken); predictions in
+// [kPredictionToken, kPredictionToken + kPredictionValues).
+constexpr int32_t kNgramOtherToken = 2000;
+constexpr int32_t kNgramFirstToken = 10000;
+constexpr int32_t kPredictionToken = 30000;
+constexpr int32_t kPredictionValues = 8;
+static_assert(kPredictionToken < kVocab - kPredictionValues);
+// Pool options of both the server (flags) and the replicas.
+constexpr int kNgramMaxKeyTokens = 4;
+constexpr int kNgramContinuationsPerKey = kPredictionValues;
+constexpr int64_t kNgramCapacity = int64_t{1} << 30;
 
-// Applies kAdd mutations (the only kind without pruning) to a map.
+// Applies kAdd mutations (the only trie kind without pruning) to a map, and
+// the pool's mutations (set-counts of entries that only grow) to another.
 class CountingSink : public MutationSink {
  public:
   void Submit(TrieMutationBatch batch,
@@ -77,6 +110,17 @@ class CountingSink : public MutationSink {
     {
       absl::MutexLock lock(&mu_);
       for (const TrieMutation& m : batch.mutations) {
+        if (m.table == TrieMutation::Table::kNgramPool) {
+          // The pool's count of the entry after this change.
+          if (m.kind == TrieMutation::Kind::kSetCount) {
+            pool_[m.path] = m.value;
+          } else if (m.kind == TrieMutation::Kind::kAdd) {
+            pool_[m.path] += m.value;
+          } else {
+            unexpected_kinds_++;  // A prune, an eviction or a merge.
+          }
+          continue;
+        }
         if (m.kind != TrieMutation::Kind::kAdd) {
           unexpected_kinds_++;
           continue;
@@ -90,6 +134,11 @@ class CountingSink : public MutationSink {
     absl::MutexLock lock(&mu_);
     return counts_;
   }
+  // Pool entries as NgramMutationPath(key, continuation) -> count.
+  Counts pool() const {
+    absl::MutexLock lock(&mu_);
+    return pool_;
+  }
   int unexpected_kinds() const {
     absl::MutexLock lock(&mu_);
     return unexpected_kinds_;
@@ -98,6 +147,7 @@ class CountingSink : public MutationSink {
  private:
   mutable absl::Mutex mu_;
   Counts counts_ ABSL_GUARDED_BY(mu_);
+  Counts pool_ ABSL_GUARDED_BY(mu_);
   int unexpected_kinds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -108,6 +158,9 @@ struct Replica {
     IndexOptions o;
     o.default_branch_length = kBranchLength;
     o.capacity_nodes = int64_t{1} << 40;
+    o.ngram.max_key_tokens = kNgramMaxKeyTokens;
+    o.ngram.max_continuations_per_key = kNgramContinuationsPerKey;
+    o.ngram.capacity_entries = kNgramCapacity;
     return o;
   }
   CountingSink sink;
@@ -129,8 +182,18 @@ class NodeCollector : public TrieScanVisitor {
     counts[Path(path.begin(), path.end())] = count;
     return absl::OkStatus();
   }
+  absl::Status OnNgram(absl::string_view ns, absl::Span<const int32_t> key,
+                       absl::Span<const int32_t> continuation,
+                       int64_t count) override {
+    if (ns != kNamespace) {
+      return absl::InternalError(absl::StrCat("unexpected namespace ", ns));
+    }
+    pool[NgramMutationPath(key, continuation)] = count;
+    return absl::OkStatus();
+  }
   std::map<std::string, int32_t> vocabs;
   Counts counts;
+  Counts pool;  // NgramMutationPath(key, continuation) -> count.
 };
 
 // Whether wait status `status` of a server we SIGKILLed says that it was
@@ -158,21 +221,86 @@ std::unique_ptr<ServerProcess> StartServer(const std::string& binary,
                                            const std::string& work_dir,
                                            const std::string& generation) {
   return std::make_unique<ServerProcess>(
-      std::vector<std::string>{binary, "--host=127.0.0.1", "--port=0",
-                               "--metrics_port=0", "--db_path=" + db_path,
-                               "--sync",
-                               absl::StrCat("--branch_length=", kBranchLength),
-                               "--capacity_nodes=2147483646"},
+      std::vector<std::string>{
+          binary, "--host=127.0.0.1", "--port=0", "--metrics_port=0",
+          "--db_path=" + db_path, "--sync",
+          absl::StrCat("--branch_length=", kBranchLength),
+          "--capacity_nodes=2147483646",
+          absl::StrCat("--ngram_max_key_tokens=", kNgramMaxKeyTokens),
+          absl::StrCat("--ngram_continuations_per_key=",
+                       kNgramContinuationsPerKey),
+          absl::StrCat("--ngram_capacity_entries=", kNgramCapacity)},
       absl::StrCat(work_dir, "/port.", generation),
       absl::StrCat(work_dir, "/server.", generation, ".log"));
 }
 
+// N-grams whose Step was acknowledged durable (for the draft check).
+struct AckedNgrams {
+  absl::Mutex mu;
+  std::vector<std::vector<int32_t>> ngrams ABSL_GUARDED_BY(mu);
+};
+
+// A Step entry's pool input: with some probability a Jacobi n-gram (2 or 3
+// tokens, its first from `next_first`, used once) and a prediction tree
+// (1..3 nodes below the root after `root_after` of the accepted tokens,
+// k = 1..2 predictions per row out of kPredictionValues tokens).
+void AddPoolInput(std::mt19937& rng, int accepted,
+                  std::atomic<int32_t>& next_first, v1::SessionStep* step) {
+  if (rng() % 3 == 0) {
+    const int32_t first = next_first.fetch_add(1);
+    if (first < kPredictionToken) {
+      v1::Ngram* ngram = step->add_ngrams();
+      ngram->add_tokens(first);
+      for (int i = 1 + static_cast<int>(rng() % 2); i > 0; --i) {
+        ngram->add_tokens(kNgramOtherToken +
+                          rng() % (kNgramFirstToken - kNgramOtherToken));
+      }
+    }
+  }
+  if (rng() % 2 == 0) {
+    v1::PredictionTree* tree = step->add_predictions();
+    tree->set_root_after(static_cast<int32_t>(rng() % (accepted + 1)));
+    const int nodes = 1 + static_cast<int>(rng() % 3);
+    for (int i = 0; i < nodes; ++i) {
+      tree->add_tokens(static_cast<int32_t>(rng() % 24));
+      tree->add_parents(i == 0 ? -1 : static_cast<int32_t>(rng() % i));
+    }
+    const int k = 1 + static_cast<int>(rng() % 2);
+    tree->set_k(k);
+    for (int i = 0; i < k * (nodes + 1); ++i) {
+      tree->add_top_tokens(kPredictionToken + rng() % kPredictionValues);
+    }
+  }
+}
+
+// The index's input for `step` (spans into it).
+StepInput ToInput(const v1::SessionStep& step) {
+  StepInput input;
+  input.accepted = step.accepted_tokens();
+  for (const v1::PredictionTree& tree : step.predictions()) {
+    PredictionInput p;
+    p.root_after = tree.root_after();
+    p.tokens = tree.tokens();
+    p.parents = tree.parents();
+    p.k = tree.k();
+    p.top_tokens = tree.top_tokens();
+    input.predictions.push_back(p);
+  }
+  for (const v1::Ngram& ngram : step.ngrams()) {
+    input.ngrams.push_back(ngram.tokens());
+  }
+  return input;
+}
+
 // One writer's loop against one server life: opens a session, then Steps
 // until an RPC fails (the server was killed) or `stop` is set. Each Step is
-// applied to `upper` before it is sent and to `acked` once acknowledged.
+// applied to `upper` before it is sent and to `acked` once acknowledged
+// (code 0 and PERSISTENCE_DURABLE).
 void WriterLife(v1::DraftService::Stub& stub, const std::string& session_id,
                 std::mt19937& rng, Replica& acked, Replica& upper,
-                const std::atomic<bool>& stop, std::atomic<int64_t>& acks) {
+                const std::atomic<bool>& stop, std::atomic<int64_t>& acks,
+                std::atomic<int32_t>& next_ngram_first,
+                AckedNgrams& acked_ngrams) {
   std::vector<int32_t> prompt(4 + rng() % 6);
   for (auto& t : prompt) t = rng() % 64;
   v1::OpenSessionRequest open;
@@ -196,23 +324,42 @@ void WriterLife(v1::DraftService::Stub& stub, const std::string& session_id,
     for (auto& t : tokens) {
       t = static_cast<int32_t>(rng() % 8 == 0 ? rng() % 2000 : rng() % 24);
     }
-    ASSERT_TRUE(upper.index.Append(session_id, tokens, nullptr).ok());
     v1::StepRequest request;
     v1::SessionStep* step = request.add_steps();
     step->set_session_id(session_id);
     for (int32_t t : tokens) step->add_accepted_tokens(t);
     step->set_decoding_length(8);
+    AddPoolInput(rng, static_cast<int>(tokens.size()), next_ngram_first, step);
+    {
+      const absl::Status applied =
+          upper.index.Append(session_id, ToInput(*step), nullptr);
+      ASSERT_TRUE(applied.ok()) << applied;
+    }
     v1::StepResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(10));
     grpc::Status status = stub.Step(&context, request, &response);
     if (!status.ok() || response.drafts_size() != 1 ||
-        response.drafts(0).code() != 0) {
-      return;  // Unacknowledged: may or may not be on disk.
+        response.drafts(0).code() != 0 ||
+        response.drafts(0).persistence() != v1::PERSISTENCE_DURABLE) {
+      // Unacknowledged: may or may not be on disk. (A healthy --sync server
+      // answers an entry it ran DURABLE; anything else ends this life.)
+      if (status.ok() && response.drafts_size() == 1) {
+        EXPECT_EQ(response.drafts(0).code(), 0) << response.drafts(0).message();
+        EXPECT_EQ(response.drafts(0).persistence(), v1::PERSISTENCE_DURABLE);
+      }
+      return;
     }
-    ASSERT_TRUE(acked.index.Append(session_id, tokens, nullptr).ok());
+    ASSERT_TRUE(acked.index.Append(session_id, ToInput(*step), nullptr).ok());
     acks.fetch_add(1);
+    if (step->ngrams_size() > 0) {
+      absl::MutexLock lock(&acked_ngrams.mu);
+      for (const v1::Ngram& ngram : step->ngrams()) {
+        acked_ngrams.ngrams.emplace_back(ngram.tokens().begin(),
+                                         ngram.tokens().end());
+      }
+    }
   }
 }
 
@@ -283,9 +430,42 @@ void ExpectHealthAndReflection(std::shared_ptr<grpc::Channel> channel) {
       << listed;
 }
 
+// Pool entries on disk against both oracles (see the top); returns how
+// many entries there are.
+int64_t VerifyPool(const Counts& disk, const Counts& lower, const Counts& upper,
+                   int kill) {
+  int missing = 0, invented = 0;
+  for (const auto& [entry, want] : lower) {
+    auto it = disk.find(entry);
+    const int64_t got = it == disk.end() ? 0 : it->second;
+    if (got < want && ++missing <= 5) {
+      ADD_FAILURE() << "after kill " << kill
+                    << ": acknowledged n-gram pool entry with key length "
+                    << entry[0] << " starting " << entry[1] << " has count "
+                    << got << " < " << want;
+    }
+  }
+  EXPECT_EQ(missing, 0) << "acknowledged pool updates lost after kill " << kill;
+  for (const auto& [entry, count] : disk) {
+    auto it = upper.find(entry);
+    if ((it == upper.end() || count > it->second || count < 1) &&
+        ++invented <= 5) {
+      ADD_FAILURE() << "after kill " << kill << ": pool entry count " << count
+                    << " above anything attempted (or < 1)";
+    }
+  }
+  EXPECT_EQ(invented, 0);
+  return static_cast<int64_t>(disk.size());
+}
+
 // Checks what is on disk against both oracles; returns the node count.
+// With `lower_pool` (and `upper_pool`), the pool too; *pool_entries gets
+// the entries on disk.
 int64_t VerifyStore(const std::string& db_path, const Counts& lower,
-                    const Counts& upper, int kill) {
+                    const Counts& upper, int kill,
+                    const Counts* lower_pool = nullptr,
+                    const Counts* upper_pool = nullptr,
+                    int64_t* pool_entries = nullptr) {
   auto store = TrieStore::Open(db_path, TrieStoreOptions());
   EXPECT_TRUE(store.ok()) << "after kill " << kill << ": " << store.status();
   if (!store.ok()) return 0;
@@ -327,8 +507,79 @@ int64_t VerifyStore(const std::string& db_path, const Counts& lower,
   }
   EXPECT_EQ(invented, 0);
   EXPECT_EQ(inconsistent, 0);
+  if (lower_pool != nullptr) {
+    const int64_t entries =
+        VerifyPool(collected.pool, *lower_pool, *upper_pool, kill);
+    if (pool_entries != nullptr) *pool_entries = entries;
+  }
   EXPECT_TRUE((*store)->Close().ok());
   return static_cast<int64_t>(disk.size());
+}
+
+// After a restart, before any writer: the restored pool is served. Stats'
+// ngram_entries lies in [acknowledged entries, attempted entries], and for
+// up to 3 acknowledged n-grams a probe session whose prompt ends in the
+// n-gram's first token gets (DRAFT_SOURCE_NGRAM only) a draft whose root
+// children include its second token.
+void VerifyServedPool(v1::DraftService::Stub& stub, const Counts& lower_pool,
+                      const Counts& upper_pool, AckedNgrams& acked_ngrams,
+                      std::mt19937& rng, int life) {
+  v1::StatsRequest stats_request;
+  stats_request.set_namespace_(kNamespace);
+  v1::StatsResponse stats;
+  grpc::ClientContext stats_context;
+  ASSERT_TRUE(stub.Stats(&stats_context, stats_request, &stats).ok());
+  ASSERT_EQ(stats.namespaces_size(), 1) << "life " << life;
+  const int64_t entries = stats.namespaces(0).ngram_entries();
+  EXPECT_GE(entries, static_cast<int64_t>(lower_pool.size()))
+      << "life " << life << ": acknowledged pool entries not restored";
+  EXPECT_LE(entries, static_cast<int64_t>(upper_pool.size()))
+      << "life " << life;
+
+  std::vector<std::vector<int32_t>> probes;
+  {
+    absl::MutexLock lock(&acked_ngrams.mu);
+    const auto& all = acked_ngrams.ngrams;
+    for (int i = 0; i < 3 && !all.empty(); ++i) {
+      probes.push_back(all[rng() % all.size()]);
+    }
+  }
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const std::vector<int32_t>& ngram = probes[i];
+    const std::string id = absl::StrCat("probe-", life, "-", i);
+    v1::OpenSessionRequest open;
+    open.set_session_id(id);
+    open.set_namespace_(kNamespace);
+    open.set_vocab_size(kVocab);
+    open.add_prompt_tokens(ngram[0]);
+    v1::OpenSessionResponse opened;
+    grpc::ClientContext open_context;
+    ASSERT_TRUE(stub.OpenSession(&open_context, open, &opened).ok());
+    v1::StepRequest request;
+    v1::SessionStep* step = request.add_steps();
+    step->set_session_id(id);
+    step->set_decoding_length(8);
+    step->add_sources(v1::DRAFT_SOURCE_NGRAM);
+    v1::StepResponse response;
+    grpc::ClientContext step_context;
+    ASSERT_TRUE(stub.Step(&step_context, request, &response).ok());
+    ASSERT_EQ(response.drafts_size(), 1);
+    ASSERT_EQ(response.drafts(0).code(), 0) << response.drafts(0).message();
+    const v1::DraftTree& tree = response.drafts(0).tree();
+    bool proposed = false;
+    for (int n = 0; n < tree.tokens_size(); ++n) {
+      proposed |= tree.parents(n) == -1 && tree.tokens(n) == ngram[1];
+    }
+    EXPECT_TRUE(proposed) << "life " << life << ": the restored pool does not "
+                          << "propose acknowledged n-gram " << ngram[0]
+                          << " -> " << ngram[1] << " (" << tree.tokens_size()
+                          << " draft nodes)";
+    v1::CloseSessionRequest close;
+    close.set_session_id(id);
+    v1::CloseSessionResponse closed;
+    grpc::ClientContext close_context;
+    EXPECT_TRUE(stub.CloseSession(&close_context, close, &closed).ok());
+  }
 }
 
 TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
@@ -346,6 +597,9 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
   std::mt19937 rng(20261122);
   int64_t total_acks = 0;
   int64_t nodes = 0;
+  int64_t pool_entries = 0;
+  std::atomic<int32_t> next_ngram_first{kNgramFirstToken};
+  AckedNgrams acked_ngrams;
   for (int kill = 0; kill <= kKills; ++kill) {
     auto server_process =
         StartServer(binary, db_path, work_dir, absl::StrCat(kill));
@@ -358,6 +612,10 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
                                           std::chrono::seconds(10)));
     auto stub = v1::DraftService::NewStub(channel);
     if (kill == 0) ExpectHealthAndReflection(channel);
+    if (kill > 0) {
+      VerifyServedPool(*stub, acked.sink.pool(), upper.sink.pool(),
+                       acked_ngrams, rng, kill);
+    }
 
     std::atomic<bool> stop{false};
     std::atomic<int64_t> acks{0};
@@ -367,7 +625,7 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
       writers.emplace_back([&, w, seed] {
         std::mt19937 writer_rng(seed);
         WriterLife(*stub, absl::StrCat("w", w, "-life", kill), writer_rng,
-                   acked, upper, stop, acks);
+                   acked, upper, stop, acks, next_ngram_first, acked_ngrams);
       });
     }
     if (kill < kKills) {
@@ -389,17 +647,26 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
     total_acks += acks.load();
     EXPECT_GT(acks.load(), 0) << "no Step was acknowledged in life " << kill;
     ASSERT_EQ(acked.sink.unexpected_kinds(), 0);
-    nodes =
-        VerifyStore(db_path, acked.sink.counts(), upper.sink.counts(), kill);
+    ASSERT_EQ(upper.sink.unexpected_kinds(), 0);
+    const Counts lower_pool = acked.sink.pool();
+    const Counts upper_pool = upper.sink.pool();
+    nodes = VerifyStore(db_path, acked.sink.counts(), upper.sink.counts(), kill,
+                        &lower_pool, &upper_pool, &pool_entries);
     if (::testing::Test::HasFailure()) {
       FAIL() << "stopping after kill " << kill << "; last server log:\n"
              << server.Log();
     }
   }
-  std::printf("crash test: %d kills, %lld acknowledged steps, %lld nodes\n",
-              kKills, static_cast<long long>(total_acks),
-              static_cast<long long>(nodes));
+  std::printf(
+      "crash test: %d kills, %lld acknowledged steps, %lld nodes, %lld "
+      "n-gram pool entries (%zu acknowledged n-grams)\n",
+      kKills, static_cast<long long>(total_acks), static_cast<long long>(nodes),
+      static_cast<long long>(pool_entries), [&] {
+        absl::MutexLock lock(&acked_ngrams.mu);
+        return acked_ngrams.ngrams.size();
+      }());
   EXPECT_GT(nodes, 100);
+  EXPECT_GT(pool_entries, 100);
 }
 
 // Replays an ack log of tests/draftsvc_stress into fresh replicas.

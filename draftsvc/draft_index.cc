@@ -8,6 +8,7 @@
 #include <malloc.h>
 #endif
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/quote.h"
@@ -647,16 +648,40 @@ absl::Status DraftIndex::ValidateStepInput(const StepInput& input,
 
 namespace {
 
+// The token paths (below the root) of a verified tree's nodes.
+absl::flat_hash_set<std::vector<int32_t>> VerifiedPaths(
+    const PredictionInput& tree) {
+  absl::flat_hash_set<std::vector<int32_t>> out;
+  std::vector<std::vector<int32_t>> paths(tree.tokens.size());
+  for (size_t i = 0; i < tree.tokens.size(); ++i) {
+    if (tree.parents[i] >= 0) paths[i] = paths[tree.parents[i]];
+    paths[i].push_back(tree.tokens[i]);
+    out.insert(paths[i]);
+  }
+  return out;
+}
+
 // Judges `sent` by the tokens accepted after it (the first follows the
 // root): every node whose parent was accepted, or that hangs off the root,
-// once per source of its set, accepted iff on the accepted path.
+// once per source of its set, accepted iff on the accepted path. If
+// `verified` is not null (the verifier said which nodes it verified: its
+// PredictionTree below the same root), nodes it did not verify (its budget
+// or its own mixer cut them) are not judged.
 std::vector<SourceCalibration::Observation> Judge(
-    const std::vector<DraftNode>& sent, absl::Span<const int32_t> accepted) {
+    const std::vector<DraftNode>& sent, absl::Span<const int32_t> accepted,
+    const absl::flat_hash_set<std::vector<int32_t>>* verified) {
   std::vector<SourceCalibration::Observation> out;
   std::vector<char> on_path(sent.size(), 0);
+  std::vector<std::vector<int32_t>> paths(verified != nullptr ? sent.size()
+                                                              : 0);
   for (size_t i = 0; i < sent.size(); ++i) {
     const DraftNode& node = sent[i];
     if (node.parent >= 0 && !on_path[node.parent]) continue;
+    if (verified != nullptr) {
+      if (node.parent >= 0) paths[i] = paths[node.parent];
+      paths[i].push_back(node.token);
+      if (!verified->contains(paths[i])) continue;
+    }
     const size_t at = static_cast<size_t>(node.depth) - 1;
     const bool hit = at < accepted.size() && accepted[at] == node.token;
     on_path[i] = hit;
@@ -695,7 +720,18 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
     }
     // 1. Calibration from the last tree sent.
     if (!tokens.empty() && !session->sent.empty()) {
-      ns->calibration.Observe(Judge(session->sent, tokens));
+      // The verifier's own record of the tree it verified below the same
+      // root, if it sent one.
+      const PredictionInput* verified = nullptr;
+      for (const PredictionInput& tree : input.predictions) {
+        if (tree.root_after == 0) verified = &tree;
+      }
+      if (verified != nullptr) {
+        const auto paths = VerifiedPaths(*verified);
+        ns->calibration.Observe(Judge(session->sent, tokens, &paths));
+      } else {
+        ns->calibration.Observe(Judge(session->sent, tokens, nullptr));
+      }
       session->sent.clear();
     }
     const size_t bl = static_cast<size_t>(session->branch_length);

@@ -281,7 +281,9 @@ class DraftIndex {
   //     first follows the root); every node whose parent was accepted (root
   //     children always) is judged, accepted iff on that walk, once for
   //     each source of its set at its rank there; the tree is then
-  //     forgotten.
+  //     forgotten. If a prediction tree hangs below the same root
+  //     (root_after 0), it says which nodes the verifier really verified:
+  //     the others (cut by its budget or its own mixer) are not judged.
   //  2. The windows go into the trie (as above).
   //  3. Each PredictionTree row (row 0 the root, row i + 1 node i) has the
   //     context "session tokens up to the root + the path root->node"; for

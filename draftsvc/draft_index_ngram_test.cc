@@ -472,6 +472,37 @@ TEST(DraftIndexNgramTest, CalibrationFollowsWhatTheVerifierAccepts) {
   EXPECT_EQ(output_rate().proposed, proposed);
 }
 
+TEST(DraftIndexNgramTest, OnlyNodesTheVerifierVerifiedAreJudged) {
+  DraftIndex index(Options(), nullptr);
+  ASSERT_TRUE(index.OpenSession("w", "", kVocab, {900}, 2).ok());
+  ASSERT_TRUE(index.Append("w", Path{1, 2, 3, 1, 4, 5, 1}, nullptr).ok());
+  auto output = [&] {
+    const std::vector<NamespaceStats> stats = index.Stats("default");
+    return stats[0].sources[static_cast<int>(DraftSource::kOutput)];
+  };
+  // The draft after "1": 2 and 4 (depth 1), 3 and 5 (depth 2).
+  absl::StatusOr<TrieDraft> tree = index.Retrieve("w", Request(4, kTriesOnly));
+  ASSERT_TRUE(tree.ok());
+  ASSERT_EQ(tree->nodes.size(), 4u);
+  // The verifier verified only node 2 (its PredictionTree below the same
+  // root) and accepted it, then drew 9: only 2 is judged.
+  const Path tokens = {2}, parents = {-1}, top = {2, 9};
+  StepInput input;
+  const Path accepted = {2, 9};
+  input.accepted = accepted;
+  input.predictions.push_back(Prediction(0, tokens, parents, 1, top));
+  ASSERT_TRUE(index.Append("w", input, nullptr).ok());
+  EXPECT_EQ(output().proposed, 1);
+  EXPECT_EQ(output().accepted, 1);
+  // Without a PredictionTree every node whose parent was accepted counts:
+  // 2 and 4 at depth 1, 3 below the accepted 2.
+  ASSERT_TRUE(index.Append("w", Path{1}, nullptr).ok());
+  ASSERT_EQ(index.Retrieve("w", Request(4, kTriesOnly))->nodes.size(), 4u);
+  ASSERT_TRUE(index.Append("w", Path{2, 9}, nullptr).ok());
+  EXPECT_EQ(output().proposed, 1 + 3);
+  EXPECT_EQ(output().accepted, 1 + 1);
+}
+
 TEST(DraftIndexNgramTest, PoolMutationsFollowTheTrieAndAreAwaited) {
   RecordingSink sink;
   DraftIndex index(Options(), &sink);

@@ -756,6 +756,35 @@ TEST_F(DraftServiceTest, BadPredictionFailsItsEntryAloneAndStoresNothing) {
   EXPECT_EQ(stats.namespaces(0).ngram_entries(), 0);
 }
 
+TEST_F(DraftServiceTest, SourceAndPoolMetricsAreExported) {
+  DraftServerOptions options = Options("metrics", /*sync=*/false);
+  metrics::Registry registry;
+  options.metrics = &registry;
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->Open("a", "ns", {1, 2, 3, 1, 2}).ok());
+  v1::StepRequest request;
+  v1::SessionStep* step = request.add_steps();
+  step->set_session_id("a");
+  step->set_decoding_length(4);
+  v1::Ngram* ngram = step->add_ngrams();
+  for (int32_t t : {70, 71, 72}) ngram->add_tokens(t);
+  v1::StepResponse response;
+  ASSERT_TRUE(h->Step(request, &response).ok());
+  ASSERT_GT(response.drafts(0).tree().tokens_size(), 0);
+  // The prompt drafted 3 1 2 after "1 2"; 3 and 1 are accepted, then 5.
+  ASSERT_EQ(h->StepOne("a", {3, 1, 5}, 4).code(), 0);
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("lookahead_draft_proposed_tokens_total{source="
+                              "\"prompt\"} 3"));
+  EXPECT_THAT(text, HasSubstr("lookahead_draft_accepted_tokens_total{source="
+                              "\"prompt\"} 2"));
+  EXPECT_THAT(text, HasSubstr("lookahead_draft_proposed_tokens_total{source="
+                              "\"ngram\"} 0"));
+  EXPECT_THAT(text, HasSubstr("lookahead_ngram_pool_entries 2"));
+  EXPECT_THAT(text, HasSubstr("lookahead_ngram_pool_prunes_total 0"));
+}
+
 TEST(ParseDraftSourcesTest, NamesAndErrors) {
   EXPECT_EQ(*ParseDraftSources("trie,ngram"),
             SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput) |

@@ -79,6 +79,8 @@ absl::StatusOr<JacobiDecodeResult> JacobiDecode(
   ASSIGN_OR_RETURN(std::unique_ptr<JacobiWindow> window,
                    JacobiWindow::Create(window_options, context));
   Pool pool;
+  // (absolute position of its first token, harvested n-gram)
+  std::vector<std::pair<int64_t, JacobiNgram>> guesses;
   while (static_cast<int>(result.tokens.size()) < options.max_new_tokens) {
     const int32_t root = result.tokens.back();
     engine::DraftTree draft = DraftFromPool(pool, root, options.draft_ngrams);
@@ -103,8 +105,22 @@ absl::StatusOr<JacobiDecodeResult> JacobiDecode(
     result.accepted_draft_tokens += accepted.path.size() - 1;
     std::vector<JacobiNgram> grams;
     if (with_window) {
+      // Column i's trajectory starts at root_position + 1 + i.
+      std::vector<JacobiNgram> trajectories(window->window());
+      for (int i = 0; i < window->window(); ++i) {
+        for (int l = 0; l < window->levels(); ++l) {
+          trajectories[i].push_back(window->token(l, i));
+        }
+      }
       ASSIGN_OR_RETURN(
           grams, window->Update(logits[0], options.sampling, accepted.tokens));
+      for (const JacobiNgram& gram : grams) {
+        const JacobiNgram head(gram.begin(), gram.end() - 1);
+        const auto column =
+            std::find(trajectories.begin(), trajectories.end(), head);
+        guesses.emplace_back(
+            root_position + 1 + (column - trajectories.begin()), gram);
+      }
     } else {
       RETURN_IF_ERROR(window->Skip(accepted.tokens));
     }
@@ -121,6 +137,18 @@ absl::StatusOr<JacobiDecodeResult> JacobiDecode(
     const int keep = std::min<int>(room, accepted.tokens.size());
     result.tokens.insert(result.tokens.end(), accepted.tokens.begin(),
                          accepted.tokens.begin() + keep);
+  }
+  std::vector<int32_t> all(prompt.begin(), prompt.end());
+  all.insert(all.end(), result.tokens.begin(), result.tokens.end());
+  for (const auto& [position, gram] : guesses) {
+    if (position + static_cast<int64_t>(gram.size()) >
+        static_cast<int64_t>(all.size())) {
+      continue;
+    }
+    ++result.ngrams_checked;
+    result.ngram_first_hits += gram[0] == all[position];
+    result.ngram_exact_hits +=
+        std::equal(gram.begin(), gram.end(), all.begin() + position);
   }
   return result;
 }

@@ -39,6 +39,12 @@ struct JacobiDecodeResult {
   // with the step's first emitted token (its guess of that position held).
   int64_t harvest_steps = 0;
   int64_t first_token_hits = 0;
+  // Harvested n-grams whose N positions the decode reached, those whose
+  // first token is the token decoded at its position, and those equal to
+  // the decoded tokens at their positions (right where they were guessed).
+  int64_t ngrams_checked = 0;
+  int64_t ngram_first_hits = 0;
+  int64_t ngram_exact_hits = 0;
 };
 
 // Greedy or seeded decoding of `prompt` (>= 1 token) for max_new_tokens

@@ -1,9 +1,12 @@
 // What the Jacobi window costs and earns on the real model (SmolLM2-135M
 // Q4_1, native CPU pass, 2 matmul threads): the forward time of a verify
-// pass of the root alone vs the root plus the window's W * (N - 1) rows, and
+// pass (the root alone, and the root with a 16-node draft chain) without
+// and with the window's W * (N - 1) rows, and
 // a greedy decode of a chat prompt with the window in every pass and drafts
 // from its n-grams (JacobiDecode) against plain decoding: identical tokens,
-// EDL, how often column 0's guess of the next token held, tokens/s.
+// EDL, how often column 0's guess of the next token held, how many harvested
+// n-grams began with (first hits) or equalled (exact) the decoded tokens at
+// the positions they guessed, tokens/s.
 //
 //   bazel run //verifysvc/drafts:jacobi_window_bench -- [repeats]
 //
@@ -124,8 +127,9 @@ int Run(int repeats) {
   if (!plain.ok()) return 1;
   std::printf("\ngreedy decode of %d tokens; plain %.2f s (%.1f tok/s)\n",
               kTokens, plain_s, kTokens / plain_s);
-  std::printf("%-9s %6s %6s %5s %12s %11s %8s %7s\n", "W,N", "same", "steps",
-              "EDL", "accepted", "col0 hits", "tok/s", "x plain");
+  std::printf("%-9s %6s %6s %5s %12s %11s %11s %6s %8s %7s\n", "W,N", "same",
+              "steps", "EDL", "accepted", "col0 hits", "first hits", "exact",
+              "tok/s", "x plain");
   // The last run, "fwd1": (4, 4) moving one position per step whatever was
   // accepted (shift_by_accepted = false, ALWAYS_FWD_ONE).
   for (size_t c = 1; c <= configs.size(); ++c) {
@@ -144,7 +148,12 @@ int Run(int repeats) {
       std::fprintf(stderr, "%s\n", jacobi.status().ToString().c_str());
       return 1;
     }
-    char accepted[32], hits[32];
+    char accepted[32], hits[32], first[32], exact[32];
+    std::snprintf(first, sizeof(first), "%lld/%lld",
+                  static_cast<long long>(jacobi->ngram_first_hits),
+                  static_cast<long long>(jacobi->ngrams_checked));
+    std::snprintf(exact, sizeof(exact), "%lld",
+                  static_cast<long long>(jacobi->ngram_exact_hits));
     std::snprintf(accepted, sizeof(accepted), "%lld/%lld",
                   static_cast<long long>(jacobi->accepted_draft_tokens),
                   static_cast<long long>(jacobi->draft_tokens));
@@ -154,11 +163,11 @@ int Run(int repeats) {
     char label[16];
     std::snprintf(label, sizeof(label), "%d,%d%s", wn.first, wn.second,
                   fixed ? " fwd1" : "");
-    std::printf("%-9s %6s %6d %5.2f %12s %11s %8.1f %7.2f\n", label,
+    std::printf("%-9s %6s %6d %5.2f %12s %11s %11s %6s %8.1f %7.2f\n", label,
                 jacobi->tokens == plain->tokens ? "yes" : "NO",
                 jacobi->steps + 1,
                 double(jacobi->tokens.size()) / (jacobi->steps + 1), accepted,
-                hits, kTokens / s, plain_s / s);
+                hits, first, exact, kTokens / s, plain_s / s);
   }
   return 0;
 }

@@ -6,8 +6,10 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "draftsvc/draft_index.h"
 #include "gtest/gtest.h"
@@ -541,6 +543,53 @@ TEST(DraftIndexNgramTest, PoolMutationsFollowTheTrieAndAreAwaited) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(fresh.RestoreNgram("default", {1}, {kVocab}, 1).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Sessions of one namespace stepping at once (pool adds, calibration,
+// mixed retrieval, closes): every answer stays a valid tree and the counts
+// add up.
+TEST(DraftIndexNgramTest, ConcurrentStepsSmoke) {
+  RecordingSink sink;
+  IndexOptions options = Options();
+  options.ngram.capacity_entries = 500;  // Prunes under load too.
+  DraftIndex index(options, &sink);
+  constexpr int kThreads = 4;
+  constexpr int kSteps = 150;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string id = absl::StrCat("s", t);
+      ASSERT_TRUE(index.OpenSession(id, "ns", kVocab, {1, 2, 3}, 4).ok());
+      for (int i = 0; i < kSteps; ++i) {
+        absl::StatusOr<TrieDraft> tree =
+            index.Retrieve(id, Request(16, kTriesOnly | kNgramOnly));
+        ASSERT_TRUE(tree.ok()) << tree.status();
+        ExpectValid(*tree, 16, 4);
+        const Path accepted = {(i * 7 + t) % 50, (i * 3) % 50, i % 50};
+        const Path tokens = {accepted[0], 99}, parents = {-1, -1};
+        Path top(2 * 3);
+        for (size_t r = 0; r < top.size(); ++r) top[r] = (i + r) % 60;
+        const Path ngram = {i % 40, (i + 1) % 40, (i + t) % 40};
+        StepInput input;
+        input.accepted = accepted;
+        input.predictions.push_back(Prediction(0, tokens, parents, 2, top));
+        input.ngrams.push_back(ngram);
+        ASSERT_TRUE(index.Append(id, input, nullptr).ok());
+      }
+      ASSERT_TRUE(index.CloseSession(id).ok());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const NamespaceStats stats = index.Stats("ns")[0];
+  EXPECT_GT(stats.ngram_entries, 0);
+  EXPECT_LE(stats.ngram_entries, 500);
+  EXPECT_GT(stats.ngram_prunes, 0);
+  int64_t proposed = 0;
+  for (const SourceStatsRow& row : stats.sources) {
+    EXPECT_LE(row.accepted, row.proposed);
+    proposed += row.proposed;
+  }
+  EXPECT_GT(proposed, 0);
 }
 
 TEST(DraftIndexNgramTest, DisabledPoolsDropPredictionsButStillValidate) {

@@ -236,10 +236,11 @@ int Run() {
   }
   const RebuildStats& rebuild = (*draft)->rebuild_stats();
   std::printf(
-      "draftsvc: rebuilt %lld namespaces, %lld nodes from %s in %.3f s "
-      "(sync=%d)\n",
+      "draftsvc: rebuilt %lld namespaces, %lld nodes, %lld n-gram pool "
+      "entries from %s in %.3f s (sync=%d)\n",
       static_cast<long long>(rebuild.namespaces),
-      static_cast<long long>(rebuild.nodes), options.db_path.c_str(),
+      static_cast<long long>(rebuild.nodes),
+      static_cast<long long>(rebuild.ngram_entries), options.db_path.c_str(),
       rebuild.seconds, options.store.sync ? 1 : 0);
   const WalRecoveryReport& wal = (*draft)->store().wal_recovery();
   if (wal.LostAcknowledged() || wal.rocksdb_dropped_bytes > 0 ||

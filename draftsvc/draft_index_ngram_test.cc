@@ -393,6 +393,33 @@ TEST(DraftIndexNgramTest, OnePathFromTwoSourcesIsOneNodeWithBothBits) {
   EXPECT_EQ(tree->nodes[0].source_set, SourceBit(DraftSource::kOutput));
 }
 
+TEST(DraftIndexNgramTest, ExtraCandidatesAreMixedAndCalibrated) {
+  DraftIndex index(Options(), nullptr);
+  ASSERT_TRUE(index.OpenSession("a", "", kVocab, {1, 2, 3, 1, 2}, 4).ok());
+  // An assistant-like source proposes 3 (as the prompt does) then 4.
+  const std::vector<int32_t> tokens = {3, 4}, parents = {-1, 0};
+  const std::vector<float> probs = {0.9f, 0.8f};
+  RetrieveRequest request = Request(8, kTriesOnly);
+  request.extra.push_back(
+      RankedCandidates(DraftSource::kAssistant, tokens, parents, probs));
+  absl::StatusOr<TrieDraft> tree = index.Retrieve("a", request);
+  ASSERT_TRUE(tree.ok());
+  ExpectValid(*tree, 8, 4);
+  ASSERT_FALSE(tree->nodes.empty());
+  EXPECT_EQ(tree->nodes[0].token, 3);
+  EXPECT_EQ(tree->nodes[0].source_set, SourceBit(DraftSource::kPrompt) |
+                                           SourceBit(DraftSource::kAssistant));
+  EXPECT_TRUE(Paths(*tree).count({3, 4}));
+  // The verifier accepts 3 4: the assistant's nodes count as accepted.
+  ASSERT_TRUE(index.Append("a", Path{3, 4, 9}, nullptr).ok());
+  const std::vector<NamespaceStats> stats = index.Stats("default");
+  const SourceStatsRow& assistant =
+      stats[0].sources[static_cast<int>(DraftSource::kAssistant)];
+  EXPECT_EQ(assistant.source, DraftSource::kAssistant);
+  EXPECT_EQ(assistant.proposed, 2);
+  EXPECT_EQ(assistant.accepted, 2);
+}
+
 TEST(DraftIndexNgramTest, BudgetDepthAndModeAreRespected) {
   DraftIndex index(Options(), nullptr);
   ASSERT_TRUE(index.OpenSession("a", "", kVocab, {1, 2, 3, 4, 5}, 4).ok());

@@ -35,28 +35,44 @@ struct PendingLess {
 
 }  // namespace
 
-CandidateTree TrieCandidates(const TrieDraft& draft, DraftSource source) {
+CandidateTree RankedCandidates(DraftSource source,
+                               absl::Span<const int32_t> tokens,
+                               absl::Span<const int32_t> parents,
+                               absl::Span<const float> scores) {
   CandidateTree out;
   out.source = source;
-  const int32_t n = static_cast<int32_t>(draft.nodes.size());
-  out.nodes.resize(n);
-  // children[parent + 1]: the node's children in draft order.
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  // children[parent + 1]: the node's children in input order; index[i]:
+  // node i's index in `out` (-1: dropped).
   std::vector<std::vector<int32_t>> children(n + 1);
+  std::vector<int32_t> index(n, -1);
   for (int32_t i = 0; i < n; ++i) {
-    out.nodes[i].token = draft.nodes[i].token;
-    out.nodes[i].parent = draft.nodes[i].parent;
-    children[draft.nodes[i].parent + 1].push_back(i);
+    const int32_t p = parents[i];
+    if (p < -1 || p >= i || (p >= 0 && index[p] < 0)) continue;
+    index[i] = static_cast<int32_t>(out.nodes.size());
+    out.nodes.push_back({tokens[i], p < 0 ? -1 : index[p], 0});
+    children[p + 1].push_back(i);
   }
   for (std::vector<int32_t>& siblings : children) {
-    std::stable_sort(siblings.begin(), siblings.end(),
-                     [&](int32_t a, int32_t b) {
-                       return draft.nodes[a].score > draft.nodes[b].score;
-                     });
+    std::stable_sort(
+        siblings.begin(), siblings.end(),
+        [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
     for (size_t r = 0; r < siblings.size(); ++r) {
-      out.nodes[siblings[r]].rank = static_cast<int32_t>(r);
+      out.nodes[index[siblings[r]]].rank = static_cast<int32_t>(r);
     }
   }
   return out;
+}
+
+CandidateTree TrieCandidates(const TrieDraft& draft, DraftSource source) {
+  std::vector<int32_t> tokens, parents;
+  std::vector<float> scores;
+  for (const DraftNode& node : draft.nodes) {
+    tokens.push_back(node.token);
+    parents.push_back(node.parent);
+    scores.push_back(node.score);
+  }
+  return RankedCandidates(source, tokens, parents, scores);
 }
 
 CandidateTree NgramCandidates(absl::Span<const NgramPool* const> pools,

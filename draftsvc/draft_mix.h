@@ -36,6 +36,16 @@ struct CandidateTree {
   std::vector<CandidateNode> nodes;
 };
 
+// A tree given as parallel lists (tokens[i] below parents[i], parents[i] in
+// [-1, i)) as `source`'s candidates, sibling ranks by `scores` (descending,
+// ties by position): e.g. the assistant's draft with its probabilities.
+// Nodes with a parent outside [-1, i), and their descendants, are dropped;
+// REQUIRES: the three lists have the same length.
+CandidateTree RankedCandidates(DraftSource source,
+                               absl::Span<const int32_t> tokens,
+                               absl::Span<const int32_t> parents,
+                               absl::Span<const float> scores);
+
 // A BuildTrieDraft result as `source`'s candidates: sibling ranks by score
 // (descending, ties by position in `draft`).
 CandidateTree TrieCandidates(const TrieDraft& draft, DraftSource source);

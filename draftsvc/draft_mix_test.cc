@@ -116,6 +116,30 @@ TEST(DraftMixTest, TrieCandidatesRankSiblingsByScore) {
   EXPECT_EQ(c.nodes[2].parent, 0);
 }
 
+TEST(DraftMixTest, RankedCandidatesRankByScoreAndDropBadParents) {
+  // An assistant-style stairs draft: chain 5 6 7, runner-up 8 beside 5.
+  const std::vector<int32_t> tokens = {5, 6, 7, 8, 9};
+  const std::vector<int32_t> parents = {-1, 0, 1, -1, 7};
+  const std::vector<float> probs = {0.7f, 0.6f, 0.5f, 0.2f, 0.9f};
+  const CandidateTree c =
+      RankedCandidates(DraftSource::kAssistant, tokens, parents, probs);
+  EXPECT_EQ(c.source, DraftSource::kAssistant);
+  ASSERT_EQ(c.nodes.size(), 4u);  // 9's parent 7 is out of range.
+  EXPECT_EQ(c.nodes[0].rank, 0);
+  EXPECT_EQ(c.nodes[3].token, 8);
+  EXPECT_EQ(c.nodes[3].rank, 1);
+  EXPECT_EQ(c.nodes[2].parent, 1);
+  // Mixed with a trie proposing 5 8: the assistant's 5 merges with it.
+  const CandidateTree trees[] = {c, Chain(DraftSource::kOutput, {5, 8})};
+  const TrieDraft draft = MixDrafts(trees, CalibrationTable::Prior(), {16, 8});
+  ExpectValidTree(draft);
+  ASSERT_FALSE(draft.nodes.empty());
+  EXPECT_EQ(draft.nodes[0].token, 5);
+  EXPECT_EQ(draft.nodes[0].source_set, SourceBit(DraftSource::kAssistant) |
+                                           SourceBit(DraftSource::kOutput));
+  EXPECT_EQ(draft.nodes.size(), 5u);  // 5, 6, 7, 8 (root), 8 (below 5).
+}
+
 TEST(DraftMixTest, NgramCandidatesChainOneTokenContinuations) {
   auto pool = NgramPool::Create({}).value();
   // A recycled chain a -> b -> c -> d of 1-token continuations, and a

@@ -6,10 +6,13 @@
 // bad input is a clear error. No timing assertions.
 #include "draftsvc/assistant_drafter.h"
 
+#include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -137,11 +140,18 @@ TEST_P(DrafterTest, IncrementalDraftsEqualFromScratchContinuation) {
   EXPECT_EQ(drafter->stats().sessions, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Forms, DrafterTest,
-                         ::testing::Values(Param{"all", 0}, Param{"all", 1},
-                                           Param{"first:2", 0},
-                                           Param{"every:2", 2},
-                                           Param{"skip:1-2", 1}));
+INSTANTIATE_TEST_SUITE_P(
+    Forms, DrafterTest,
+    ::testing::Values(Param{"all", 0}, Param{"all", 1}, Param{"first:2", 0},
+                      Param{"every:2", 2}, Param{"skip:1-2", 1}),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      std::string name = absl::StrCat(info.param.layers, "_workers",
+                                      info.param.predraft_threads);
+      for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
 
 TEST(AssistantDrafterTest, RollbackRunsOnlyTheNewTokens) {
   auto model = LoadAssistant("all");
@@ -268,14 +278,78 @@ TEST(AssistantDrafterTest, PastDeadlineDoesNoModelWork) {
   auto draft = drafter->Draft("s", 3, absl::InfiniteFuture());
   ASSERT_TRUE(draft.ok());
   ASSERT_EQ(draft->tree.size(), 3);
-  // Two tokens accepted and a bonus: the logits after the third drafted
-  // token were never computed, so nothing can be drafted without a pass.
-  ASSERT_TRUE(drafter->Advance("s", draft->tree.tokens).ok());
+  // One drafted token accepted: two drafted nodes remain, and a late
+  // Draft returns them (what it has) without a pass.
   const int64_t passes = drafter->stats().forward_passes;
+  std::vector<int32_t> context = Prompt(6, 4);
+  context.push_back(draft->tree.tokens[0]);
+  ASSERT_TRUE(drafter->Advance("s", {draft->tree.tokens[0]}).ok());
+  late = drafter->Draft("s", 3, absl::InfinitePast());
+  ASSERT_TRUE(late.ok());
+  auto want = model->Continue(context, 2);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(late->tree.tokens, *want);
+  EXPECT_EQ(drafter->stats().forward_passes, passes);
+  // The other two accepted too: the logits after the last drafted token
+  // were never computed, so nothing can be drafted without a pass.
+  ASSERT_TRUE(
+      drafter->Advance("s", {draft->tree.tokens[1], draft->tree.tokens[2]})
+          .ok());
   late = drafter->Draft("s", 3, absl::InfinitePast());
   ASSERT_TRUE(late.ok());
   EXPECT_TRUE(late->tree.empty());
   EXPECT_EQ(drafter->stats().forward_passes, passes);
+  EXPECT_EQ(drafter->stats().deadline_cuts, 3);
+}
+
+// Sessions on several threads at once, with pre-draft workers and a cap
+// that keeps evicting: every draft still equals the from-scratch one.
+TEST(AssistantDrafterTest, ConcurrentSessionsStayExact) {
+  auto model = LoadAssistant("all");
+  ASSERT_NE(model, nullptr);
+  AssistantDrafterOptions options;
+  options.predraft_threads = 2;
+  options.max_chain_tokens = 3;
+  options.max_cached_tokens = 70;
+  auto drafter = MakeDrafter(model.get(), options);
+  ASSERT_NE(drafter, nullptr);
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  std::atomic<int> empty{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string id = absl::StrCat("s", t);
+      std::vector<int32_t> context = Prompt(8 + t, 40 + t);
+      if (!drafter->Open(id, context, {}).ok()) ++mismatches[t];
+      std::mt19937 rng(t);
+      for (int step = 0; step < 10; ++step) {
+        auto draft = drafter->Draft(id, 3, absl::InfiniteFuture());
+        auto want = model->Continue(context, 4);
+        if (!draft.ok() || !want.ok()) {
+          ++mismatches[t];
+          continue;
+        }
+        // Empty when the cap could not be met (every other session busy).
+        if (draft->tree.empty()) {
+          ++empty;
+        } else if (draft->tree.tokens !=
+                   std::vector<int32_t>(want->begin(), want->begin() + 3)) {
+          ++mismatches[t];
+        }
+        const int j = rng() % 4;
+        std::vector<int32_t> accepted(want->begin(), want->begin() + j);
+        accepted.push_back(rng() % 2 ? (*want)[j] : rng() % kVocab);
+        if (!drafter->Advance(id, accepted).ok()) ++mismatches[t];
+        context.insert(context.end(), accepted.begin(), accepted.end());
+      }
+      if (!drafter->Close(id).ok()) ++mismatches[t];
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_THAT(mismatches, ElementsAre(0, 0, 0, 0));
+  EXPECT_LT(empty.load(), 40);
+  drafter->WaitForPredraftIdle();
+  EXPECT_EQ(drafter->stats().cached_tokens, 0);
 }
 
 TEST(AssistantDrafterTest, StairsShapeAddsRunnerUpSiblings) {

@@ -296,6 +296,14 @@ void NgramPool::PruneLocked(std::vector<TrieMutation>* mutations) {
 
   int64_t after = 0;
   std::vector<int32_t> key;
+  // One mutation per entry dropped by the cut, plus (halving) one per
+  // survivor.
+  if (mutations != nullptr) {
+    mutations->reserve(mutations->size() +
+                       static_cast<size_t>(options_.prune_halves_counts
+                                               ? before
+                                               : before - target));
+  }
   for (auto it = keys_.begin(); it != keys_.end();) {
     ContinuationSet& set = it->second;
     if (mutations != nullptr) key = DecodeKey(it->first);

@@ -106,8 +106,11 @@ struct IndexOptions {
   NgramPoolOptions ngram;
   // Each session's private pool (not persisted, dropped at close): the
   // predictions whose key reaches into the prompt or into unverified draft
-  // tokens. Its key/continuation lengths are ngram's.
-  int64_t session_ngram_capacity_entries = 16384;
+  // tokens. Its key/continuation lengths are ngram's. Most recycled rows
+  // land here (every row below a rejected draft node), so it fills within
+  // tens of steps; 4096 entries is ~0.5 MiB per session (estimated from
+  // NgramPoolOptions' per-entry cost), pruned like the namespace pool.
+  int64_t session_ngram_capacity_entries = 4096;
   // Limits on a Step entry's predictions and n-grams (INVALID_ARGUMENT).
   int32_t max_prediction_trees = 8;  // PredictionTrees per entry.
   int32_t max_prediction_k = 8;      // Top-k per row.

@@ -114,9 +114,10 @@ ABSL_FLAG(int, ngram_continuations_per_key, 8,
 ABSL_FLAG(int64_t, ngram_capacity_entries, int64_t{1} << 20,
           "Entries a namespace's n-gram pool holds before it is pruned "
           "(~100-150 bytes each).");
-ABSL_FLAG(int64_t, session_ngram_capacity_entries, 16384,
-          "Entries a session's private n-gram pool holds before it is "
-          "pruned.");
+ABSL_FLAG(int64_t, session_ngram_capacity_entries, 4096,
+          "Entries a session's private n-gram pool (predictions whose key "
+          "reaches into its prompt or its unverified drafts) holds before it "
+          "is pruned (~0.5 MiB per session at 4096, estimated).");
 ABSL_FLAG(int, max_prediction_trees, 8,
           "Most PredictionTrees in one Step entry.");
 ABSL_FLAG(int, max_prediction_k, 8,

@@ -66,7 +66,8 @@ ABSL_FLAG(int, prediction_k, 4,
           "Token Recycling: the model's top-k predictions at every verified "
           "draft node (and the root) go to draftsvc's n-gram pool for "
           "sequences that may draft from it; 0 = off. One top-k over each "
-          "sequence's verify logits per step.");
+          "sequence's verify logits per step. At most draftsvc's "
+          "--max_prediction_k (8), which refuses larger entries.");
 ABSL_FLAG(int, lookahead_window, 5,
           "Jacobi lookahead window W of a request that sets 0.");
 ABSL_FLAG(int, lookahead_ngram, 3,
@@ -227,10 +228,10 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.scheduler.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   c.scheduler.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
   c.scheduler.prediction_k = absl::GetFlag(FLAGS_prediction_k);
-  if (c.scheduler.prediction_k < 0) {
+  if (c.scheduler.prediction_k < 0 || c.scheduler.prediction_k > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--prediction_k=", c.scheduler.prediction_k,
-                     " must be >= 0 (0 = off)"));
+                     " is outside [0, 64] (0 = off)"));
   }
   c.prefix_cache.capacity_bytes = int64_t{absl::GetFlag(FLAGS_prefix_cache_mib)}
                                   << 20;

@@ -25,6 +25,18 @@ int32_t SelectToken(const torch::Tensor& logits_row,
                          : engine::SampleToken(values, params, position);
 }
 
+using SourceCounts = std::array<int, engine::kNumDraftSourceTags>;
+
+// Adds one to every source of `tree`'s node `node` (a node several sources
+// proposed counts for each).
+void CountSources(const engine::DraftTree& tree, int node,
+                  SourceCounts* counts) {
+  const engine::DraftSourceSet set = tree.SourcesOf(node);
+  for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
+    if ((set >> t) & 1) ++(*counts)[t];
+  }
+}
+
 }  // namespace
 
 struct Scheduler::Sequence {
@@ -523,13 +535,8 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
     RecyclePredictions(seq, tree, logits[i], plan_ptr);
     // Counted before Emit, whose last output carries the usage.
     seq->draft_tokens += verified;
-    std::array<int, engine::kNumDraftSourceTags> source_verified{};
-    for (int j = 0; j < verified; ++j) {
-      const engine::DraftSourceSet set = tree.SourcesOf(j);
-      for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
-        if ((set >> t) & 1) ++source_verified[t];
-      }
-    }
+    SourceCounts source_verified{};
+    for (int j = 0; j < verified; ++j) CountSources(tree, j, &source_verified);
     for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
       seq->source_drafts[t] += source_verified[t];
     }
@@ -635,11 +642,12 @@ int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens,
   seq->accepted_draft_tokens += kept_hits;
   if (tree != nullptr) {
     // path[m] is verify row m: draft node path[m] - 1.
+    SourceCounts accepted{};
     for (int m = 1; m <= kept_hits && m < static_cast<int>(path.size()); ++m) {
-      const engine::DraftSourceSet set = tree->SourcesOf(path[m] - 1);
-      for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
-        if ((set >> t) & 1) ++seq->source_accepted[t];
-      }
+      CountSources(*tree, path[m] - 1, &accepted);
+    }
+    for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
+      seq->source_accepted[t] += accepted[t];
     }
   }
   if (seq->draft_handle != 0)

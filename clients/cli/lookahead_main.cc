@@ -37,7 +37,8 @@ ABSL_FLAG(std::string, system, "", "chat: an optional system message.");
 ABSL_FLAG(std::string, message, "",
           "chat: send this one user message and exit instead of reading "
           "stdin.");
-ABSL_FLAG(int, max_new_tokens, 0, "Most tokens to generate; 0 = server default.");
+ABSL_FLAG(int, max_new_tokens, 0,
+          "Most tokens to generate; 0 = server default.");
 ABSL_FLAG(double, temperature, 0.0, "0 = greedy; > 0 samples.");
 ABSL_FLAG(double, top_p, 0.0, "Nucleus mass in (0, 1]; 0 = off.");
 ABSL_FLAG(int, top_k, 0, "Sample from the k most likely tokens; 0 = off.");
@@ -50,6 +51,10 @@ ABSL_FLAG(std::string, draft_mode, "",
           "off, hierarchical or parallel; empty = server default "
           "(hierarchical).");
 ABSL_FLAG(std::string, namespace, "", "draftsvc namespace; empty = default.");
+ABSL_FLAG(std::vector<std::string>, sources, {},
+          "Draft sources, comma-separated: trie, ngram, assistant; empty = "
+          "the server's. A source draftsvc does not run fails the request "
+          "(FAILED_PRECONDITION).");
 ABSL_FLAG(bool, stats, false,
           "After each answer, print EDL, tokens/s, TTFT and the speedup over "
           "drafts off (runs the request again without drafts) to stderr.");
@@ -78,6 +83,31 @@ absl::StatusOr<v1::DraftMode> ParseDraftMode(const std::string& name) {
       "--draft_mode=", name, ": want off, hierarchical or parallel"));
 }
 
+absl::StatusOr<v1::DraftSource> ParseDraftSource(const std::string& name) {
+  if (name == "trie" || name == "prompt") return v1::DRAFT_SOURCE_PROMPT;
+  if (name == "output") return v1::DRAFT_SOURCE_OUTPUT;
+  if (name == "ngram") return v1::DRAFT_SOURCE_NGRAM;
+  if (name == "assistant") return v1::DRAFT_SOURCE_ASSISTANT;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--sources: ", name, ": want trie, ngram or assistant"));
+}
+
+// The name the verifier's usage reports a source under (the prompt and
+// output tries are one source to it).
+const char* SourceName(v1::DraftSource source) {
+  switch (source) {
+    case v1::DRAFT_SOURCE_PROMPT:
+    case v1::DRAFT_SOURCE_OUTPUT:
+      return "trie";
+    case v1::DRAFT_SOURCE_NGRAM:
+      return "ngram";
+    case v1::DRAFT_SOURCE_ASSISTANT:
+      return "assistant";
+    default:
+      return "unknown";
+  }
+}
+
 // Everything but the prompt, from the flags. The server validates values.
 absl::StatusOr<GenerateRequest> RequestFromFlags() {
   absl::StatusOr<v1::DraftMode> mode =
@@ -86,7 +116,8 @@ absl::StatusOr<GenerateRequest> RequestFromFlags() {
   GenerateRequest request;
   request.set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
   v1::SamplingParams* sampling = request.mutable_sampling();
-  sampling->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  sampling->set_temperature(
+      static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   sampling->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
   sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
   sampling->set_seed(absl::GetFlag(FLAGS_seed));
@@ -95,6 +126,11 @@ absl::StatusOr<GenerateRequest> RequestFromFlags() {
   }
   request.mutable_draft()->set_mode(*mode);
   request.mutable_draft()->set_namespace_(absl::GetFlag(FLAGS_namespace));
+  for (const std::string& name : absl::GetFlag(FLAGS_sources)) {
+    absl::StatusOr<v1::DraftSource> source = ParseDraftSource(name);
+    if (!source.ok()) return source.status();
+    request.mutable_draft()->add_sources(*source);
+  }
   return request;
 }
 
@@ -103,10 +139,10 @@ absl::StatusOr<GenerateRequest> RequestFromFlags() {
 absl::Status RpcError(const grpc::Status& status) {
   absl::Status error = FromGrpcStatus(status);
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return error;
-  return absl::Status(error.code(),
-                      absl::StrCat(error.message(),
-                                   " (is verifysvc running at --server=",
-                                   absl::GetFlag(FLAGS_server), "?)"));
+  return absl::Status(
+      error.code(),
+      absl::StrCat(error.message(), " (is verifysvc running at --server=",
+                   absl::GetFlag(FLAGS_server), "?)"));
 }
 
 // Runs `request` to the end. With `echo`, each piece of text is written to
@@ -116,9 +152,9 @@ absl::StatusOr<Completion> Generate(GenerationService::Stub& stub,
   grpc::ClientContext context;
   const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (timeout_s > 0) {
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::microseconds(
-                             static_cast<int64_t>(timeout_s * 1e6)));
+    context.set_deadline(
+        std::chrono::system_clock::now() +
+        std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6)));
   }
   std::unique_ptr<grpc::ClientReader<GenerateResponse>> reader =
       stub.Generate(&context, request);
@@ -170,6 +206,17 @@ absl::Status PrintStats(GenerationService::Stub& stub,
                d.decoding_steps(), d.edl(),
                static_cast<long long>(d.accepted_draft_tokens()),
                static_cast<long long>(d.draft_tokens()));
+  if (d.sources_size() > 0) {
+    std::string line;
+    for (const v1::SourceUsage& source : d.sources()) {
+      absl::StrAppend(
+          &line, line.empty() ? "" : ", ", SourceName(source.source()), " ",
+          source.accepted_draft_tokens(), "/", source.draft_tokens());
+    }
+    std::fprintf(stderr,
+                 "stats: per source: %s accepted/verified draft tokens\n",
+                 line.c_str());
+  }
   std::fprintf(stderr,
                "stats: this run : %.1f tok/s, TTFT %.3f s, total %.3f s\n",
                d.tokens_per_second(), d.time_to_first_token_seconds(),
@@ -180,9 +227,9 @@ absl::Status PrintStats(GenerationService::Stub& stub,
   plain_request.mutable_draft()->set_mode(v1::DRAFT_MODE_OFF);
   absl::StatusOr<Completion> plain = Generate(stub, plain_request, false);
   if (!plain.ok()) {
-    return absl::Status(plain.status().code(),
-                        absl::StrCat("drafts-off baseline: ",
-                                     plain.status().message()));
+    return absl::Status(
+        plain.status().code(),
+        absl::StrCat("drafts-off baseline: ", plain.status().message()));
   }
   const v1::Usage& p = plain->usage;
   std::fprintf(stderr,

@@ -1,6 +1,7 @@
 #include "draftsvc/draft_index.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <utility>
 
@@ -990,6 +991,13 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
   mix.branch_length = branch_length;
   mix.mode = request.mode;
   TrieDraft draft = MixDrafts(candidates, rates, mix);
+  std::array<int64_t, kNumDraftSources> proposed{};
+  for (const DraftNode& node : draft.nodes) {
+    for (int s = 0; s < kNumDraftSources; ++s) {
+      proposed[s] += node.source_set >> s & 1;
+    }
+  }
+  ns->calibration.CountProposed(proposed);
   {
     absl::MutexLock lock(&session->mu);
     session->sent = draft.nodes;
@@ -1111,7 +1119,8 @@ std::vector<NamespaceStats> DraftIndex::Stats(
     for (int i = 0; i < kNumDraftSources; ++i) {
       const DraftSource source = static_cast<DraftSource>(i);
       const SourceTotals totals = space->calibration.totals(source);
-      s.sources.push_back({source, totals.proposed, totals.accepted,
+      s.sources.push_back({source, totals.proposed, totals.judged,
+                           totals.accepted,
                            space->calibration.DepthAcceptance(source)});
     }
     out.push_back(std::move(s));

@@ -164,8 +164,12 @@ struct RetrieveRequest {
 // What one source has done in a namespace.
 struct SourceStatsRow {
   DraftSource source = DraftSource::kOutput;
-  int64_t proposed = 0;  // Draft nodes sent and judged (see Append).
-  int64_t accepted = 0;  // Of those, accepted.
+  // Draft nodes sent (a node counts for each source of its set).
+  int64_t proposed = 0;
+  // Of those, judged by the next Append (parent accepted or a root child,
+  // verified if the verifier said so) and accepted.
+  int64_t judged = 0;
+  int64_t accepted = 0;
   // Calibrated acceptance of a rank-0 node at depths 1.. given its parent.
   std::vector<float> depth_acceptance;
 };

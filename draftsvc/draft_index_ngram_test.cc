@@ -417,6 +417,7 @@ TEST(DraftIndexNgramTest, ExtraCandidatesAreMixedAndCalibrated) {
       stats[0].sources[static_cast<int>(DraftSource::kAssistant)];
   EXPECT_EQ(assistant.source, DraftSource::kAssistant);
   EXPECT_EQ(assistant.proposed, 2);
+  EXPECT_EQ(assistant.judged, 2);
   EXPECT_EQ(assistant.accepted, 2);
 }
 
@@ -480,7 +481,8 @@ TEST(DraftIndexNgramTest, CalibrationFollowsWhatTheVerifierAccepts) {
   SourceStatsRow row = output_rate();
   EXPECT_GT(row.depth_acceptance[0], 0.8f);
   EXPECT_GT(row.proposed, 0);
-  EXPECT_EQ(row.accepted, row.proposed);
+  EXPECT_EQ(row.judged, row.proposed);  // 2 then 3: both judged.
+  EXPECT_EQ(row.accepted, row.judged);
   // Now it rejects the first token every time (a new token follows "1"
   // each time, so "2" stays the trie's first choice): depth 1 drops, depth
   // 2 is no longer judged (its parent was rejected).
@@ -493,12 +495,13 @@ TEST(DraftIndexNgramTest, CalibrationFollowsWhatTheVerifierAccepts) {
   row = output_rate();
   EXPECT_LT(row.depth_acceptance[0], 0.3f);
   EXPECT_FLOAT_EQ(row.depth_acceptance[1], depth2);
-  EXPECT_LT(row.accepted, row.proposed);
+  EXPECT_LT(row.accepted, row.judged);
+  EXPECT_LT(row.judged, row.proposed);  // Nodes below a rejected one.
   // An Append without tokens judges nothing.
-  const int64_t proposed = row.proposed;
+  const int64_t judged = row.judged;
   ASSERT_TRUE(index.Retrieve("w", Request(4, kTriesOnly)).ok());
   ASSERT_TRUE(index.Append("w", Path{}, nullptr).ok());
-  EXPECT_EQ(output_rate().proposed, proposed);
+  EXPECT_EQ(output_rate().judged, judged);
 }
 
 TEST(DraftIndexNgramTest, OnlyNodesTheVerifierVerifiedAreJudged) {
@@ -521,14 +524,16 @@ TEST(DraftIndexNgramTest, OnlyNodesTheVerifierVerifiedAreJudged) {
   input.accepted = accepted;
   input.predictions.push_back(Prediction(0, tokens, parents, 1, top));
   ASSERT_TRUE(index.Append("w", input, nullptr).ok());
-  EXPECT_EQ(output().proposed, 1);
+  EXPECT_EQ(output().proposed, 4);
+  EXPECT_EQ(output().judged, 1);
   EXPECT_EQ(output().accepted, 1);
   // Without a PredictionTree every node whose parent was accepted counts:
   // 2 and 4 at depth 1, 3 below the accepted 2.
   ASSERT_TRUE(index.Append("w", Path{1}, nullptr).ok());
   ASSERT_EQ(index.Retrieve("w", Request(4, kTriesOnly))->nodes.size(), 4u);
   ASSERT_TRUE(index.Append("w", Path{2, 9}, nullptr).ok());
-  EXPECT_EQ(output().proposed, 1 + 3);
+  EXPECT_EQ(output().proposed, 4 + 4);
+  EXPECT_EQ(output().judged, 1 + 3);
   EXPECT_EQ(output().accepted, 1 + 1);
 }
 
@@ -613,7 +618,7 @@ TEST(DraftIndexNgramTest, ConcurrentStepsSmoke) {
   EXPECT_GT(stats.ngram_prunes, 0);
   int64_t proposed = 0;
   for (const SourceStatsRow& row : stats.sources) {
-    EXPECT_LE(row.accepted, row.proposed);
+    EXPECT_LE(row.accepted, row.judged);
     proposed += row.proposed;
   }
   EXPECT_GT(proposed, 0);

@@ -705,8 +705,8 @@ absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
   };
   RETURN_IF_ERROR(registry->AddLabeledCounterCallback(
       "lookahead_draft_proposed_tokens_total",
-      "Draft nodes sent to verifiers and judged by their next Step, per "
-      "source (a node several sources proposed counts for each).",
+      "Draft nodes sent to verifiers, per source (a node several sources "
+      "proposed counts for each).",
       {"source"}, per_source(&SourceStatsRow::proposed)));
   RETURN_IF_ERROR(registry->AddLabeledCounterCallback(
       "lookahead_draft_accepted_tokens_total",

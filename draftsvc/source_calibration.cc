@@ -36,9 +36,15 @@ void SourceCalibration::Observe(absl::Span<const Observation> observations) {
                        [CalibrationTable::RankBucket(o.rank)];
     cell.proposed = cell.proposed * options_.decay + 1.0;
     cell.accepted = cell.accepted * options_.decay + (o.accepted ? 1.0 : 0.0);
-    ++totals_[s].proposed;
+    ++totals_[s].judged;
     if (o.accepted) ++totals_[s].accepted;
   }
+}
+
+void SourceCalibration::CountProposed(
+    const std::array<int64_t, kNumDraftSources>& nodes) {
+  absl::MutexLock lock(&mu_);
+  for (int s = 0; s < kNumDraftSources; ++s) totals_[s].proposed += nodes[s];
 }
 
 CalibrationTable SourceCalibration::Snapshot() const {

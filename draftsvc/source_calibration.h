@@ -76,7 +76,8 @@ class CalibrationTable {
 };
 
 struct SourceTotals {
-  int64_t proposed = 0;  // Nodes of this source sent and then judged.
+  int64_t proposed = 0;  // Nodes of this source sent (CountProposed).
+  int64_t judged = 0;    // Nodes of this source judged (Observe).
   int64_t accepted = 0;  // Of those, accepted by the verifier.
 };
 
@@ -95,6 +96,8 @@ class SourceCalibration {
   explicit SourceCalibration(CalibrationOptions options = {});
 
   void Observe(absl::Span<const Observation> observations);
+  // Counts the nodes of each source (indexed by DraftSource) in a tree sent.
+  void CountProposed(const std::array<int64_t, kNumDraftSources>& nodes);
   CalibrationTable Snapshot() const;
   SourceTotals totals(DraftSource source) const;
   // The current rate of a rank-0 node at depths 1..kDepthBuckets.

@@ -38,7 +38,9 @@ TEST(SourceCalibrationTest, MovesTowardObservedAcceptance) {
   EXPECT_NEAR(table.rate(DraftSource::kOutput, 2, 0), 0.1f, 0.03f);
   // Other cells keep the prior.
   EXPECT_FLOAT_EQ(table.rate(DraftSource::kOutput, 1, 0), 0.5f);
-  EXPECT_EQ(calibration.totals(DraftSource::kNgram).proposed, 500);
+  EXPECT_EQ(calibration.totals(DraftSource::kNgram).judged, 500);
+  calibration.CountProposed({0, 0, 7, 0});
+  EXPECT_EQ(calibration.totals(DraftSource::kNgram).proposed, 7);
   EXPECT_EQ(calibration.totals(DraftSource::kNgram).accepted, 450);
   const std::vector<float> depths =
       calibration.DepthAcceptance(DraftSource::kOutput);
@@ -69,7 +71,7 @@ TEST(SourceCalibrationTest, ConcurrentObserversCountEverything) {
     });
   }
   for (std::thread& t : threads) t.join();
-  EXPECT_EQ(calibration.totals(DraftSource::kOutput).proposed, 4000);
+  EXPECT_EQ(calibration.totals(DraftSource::kOutput).judged, 4000);
   EXPECT_EQ(calibration.totals(DraftSource::kOutput).accepted, 2000);
 }
 

@@ -269,10 +269,15 @@ void NgramPool::InsertLocked(absl::Span<const int32_t> key,
   }
   std::sort(set.begin(), set.end(), RanksBefore);
 
-  if (entries_ > options_.capacity_entries) PruneLocked(mutations);
+  // A restore's prune must not wipe: rows not scanned yet are kept as they
+  // are (no mutation), so a wipe would delete them.
+  if (entries_ > options_.capacity_entries) {
+    PruneLocked(mutations, /*may_wipe=*/!stored);
+  }
 }
 
-void NgramPool::PruneLocked(std::vector<TrieMutation>* mutations) {
+void NgramPool::PruneLocked(std::vector<TrieMutation>* mutations,
+                            bool may_wipe) {
   const int64_t target = std::max<int64_t>(
       0, static_cast<int64_t>(static_cast<double>(options_.capacity_entries) *
                               options_.low_water));
@@ -296,32 +301,55 @@ void NgramPool::PruneLocked(std::vector<TrieMutation>* mutations) {
 
   int64_t after = 0;
   std::vector<int32_t> key;
-  // One mutation per entry dropped by the cut, plus (halving) one per
-  // survivor.
+  // A halving prune rewrites every survivor anyway, and most entries (the
+  // one-off predictions) die: one range delete of the whole pool plus the
+  // survivors beats a delete per dead entry (1M rows: seconds of writes).
+  const bool wipe =
+      mutations != nullptr && may_wipe && options_.prune_halves_counts;
   if (mutations != nullptr) {
     mutations->reserve(mutations->size() +
-                       static_cast<size_t>(options_.prune_halves_counts
+                       static_cast<size_t>(wipe ? target + 1
+                                           : options_.prune_halves_counts
                                                ? before
                                                : before - target));
   }
+  if (wipe) {
+    TrieMutation all;
+    all.kind = TrieMutation::Kind::kDeleteSubtree;
+    all.table = TrieMutation::Table::kNgramPool;
+    mutations->push_back(std::move(all));  // Empty path: the whole pool.
+  }
+  const bool emit_deletes = mutations != nullptr && !wipe;
   for (auto it = keys_.begin(); it != keys_.end();) {
     ContinuationSet& set = it->second;
-    if (mutations != nullptr) key = DecodeKey(it->first);
+    // The key's ids, decoded only for a key that emits (after a wipe, few).
+    bool decoded = false;
+    auto key_ids = [&]() -> const std::vector<int32_t>& {
+      if (!decoded) key = DecodeKey(it->first);
+      decoded = true;
+      return key;
+    };
     set.erase(
         std::remove_if(set.begin(), set.end(),
                        [&](Continuation& c) {
                          if (keep_none ||
                              std::make_pair(c.count, c.stamp) < threshold) {
-                           EmitDelete(mutations, key, c.tokens);
+                           if (emit_deletes) {
+                             EmitDelete(mutations, key_ids(), c.tokens);
+                           }
                            return true;
                          }
                          if (!options_.prune_halves_counts) return false;
                          c.count /= 2;
                          if (c.count == 0) {
-                           EmitDelete(mutations, key, c.tokens);
+                           if (emit_deletes) {
+                             EmitDelete(mutations, key_ids(), c.tokens);
+                           }
                            return true;
                          }
-                         EmitSet(mutations, key, c.tokens, c.count);
+                         if (mutations != nullptr) {
+                           EmitSet(mutations, key_ids(), c.tokens, c.count);
+                         }
                          return false;
                        }),
         set.end());

@@ -126,7 +126,9 @@ class NgramPool {
   // changed (merges, the absorbing extension, halved survivors) and
   // kDeleteSubtree for each entry removed (absorbed prefixes, the evicted
   // one, pruned ones). Nothing is appended on error or rejection. A prune
-  // appends one mutation per entry it touches (up to capacity_entries).
+  // with prune_halves_counts appends one whole-pool delete (kDeleteSubtree
+  // with an empty path) and then a kSetCount per survivor; without, a
+  // delete per entry it drops.
   absl::Status Add(absl::Span<const int32_t> key,
                    absl::Span<const int32_t> continuation, int64_t count = 1,
                    std::vector<TrieMutation>* mutations = nullptr);
@@ -145,7 +147,8 @@ class NgramPool {
   // max_continuations_per_key keeps the best in retention order, entries
   // past capacity_entries trigger a prune. If `mutations` is not null it
   // receives the writes that make the store match the pool again: deletes
-  // of the rows merged away, dropped or pruned, set-counts of changed ones,
+  // of the rows merged away, dropped or pruned (one by one: rows not
+  // restored yet must stay), set-counts of changed ones,
   // and, on INVALID_ARGUMENT for an entry that has a row (ids >= 0, key of
   // 1..255 tokens), the delete of that row (the pool can never hold it under
   // these options). Submit them after the scan.
@@ -205,8 +208,9 @@ class NgramPool {
                     bool stored, std::vector<TrieMutation>* mutations)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Cuts to low water and halves (see Add); appends the removals and new
-  // counts to `mutations` if not null. REQUIRES: mu_ held.
-  void PruneLocked(std::vector<TrieMutation>* mutations)
+  // counts to `mutations` if not null, as one whole-pool delete plus the
+  // survivors iff `may_wipe` and halving. REQUIRES: mu_ held.
+  void PruneLocked(std::vector<TrieMutation>* mutations, bool may_wipe)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const NgramPoolOptions options_;

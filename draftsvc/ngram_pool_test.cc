@@ -93,10 +93,15 @@ Entries Contents(const NgramPool& pool) {
 }
 
 // Applies pool mutations as the store does (kAdd: +=, creating; kSetCount:
-// =; kDeleteSubtree: erase exactly that entry).
+// =; kDeleteSubtree: erase exactly that entry, or all with an empty path).
 void Replay(const std::vector<TrieMutation>& mutations, Entries* store) {
   for (const TrieMutation& m : mutations) {
     ASSERT_EQ(m.table, TrieMutation::Table::kNgramPool);
+    if (m.path.empty()) {
+      ASSERT_EQ(m.kind, TrieMutation::Kind::kDeleteSubtree);
+      store->clear();
+      continue;
+    }
     ASSERT_GE(m.path.size(), 2u);
     const size_t key_length = static_cast<size_t>(m.path[0]);
     ASSERT_GE(key_length, 1u);
@@ -651,6 +656,71 @@ TEST(NgramPoolTest, RestoreRepairsAStoreFromOtherOptions) {
   EXPECT_EQ(pool->Restore({1}, {-3}, 1, &repairs).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(repairs.empty());
+}
+
+// A halving prune writes one whole-pool delete and the survivors (the dead
+// cost nothing); without halving, one delete per dropped entry.
+TEST(NgramPoolTest, PruneEmitsAWipeAndTheSurvivorsOrTheDropped) {
+  for (bool halve : {true, false}) {
+    NgramPoolOptions options;
+    options.capacity_entries = 4;
+    options.low_water = 0.5;
+    options.prune_halves_counts = halve;
+    auto pool = MakePool(options);
+    Entries store;
+    std::vector<TrieMutation> m;
+    for (int32_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE(pool->Add({i}, {i}, 2 + 2 * i, &m).ok());
+    }
+    Replay(m, &store);
+    m.clear();
+    ASSERT_TRUE(pool->Add({9}, {9}, 1, &m).ok());  // 5 > 4: keeps 2.
+    EXPECT_EQ(pool->Stats().prunes, 1);
+    using K = TrieMutation::Kind;
+    std::vector<std::pair<K, Tokens>> kinds;
+    for (const TrieMutation& x : m) kinds.emplace_back(x.kind, x.path);
+    std::sort(kinds.begin() + 1, kinds.end());  // Prune order is unspecified.
+    if (halve) {
+      EXPECT_EQ(kinds, (std::vector<std::pair<K, Tokens>>{
+                           {K::kSetCount, {1, 9, 9}},
+                           {K::kSetCount, {1, 2, 2}},
+                           {K::kSetCount, {1, 3, 3}},
+                           {K::kDeleteSubtree, {}},
+                       }));
+      // The wipe comes before the survivors.
+      ASSERT_EQ(m.size(), 4u);
+      EXPECT_TRUE(m[1].path.empty());
+    } else {
+      EXPECT_EQ(kinds, (std::vector<std::pair<K, Tokens>>{
+                           {K::kSetCount, {1, 9, 9}},
+                           {K::kDeleteSubtree, {1, 0, 0}},
+                           {K::kDeleteSubtree, {1, 1, 1}},
+                           {K::kDeleteSubtree, {1, 9, 9}},
+                       }));
+    }
+    Replay(m, &store);
+    EXPECT_EQ(store, Contents(*pool));
+    EXPECT_EQ(store, halve ? (Entries{{{{2}, {2}}, 3}, {{{3}, {3}}, 4}})
+                           : (Entries{{{{2}, {2}}, 6}, {{{3}, {3}}, 8}}));
+  }
+}
+
+// A prune inside Restore never wipes: the rows the scan has not reached
+// yet are on disk and must stay.
+TEST(NgramPoolTest, RestorePrunesRowByRow) {
+  NgramPoolOptions options;
+  options.capacity_entries = 2;
+  options.low_water = 0.5;
+  auto pool = MakePool(options);
+  std::vector<TrieMutation> repairs;
+  for (int32_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(pool->Restore({i}, {i}, 4 - i, &repairs).ok());
+  }
+  for (const TrieMutation& m : repairs) EXPECT_FALSE(m.path.empty());
+  Entries store = {{{{0}, {0}}, 4}, {{{1}, {1}}, 3}, {{{2}, {2}}, 2}};
+  Replay(repairs, &store);
+  EXPECT_EQ(store, Contents(*pool));
+  EXPECT_EQ(store, (Entries{{{{0}, {0}}, 2}}));
 }
 
 TEST(NgramPoolTest, ForEachVisitsInStoreOrder) {

@@ -45,7 +45,9 @@ struct TrieMutation {
     kSetCount,
     // kTrie: removes the node at `path` and its whole subtree. kNgramPool:
     // removes exactly that entry (not the entries whose continuation it
-    // prefixes).
+    // prefixes); with an empty `path` (the only kNgramPool mutation that
+    // may have one), every entry of the namespace's pool (one range delete:
+    // a halving prune drops most entries, and rewrites the rest anyway).
     kDeleteSubtree,
   };
   Kind kind = Kind::kAdd;

@@ -92,6 +92,26 @@ absl::Status ReadError(const std::string& path, const rocksdb::Status& s) {
       absl::StrCat("trie store ", path, ": ", s.ToString()));
 }
 
+// Whether `m` deletes every entry of its namespace's pool.
+bool IsNgramPoolWipe(const TrieMutation& m) {
+  return m.table == TrieMutation::Table::kNgramPool &&
+         m.kind == TrieMutation::Kind::kDeleteSubtree && m.path.empty();
+}
+
+// Removes from `rows` every pool row of `name_space` (a wipe supersedes
+// them). O(rows): wipes are rare (a halving prune).
+template <typename Rows>
+void EraseNamespaceRows(absl::string_view name_space, Rows* rows) {
+  const std::string prefix = fmt::NgramPrefix(name_space);
+  for (auto it = rows->begin(); it != rows->end();) {
+    if (absl::StartsWith(it->first, prefix)) {
+      rows->erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
 // Returns OK iff `batch` may be written (the format's own limits).
 absl::Status ValidateBatch(const TrieMutationBatch& batch) {
   absl::Status ns = fmt::ValidateNamespace(batch.name_space);
@@ -103,6 +123,7 @@ absl::Status ValidateBatch(const TrieMutationBatch& batch) {
   for (const TrieMutation& m : batch.mutations) {
     // A pool path starts with the key length, which is not a token.
     size_t first_token = 0;
+    if (IsNgramPoolWipe(m)) continue;
     if (m.table == TrieMutation::Table::kNgramPool) {
       const int64_t key_length = m.path.empty() ? 0 : m.path[0];
       const int64_t tokens = static_cast<int64_t>(m.path.size()) - 1;
@@ -113,8 +134,10 @@ absl::Status ValidateBatch(const TrieMutationBatch& batch) {
             fmt::kMaxNgramKeyTokens,
             "], key tokens, continuation tokens] with a non-empty "
             "continuation and at most ",
-            fmt::kMaxPathTokens, " tokens; got key_length ", key_length,
-            " and ", std::max<int64_t>(tokens, 0), " tokens"));
+            fmt::kMaxPathTokens,
+            " tokens (or empty, for a kDeleteSubtree of the whole pool); got "
+            "key_length ",
+            key_length, " and ", std::max<int64_t>(tokens, 0), " tokens"));
       }
       first_token = 1;
     } else if (m.table != TrieMutation::Table::kTrie) {
@@ -279,6 +302,17 @@ class TrieStore::Backlog {
   }
   void Add(const TrieMutationBatch& b) {
     for (const TrieMutation& m : b.mutations) {
+      if (IsNgramPoolWipe(m)) {
+        // Rows kept before it are moot; later ones are written after it.
+        ++mutations_;
+        EraseNamespaceRows(b.name_space, &ngram_rows_);
+        std::string begin = fmt::NgramPrefix(b.name_space);
+        std::string end = fmt::PrefixSuccessor(begin);
+        bytes_ += static_cast<int64_t>(begin.size() + end.size()) + 48;
+        segments_.push_back(
+            {Segment::kDeleteRange, {}, std::move(begin), std::move(end)});
+        continue;
+      }
       if (m.table == TrieMutation::Table::kNgramPool) {
         ++mutations_;
         auto [it, inserted] =
@@ -335,7 +369,8 @@ class TrieStore::Backlog {
           break;
       }
     }
-    // Pool rows are disjoint from every trie key and range above.
+    // Pool rows are disjoint from every trie key and range above, and
+    // follow every pool wipe there (Add erased the rows before a wipe).
     WriteNgramRows(ngram_rows_, wb);
   }
   bool empty() const { return segments_.empty() && ngram_rows_.empty(); }
@@ -1053,6 +1088,14 @@ void TrieStore::WriteRound(std::deque<Pending> round) {
         new_namespaces.push_back(b.name_space);
       }
       for (const TrieMutation& m : b.mutations) {
+        if (IsNgramPoolWipe(m)) {
+          // Pool rows go last: the ones folded so far are moot, later ones
+          // land after the range delete.
+          EraseNamespaceRows(b.name_space, &ngram_rows);
+          const std::string begin = fmt::NgramPrefix(b.name_space);
+          wb.DeleteRange(begin, fmt::PrefixSuccessor(begin));
+          continue;
+        }
         if (m.table == TrieMutation::Table::kNgramPool) {
           ngram_rows[NgramRowKey(b.name_space, m.path)].Apply(m);
           continue;

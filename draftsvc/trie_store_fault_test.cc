@@ -78,10 +78,15 @@ Counts ScanCounts(const TrieStore& store) {
 
 // With `pool`, batch i also changes the n-gram pool entry [i % 4] ->
 // [i % 3]: deletes it if i % 5 == 4, sets it to 100 + i if i % 5 == 3, else
-// adds 1 (so the backlog must keep the order of one entry's changes).
+// adds 1 (so the backlog must keep the order of one entry's changes); if
+// i % 11 == 10 it deletes the whole pool instead.
 TrieMutation PoolMutation(int i) {
   TrieMutation m;
   m.table = TrieMutation::Table::kNgramPool;
+  if (i % 11 == 10) {
+    m.kind = TrieMutation::Kind::kDeleteSubtree;
+    return m;  // Empty path: every entry.
+  }
   m.path = NgramMutationPath({i % 4}, {i % 3});
   m.kind = i % 5 == 4   ? TrieMutation::Kind::kDeleteSubtree
            : i % 5 == 3 ? TrieMutation::Kind::kSetCount
@@ -107,6 +112,11 @@ void Apply(int i, Counts* counts, bool pool = false) {
   if (!pool) return;
   const std::vector<int32_t> entry = Collector::PoolPath({i % 4}, {i % 3});
   const TrieMutation m = PoolMutation(i);
+  if (m.path.empty()) {
+    // Pool entries are the Counts keys that start with -1 (PoolPath).
+    counts->erase(counts->begin(), counts->lower_bound({0}));
+    return;
+  }
   switch (m.kind) {
     case TrieMutation::Kind::kAdd:
       (*counts)[entry] += m.value;

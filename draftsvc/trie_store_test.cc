@@ -155,6 +155,13 @@ TrieMutation PoolDel(std::vector<int32_t> key, std::vector<int32_t> cont) {
   return {TrieMutation::Kind::kDeleteSubtree, NgramMutationPath(key, cont), 0,
           TrieMutation::Table::kNgramPool};
 }
+// Deletes every pool entry of the batch's namespace.
+TrieMutation PoolWipe() {
+  return {TrieMutation::Kind::kDeleteSubtree,
+          {},
+          0,
+          TrieMutation::Table::kNgramPool};
+}
 
 TEST(TrieFormatTest, KeyOrderIsNumericPathOrder) {
   std::mt19937 rng(7);
@@ -373,6 +380,40 @@ TEST(TrieStoreTest, NgramPoolRowsRoundTrip) {
                            {{"ns2", {1, 1, 3}}, 40},
                            {{"ns2", {1, 9, 9}}, 3}}));
   EXPECT_EQ(*(*store)->GetNgramCount("ns", {5}, {6}), 3);
+}
+
+// A whole-pool delete takes every entry of its namespace and nothing else:
+// not another namespace's, not the trie's; entries folded before it in the
+// same round go, those after it stay.
+TEST(TrieStoreTest, PoolWipeDeletesOneNamespacesPool) {
+  const std::string dir = TempDir("pool_wipe");
+  TrieStoreOptions options;
+  options.sync = true;
+  {
+    auto store = TrieStore::Open(dir, options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE(SubmitAndWait(**store, {"ns",
+                                        100,
+                                        {Add({1}, 1), PoolAdd({1}, {3}, 2),
+                                         PoolAdd({2}, {4}, 2)}})
+                    .ok());
+    ASSERT_TRUE(
+        SubmitAndWait(**store, {"ns2", 100, {PoolAdd({1}, {3}, 5)}}).ok());
+    // One round: everything before the wipe goes, what follows stays.
+    (*store)->Submit({"ns", 100, {PoolSet({5}, {5}, 9), PoolAdd({1}, {3}, 1)}},
+                     [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+    (*store)->Submit(
+        {"ns", 100, {PoolWipe(), PoolAdd({2}, {4}, 7), PoolSet({6}, {6}, 1)}},
+        [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+    ASSERT_TRUE((*store)->Flush().ok());
+  }
+  auto store = TrieStore::Open(dir, options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  PoolMap pool;
+  EXPECT_EQ(ScanAll(**store, nullptr, &pool), (NodeMap{{{"ns", {1}}, 1}}));
+  EXPECT_EQ(pool, (PoolMap{{{"ns", {1, 2, 4}}, 7},
+                           {{"ns", {1, 6, 6}}, 1},
+                           {{"ns2", {1, 1, 3}}, 5}}));
 }
 
 // A pool-only batch of a new namespace writes the namespace record, so a
@@ -696,6 +737,12 @@ class TrieStoreRandomizedTest
 void ApplyToOracle(const TrieMutationBatch& b, NodeMap* oracle, PoolMap* pool) {
   for (const TrieMutation& m : b.mutations) {
     auto key = std::make_pair(b.name_space, m.path);
+    if (m.table == TrieMutation::Table::kNgramPool && m.path.empty()) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        it = it->first.first == b.name_space ? pool->erase(it) : std::next(it);
+      }
+      continue;
+    }
     if (m.table == TrieMutation::Table::kNgramPool) {
       switch (m.kind) {
         case TrieMutation::Kind::kAdd:
@@ -750,6 +797,7 @@ TEST_P(TrieStoreRandomizedTest, MatchesOracleAcrossReopens) {
   // Pool entries over a small alphabet, so that sets and deletes hit.
   PoolMap pool_oracle;
   const int32_t pool_tokens[] = {0, 256, 0x7ffffffe};
+  int wipes = 0;
   std::atomic<int> failures{0};
   std::atomic<int> callbacks{0};
   int submitted = 0;
@@ -770,12 +818,18 @@ TEST_P(TrieStoreRandomizedTest, MatchesOracleAcrossReopens) {
       m.path.resize(1 + rng() % 4);
       for (auto& t : m.path) t = tokens[rng() % 9];
       // A quarter are pool mutations (the same kinds and values below).
-      if (rng() % 4 == 0) {
+      const bool pool = rng() % 4 == 0;
+      if (pool) {
         std::vector<int32_t> key(1 + rng() % 2), cont(1 + rng() % 2);
         for (auto& t : key) t = pool_tokens[rng() % 3];
         for (auto& t : cont) t = pool_tokens[rng() % 3];
         m.table = TrieMutation::Table::kNgramPool;
         m.path = NgramMutationPath(key, cont);
+      }
+      if (pool && rng() % 200 == 0) {
+        ++wipes;
+        b.mutations.push_back(PoolWipe());
+        continue;
       }
       double r = uniform();
       if (r < param.delete_fraction) {
@@ -835,6 +889,7 @@ TEST_P(TrieStoreRandomizedTest, MatchesOracleAcrossReopens) {
   }
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(pool_oracle.size(), 10u);
+  EXPECT_GT(wipes, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(

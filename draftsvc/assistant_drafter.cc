@@ -414,7 +414,10 @@ absl::StatusOr<AssistantDraft> AssistantDrafter::Draft(
   Shape(budget, &chain, &siblings);
   // A worker holds a session for one pass at most: wait for it no longer
   // than the deadline.
-  if (!LockBefore(s.get(), deadline)) {
+  s->waiting.fetch_add(1);
+  const bool locked = LockBefore(s.get(), deadline);
+  s->waiting.fetch_sub(1);
+  if (!locked) {
     absl::MutexLock lock(&mu_);
     ++stats_.predraft_misses;
     ++stats_.deadline_cuts;
@@ -481,7 +484,8 @@ void AssistantDrafter::WaitForPredraftIdle() {
 }
 
 bool AssistantDrafter::PredraftStep(Session* s) {
-  if (s->closed) return false;
+  // A Draft wants the session: it drafts itself and schedules us after.
+  if (s->closed || s->waiting.load() > 0) return false;
   if (!Synced(*s)) {
     absl::StatusOr<bool> done = SyncStep(s, kWorkerSyncTokens);
     return done.ok();
@@ -507,7 +511,7 @@ void AssistantDrafter::WorkerLoop() {
       if (it != sessions_.end()) s = it->second.session;
     }
     bool more = false;
-    if (s != nullptr) {
+    if (s != nullptr && s->waiting.load() == 0) {
       absl::MutexLock lock(&s->mu);
       more = PredraftStep(s.get());
     }

@@ -19,6 +19,7 @@
 #ifndef LOOKAHEAD_DRAFTSVC_ASSISTANT_DRAFTER_H_
 #define LOOKAHEAD_DRAFTSVC_ASSISTANT_DRAFTER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -169,6 +170,10 @@ class AssistantDrafter {
         : id(std::move(session_id)), sampling(params) {}
     const std::string id;
     const engine::SamplingParams sampling;
+    // Drafts waiting for `mu`: a pre-draft worker leaves the session to
+    // them rather than start another pass (it would win the lock again
+    // microseconds after releasing it, and starve a Step).
+    std::atomic<int> waiting{0};
 
     absl::Mutex mu;
     bool closed ABSL_GUARDED_BY(mu) = false;

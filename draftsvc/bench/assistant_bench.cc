@@ -7,13 +7,20 @@
 // output, the fraction of chain tokens equal to the target's token at that
 // position, and the mean accepted length (matching prefix, 0..4).
 //
+// Then a greedy decode loop: the target verifies each step's assistant
+// chain (budget 2 and 4) while a pre-draft worker drafts ahead, against
+// plain decoding in the same round (outputs checked identical): EDL,
+// tokens/s, speedup, pre-draft hit rate.
+//
 //   bazel build //draftsvc:assistant_bench &&
-//     .bazel/bin/draftsvc/assistant_bench [forms] [repeats]
+//     .bazel/bin/draftsvc/assistant_bench [forms] [repeats] [loop_threads]
 //
 // forms: comma-separated ParseAssistantLayers texts (default below);
-// repeats: rounds of the timing (default 5), reported as the median. Each
+// repeats: rounds of the timing (default 5), reported as the median (each
 // round times every form once, interleaved, so a busy machine slows all
-// alike.
+// alike); loop_threads: the drafted loop's verifier threads (default 2; 1
+// gives the assistant and the verifier one core each; plain decoding
+// always has 2).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -110,7 +117,63 @@ Agreement Measure(const AssistantModel& assistant,
   return a;
 }
 
-int Run(const std::vector<std::string>& forms, int repeats) {
+struct LoopResult {
+  double seconds = 0;
+  int tokens = 0, steps = 0;
+  AssistantDrafterStats stats;
+};
+
+// Greedy decoding of `n` tokens by `target`, each step verifying the
+// assistant's draft of `budget` nodes (none when `assistant` is null: plain
+// decoding) drafted within `deadline` of the step's start, with pre-draft
+// workers running beside the verifier.
+LoopResult Loop(const engine::LlamaModel& target,
+                const AssistantModel* assistant,
+                const std::vector<int32_t>& prompt, int n, int budget,
+                absl::Duration deadline, int predraft_threads,
+                std::vector<int32_t>* out) {
+  LoopResult r;
+  std::unique_ptr<AssistantDrafter> drafter;
+  auto cache = *target.NewCache(static_cast<int>(prompt.size()) + n + 64);
+  const absl::Time start = absl::Now();
+  torch::Tensor logits = *target.Prefill(cache.get(), prompt);
+  torch::Tensor row = logits.contiguous();
+  int32_t root = engine::ArgMax(absl::Span<const float>(
+      row.data_ptr<float>(), static_cast<size_t>(row.numel())));
+  out->assign(1, root);
+  if (assistant != nullptr) {
+    AssistantDrafterOptions options;
+    options.predraft_threads = predraft_threads;
+    options.max_chain_tokens = budget;
+    options.top2_levels = 0;
+    drafter = *AssistantDrafter::Create(assistant, options);
+    std::vector<int32_t> context = prompt;
+    context.push_back(root);
+    if (!drafter->Open("loop", context, {}).ok()) std::abort();
+  }
+  while (static_cast<int>(out->size()) < n) {
+    engine::DraftTree tree;
+    if (drafter != nullptr) {
+      auto draft = drafter->Draft("loop", budget, absl::Now() + deadline);
+      if (!draft.ok()) std::abort();
+      tree = draft->tree;
+    }
+    auto emitted = target.VerifyAndAccept(cache.get(), root, tree, {});
+    if (!emitted.ok()) std::abort();
+    ++r.steps;
+    out->insert(out->end(), emitted->begin(), emitted->end());
+    root = emitted->back();
+    if (drafter != nullptr && !drafter->Advance("loop", *emitted).ok()) {
+      std::abort();
+    }
+  }
+  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  r.tokens = static_cast<int>(out->size());
+  if (drafter != nullptr) r.stats = drafter->stats();
+  return r;
+}
+
+int Run(const std::vector<std::string>& forms, int repeats, int loop_threads) {
   engine::ModelOptions target_options;
   target_options.matmul_threads = 2;
   auto real = engine::LoadRealModel(target_options);
@@ -194,6 +257,63 @@ int Run(const std::vector<std::string>& forms, int repeats) {
         double(kinds[1].accepted) / kinds[1].chains, all_acc / (kChain * s));
     std::fflush(stdout);
   }
+
+  // The verifier of the drafted loop: the target on loop_threads (1: the
+  // assistant and the verifier one core each) against plain decoding on 2.
+  std::unique_ptr<engine::GgufFile> loop_file;
+  std::unique_ptr<engine::LlamaModel> loop_model;
+  if (loop_threads != 2) {
+    loop_file = *engine::OpenRealModel();
+    engine::ModelOptions options;
+    options.matmul_threads = loop_threads;
+    loop_model = *engine::LlamaModel::Load(*loop_file, options);
+  }
+  const engine::LlamaModel& verifier_model =
+      loop_model != nullptr ? *loop_model : target;
+  // In the loop: the verifier checks each step's assistant
+  // chain; pre-drafting runs beside it. Tokens/s against plain decoding in
+  // the same round, medians over rounds.
+  std::printf(
+      "\ndecode loop, %d tokens, prompts 0 and 3, verifier %d thread(s), "
+      "assistant 1 thread + 1 pre-draft worker, deadline 10 ms; plain "
+      "decoding on 2 threads\n",
+      kNewTokens, loop_threads);
+  std::printf("%-12s %6s %6s %8s %8s %9s %9s\n", "form", "budget", "EDL",
+              "tok/s", "plain", "speedup", "hit-rate");
+  for (size_t f = 0; f < forms.size(); ++f) {
+    for (int budget : {2, 4}) {
+      std::vector<double> ratio, tps, plain_tps, edl, hits;
+      for (int r = 0; r < std::max(1, repeats / 2); ++r) {
+        for (int p : {0, 3}) {
+          std::vector<int32_t> a, b;
+          LoopResult plain = Loop(target, nullptr, inputs[p], kNewTokens,
+                                  budget, absl::Milliseconds(10), 1, &a);
+          LoopResult drafted =
+              Loop(verifier_model, assistants[f].get(), inputs[p], kNewTokens,
+                   budget, absl::Milliseconds(10), 1, &b);
+          // The last step may emit past n.
+          a.resize(kNewTokens);
+          b.resize(kNewTokens);
+          if (a != b) {
+            std::fprintf(stderr, "outputs differ!\n");
+            return 1;
+          }
+          tps.push_back(drafted.tokens / drafted.seconds);
+          plain_tps.push_back(plain.tokens / plain.seconds);
+          ratio.push_back(tps.back() / plain_tps.back());
+          edl.push_back(double(drafted.tokens) / drafted.steps);
+          const auto& st = drafted.stats;
+          hits.push_back(
+              double(st.predraft_hits) /
+              std::max<int64_t>(1, st.predraft_hits + st.predraft_misses));
+        }
+      }
+      std::printf("%-12s %6d %6.2f %8.1f %8.1f %9.2f %9.2f\n", forms[f].c_str(),
+                  budget, Median(edl), Median(tps), Median(plain_tps),
+                  Median(ratio), Median(hits));
+      std::fflush(stdout);
+    }
+  }
   return 0;
 }
 
@@ -205,6 +325,8 @@ int main(int argc, char** argv) {
       "all,skip:10-25,skip:8-21,every:2,first:20,first:16,first:12,first:8";
   if (argc > 1) forms = argv[1];
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
+  const int loop_threads = argc > 3 ? std::atoi(argv[3]) : 2;
   return lookahead::draftsvc::Run(absl::StrSplit(forms, ','),
-                                  std::max(1, repeats));
+                                  std::max(1, repeats),
+                                  std::max(1, loop_threads));
 }

@@ -128,7 +128,9 @@ class NgramPool {
   // one, pruned ones). Nothing is appended on error or rejection. A prune
   // with prune_halves_counts appends one whole-pool delete (kDeleteSubtree
   // with an empty path) and then a kSetCount per survivor; without, a
-  // delete per entry it drops.
+  // delete per entry it drops. REQUIRES of the caller: one Add's mutations
+  // go to the store in one batch (atomic), or a crash between the wipe and
+  // the survivors would lose the survivors.
   absl::Status Add(absl::Span<const int32_t> key,
                    absl::Span<const int32_t> continuation, int64_t count = 1,
                    std::vector<TrieMutation>* mutations = nullptr);

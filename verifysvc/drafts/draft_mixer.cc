@@ -84,6 +84,15 @@ void DraftMixer::ObserveVerified(int64_t handle,
   }
 }
 
+void DraftMixer::ObserveNgrams(int64_t handle,
+                               absl::Span<const std::vector<int32_t>> ngrams) {
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return;
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    if (it->second[s] != 0) sources_[s]->ObserveNgrams(it->second[s], ngrams);
+  }
+}
+
 absl::Status DraftMixer::Failure(int64_t handle) const {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return absl::OkStatus();

@@ -51,6 +51,9 @@ class DraftMixer {
   bool WantsPredictions(int64_t handle) const;
   // Passes `predictions` to every source of the sequence that wants them.
   void ObserveVerified(int64_t handle, const VerifiedPredictions& predictions);
+  // Passes `ngrams` to every source of the sequence.
+  void ObserveNgrams(int64_t handle,
+                     absl::Span<const std::vector<int32_t>> ngrams);
   // The first source failure of the sequence (DraftSource::Failure), or OK.
   absl::Status Failure(int64_t handle) const;
   // One valid tree per ask within ask.budget. Sets *called iff some source

@@ -138,6 +138,10 @@ class FakeSource : public DraftSource {
                        const VerifiedPredictions& predictions) override {
     verified.push_back({handle, predictions.top_tokens});
   }
+  void ObserveNgrams(int64_t handle,
+                     absl::Span<const std::vector<int32_t>> ngrams) override {
+    harvested.push_back({handle, {ngrams.begin(), ngrams.end()}});
+  }
   absl::Status Failure(int64_t handle) const override {
     auto it = failures.find(handle);
     return it == failures.end() ? absl::OkStatus() : it->second;
@@ -147,6 +151,8 @@ class FakeSource : public DraftSource {
   std::map<int64_t, absl::Status> failures;
   // Every ObserveVerified: (handle, top tokens).
   std::vector<std::pair<int64_t, std::vector<int32_t>>> verified;
+  // Every ObserveNgrams: (handle, n-grams).
+  std::vector<std::pair<int64_t, std::vector<std::vector<int32_t>>>> harvested;
 
   // What the mixer called, in order.
   std::vector<std::vector<int32_t>> opened_prompts;
@@ -266,6 +272,12 @@ TEST(DraftMixerTest, PredictionsAndFailuresPassThroughPerSource) {
   ASSERT_EQ(ngram.verified.size(), 1u);
   EXPECT_EQ(ngram.verified[0].first, 1);  // the source's own handle
   EXPECT_THAT(ngram.verified[0].second, ElementsAre(7));
+
+  mixer.ObserveNgrams(h, {{3, 4}});
+  ASSERT_EQ(ngram.harvested.size(), 1u);
+  EXPECT_EQ(ngram.harvested[0].second,
+            (std::vector<std::vector<int32_t>>{{3, 4}}));
+  EXPECT_EQ(trie.harvested.size(), 1u);  // each source decides
 
   EXPECT_TRUE(mixer.Failure(h).ok());
   ngram.failures[1] = absl::FailedPreconditionError("not served");

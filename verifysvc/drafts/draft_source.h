@@ -92,6 +92,12 @@ class DraftSource {
   virtual void ObserveVerified(int64_t handle,
                                const VerifiedPredictions& predictions) {}
 
+  // N-grams (the model's own guesses at 2 or more consecutive tokens) the
+  // sequence's Jacobi lookahead window completed this step, for an n-gram
+  // pool; sources without one ignore them.
+  virtual void ObserveNgrams(int64_t handle,
+                             absl::Span<const std::vector<int32_t>> ngrams) {}
+
   // OK, or why the sequence can never be drafted as its policy asks (e.g.
   // FAILED_PRECONDITION: a requested source is not served); then the
   // scheduler ends the request with this status. Set by Propose.

@@ -64,6 +64,9 @@ DraftClient::Step(absl::Span<const DraftRequest> requests, int32_t vocab_size) {
     for (const v1::PredictionTree& p : r.predictions) {
       *step->add_predictions() = p;
     }
+    for (const std::vector<int32_t>& ngram : r.ngrams) {
+      step->add_ngrams()->mutable_tokens()->Add(ngram.begin(), ngram.end());
+    }
   }
   lookahead::v1::StepResponse response;
   grpc::ClientContext context;

@@ -46,6 +46,8 @@ struct DraftRequest {
   // The verifier's predictions at the trees verified since the last Step
   // (root_after relative to accepted_tokens), oldest first.
   std::vector<lookahead::v1::PredictionTree> predictions;
+  // N-grams harvested since the last Step (each 2+ ids).
+  std::vector<std::vector<int32_t>> ngrams;
 };
 
 class DraftClient {

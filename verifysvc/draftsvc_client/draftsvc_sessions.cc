@@ -113,6 +113,7 @@ std::vector<engine::DraftTree> DraftSessions::Step(
         request.predictions.back().set_root_after(
             static_cast<int32_t>(root_after));
       }
+      request.ngrams = entries[i].ngrams;
       requests.push_back(std::move(request));
       sent.push_back(i);
     }

@@ -13,9 +13,10 @@
 // meanwhile. Close() reports the last accepted tokens, so every output
 // reaches the global trie (unless the session had already expired).
 //
-// Reported predictions (SessionStep.predictions) are best effort: they go
-// out with the Step that reports their root's token, and are dropped when
-// that Step fails, the session is not open, or the tokens are held back.
+// Reported predictions (SessionStep.predictions) and n-grams are best
+// effort: predictions go out with the Step that reports their root's token,
+// n-grams with the next Step; both are dropped when that Step fails, the
+// session is not open, or (predictions) their root is held back.
 // A Step entry that draftsvc refuses with FAILED_PRECONDITION while the
 // session asked for explicit sources (a source it does not run) marks the
 // session failed: Failure() returns that status and no further drafts are
@@ -95,6 +96,9 @@ class DraftSessions {
     // Predictions whose root_after counts tokens of `accepted` (each in
     // [0, accepted.size()]), oldest first.
     std::vector<lookahead::v1::PredictionTree> predictions;
+    // Jacobi n-grams harvested since the previous Step (best effort, like
+    // predictions).
+    std::vector<std::vector<int32_t>> ngrams;
   };
   // Reports every entry's tokens and returns its draft tree (empty if the
   // session is not open, draftsvc failed, or it had nothing to propose).

@@ -84,6 +84,23 @@ void DraftsvcSource::ObserveVerified(int64_t handle,
   }
 }
 
+void DraftsvcSource::ObserveNgrams(
+    int64_t handle, absl::Span<const std::vector<int32_t>> ngrams) {
+  auto it = pending_.find(handle);
+  // The pool is the n-gram source's: a sequence that may not draft from it
+  // does not feed it either (as with predictions).
+  if (it == pending_.end() || !it->second.wants_predictions) return;
+  Pending& pending = it->second;
+  for (const std::vector<int32_t>& ngram : ngrams) {
+    const int n = static_cast<int>(ngram.size());
+    if (n < 2 || n > kMaxNgramTokens) continue;
+    pending.ngrams.push_back(ngram);
+  }
+  while (static_cast<int>(pending.ngrams.size()) > kMaxStepNgrams) {
+    pending.ngrams.pop_front();
+  }
+}
+
 absl::Status DraftsvcSource::Failure(int64_t handle) const {
   return sessions_->Failure(handle);
 }
@@ -115,6 +132,9 @@ std::vector<engine::DraftTree> DraftsvcSource::Propose(
         std::make_move_iterator(it->second.predictions.begin()),
         std::make_move_iterator(it->second.predictions.end()));
     it->second.predictions.clear();
+    entry.ngrams.assign(std::make_move_iterator(it->second.ngrams.begin()),
+                        std::make_move_iterator(it->second.ngrams.end()));
+    it->second.ngrams.clear();
     entry.decoding_length = asks[i].budget;
     entry.mode = WireMode(asks[i].mode);
     entries.push_back(std::move(entry));

@@ -13,7 +13,8 @@
 // packed as a PredictionTree whose root_after is the number of tokens
 // buffered at that moment (its root is the last of them), buffered beside
 // the tokens (at most kMaxPredictionTrees per sequence, oldest dropped) and
-// sent with them.
+// sent with them. Jacobi n-grams (ObserveNgrams) are buffered the same way
+// (2..kMaxNgramTokens ids each, at most kMaxStepNgrams, oldest dropped).
 //
 // Thread-safety: Open, Observe, Propose and Close belong to the scheduler
 // thread; Stats is thread-safe.
@@ -41,6 +42,11 @@ class DraftsvcSource : public DraftSource {
   // Prediction trees a sequence buffers between two Steps (draftsvc's
   // --max_prediction_trees default); older ones are dropped.
   static constexpr int kMaxPredictionTrees = 8;
+  // N-grams a sequence buffers between two Steps, and the longest sent
+  // (draftsvc's --max_step_ngrams and --ngram_max_tokens defaults, past
+  // which it refuses the whole entry).
+  static constexpr int kMaxStepNgrams = 64;
+  static constexpr int kMaxNgramTokens = 8;
 
   // A source over a channel to draftsvc at `target` (e.g.
   // "127.0.0.1:50061"); does not wait for it: an absent draftsvc only means
@@ -57,6 +63,8 @@ class DraftsvcSource : public DraftSource {
   bool WantsPredictions(int64_t handle) const override;
   void ObserveVerified(int64_t handle,
                        const VerifiedPredictions& predictions) override;
+  void ObserveNgrams(int64_t handle,
+                     absl::Span<const std::vector<int32_t>> ngrams) override;
   absl::Status Failure(int64_t handle) const override;
   std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,
                                          bool* called) override;
@@ -75,6 +83,7 @@ class DraftsvcSource : public DraftSource {
     std::vector<int32_t> fresh;  // Emitted since the last report.
     // Predictions since the last report, root_after relative to `fresh`.
     std::deque<lookahead::v1::PredictionTree> predictions;
+    std::deque<std::vector<int32_t>> ngrams;  // Harvested since then.
   };
 
   const std::unique_ptr<DraftSessions> sessions_;  // uses client_

@@ -242,6 +242,40 @@ TEST_F(DraftsvcSourceTest, BufferedPredictionsAreCappedOldestFirst) {
   source_->Close(handle);
 }
 
+TEST_F(DraftsvcSourceTest, JacobiNgramsGoOutWithTheNextStep) {
+  const int64_t handle = source_->Open(Policy(), {1, 2, 3});
+  ProposeOnceOpen(handle);
+  // Too short and too long ones are left out (draftsvc would refuse the
+  // whole entry); past kMaxStepNgrams the oldest go.
+  source_->ObserveNgrams(handle,
+                         {{4, 5}, {6}, std::vector<int32_t>(9, 7), {8, 9, 10}});
+  source_->Observe(handle, {4});
+  Propose(handle);
+  v1::SessionStep step = service_.steps().back();
+  ASSERT_EQ(step.ngrams_size(), 2);
+  EXPECT_THAT(step.ngrams(0).tokens(), ElementsAre(4, 5));
+  EXPECT_THAT(step.ngrams(1).tokens(), ElementsAre(8, 9, 10));
+
+  const int n = DraftsvcSource::kMaxStepNgrams + 5;
+  for (int i = 0; i < n; ++i) source_->ObserveNgrams(handle, {{i, i + 1}});
+  Propose(handle);
+  step = service_.steps().back();
+  ASSERT_EQ(step.ngrams_size(), DraftsvcSource::kMaxStepNgrams);
+  EXPECT_THAT(step.ngrams(0).tokens(), ElementsAre(5, 6));
+  Propose(handle);
+  EXPECT_THAT(service_.steps().back().ngrams(), IsEmpty());  // sent once
+
+  // A sequence that may not use the pool does not feed it.
+  const int64_t trie_only = source_->Open(
+      Policy(engine::SourceBit(engine::DraftSourceTag::kTrie)), {1, 2});
+  ProposeOnceOpen(trie_only);
+  source_->ObserveNgrams(trie_only, {{1, 2}});
+  Propose(trie_only);
+  EXPECT_THAT(service_.steps().back().ngrams(), IsEmpty());
+  source_->Close(handle);
+  source_->Close(trie_only);
+}
+
 TEST_F(DraftsvcSourceTest, SourcesAndSamplingReachDraftsvc) {
   DraftPolicy policy =
       Policy(engine::SourceBit(engine::DraftSourceTag::kTrie) |

@@ -31,13 +31,18 @@ absl::Status CheckTokens(absl::Span<const int32_t> tokens, int32_t vocab,
   return absl::OkStatus();
 }
 
-// The softmax(logits / t) probability of `token`, in double.
-float Probability(absl::Span<const float> logits, int32_t token, double t,
-                  float max_logit) {
+// The softmax(logits / t) normalizer: sum over tokens of
+// exp((logit - max_logit) / t), in double, NaN logits left out.
+double SoftmaxSum(absl::Span<const float> logits, double t, float max_logit) {
   double sum = 0;
   for (float l : logits) {
     if (!std::isnan(l)) sum += std::exp((l - max_logit) / t);
   }
+  return sum;
+}
+
+float Probability(absl::Span<const float> logits, int32_t token, double t,
+                  float max_logit, double sum) {
   if (!(sum > 0)) return 0;
   return static_cast<float>(std::exp((logits[token] - max_logit) / t) / sum);
 }
@@ -251,10 +256,12 @@ absl::Status AssistantDrafter::ExtendOne(Session* s) {
     }
   }
   const double temperature = p.greedy() ? 1.0 : p.temperature;
-  node.probability = Probability(logits, node.token, temperature, max_logit);
+  const double sum = SoftmaxSum(logits, temperature, max_logit);
+  node.probability =
+      Probability(logits, node.token, temperature, max_logit, sum);
   if (node.runner_up >= 0) {
     node.runner_up_probability =
-        Probability(logits, node.runner_up, temperature, max_logit);
+        Probability(logits, node.runner_up, temperature, max_logit, sum);
   }
   s->nodes.push_back(node);
   absl::MutexLock lock(&mu_);

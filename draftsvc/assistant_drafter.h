@@ -46,9 +46,13 @@ namespace lookahead::draftsvc {
 struct AssistantDrafterOptions {
   // --assistant_max_cached_tokens: KV-cache token slots of all sessions
   // together (a slot costs 2 * kept layers * kv_heads * head_dim floats:
-  // 46 KiB for all 30 layers of SmolLM2-135M, 12 KiB for 8). Crossing it
-  // evicts whole sessions, least recently used first. Default 65536.
-  int64_t max_cached_tokens = 65536;
+  // 45 KiB for all 30 layers of SmolLM2-135M, so the default 8192 is 360
+  // MiB). A session's cache holds its context plus 2 * max_chain_tokens +
+  // 2 slots, grown by half when full. Crossing the limit evicts whole
+  // sessions' caches, least recently used first (an evicted session is
+  // prefilled again from its context when next drafted); a session that
+  // alone exceeds it drafts nothing.
+  int64_t max_cached_tokens = 8192;
   // --assistant_predraft_threads: background workers that draft ahead
   // after each Draft and Advance. 0 disables pre-drafting (every Draft
   // drafts within its deadline). Default 1.

@@ -38,8 +38,9 @@ struct DraftPolicy {
   engine::DraftSourceSet sources = 0;
   // Jacobi lookahead window (Lookahead Decoding's W, N, G), resolved to the
   // server's defaults and within its maxima: W positions x (N - 1) levels,
-  // at most G harvested n-grams per step. Only carried here; the window
-  // itself runs in the verifier once wired.
+  // at most G harvested n-grams per step; W or N of 0 (a server default of
+  // 0) = no window. Only carried here: the scheduler does not run the
+  // window yet (its n-grams would go to DraftSource::ObserveNgrams).
   int lookahead_window = 0;
   int lookahead_ngram = 0;
   int lookahead_guess = 0;

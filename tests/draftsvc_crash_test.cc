@@ -34,6 +34,11 @@
 // n-gram's first token gets a draft (DRAFT_SOURCE_NGRAM only) whose root
 // children include the n-gram's second token.
 //
+// PoolIsExactlyTheAcknowledgedPrefixAfterSigkill checks the pool's exact
+// state with prunes, evictions and merges on (a tiny pool): with one writer
+// the store must hold exactly the pool of the acknowledged Steps, or of
+// those plus the one in flight.
+//
 // The server binary's path comes from env DRAFTSVC_BINARY (set by BUILD).
 #include <fcntl.h>
 #include <grpcpp/create_channel.h>
@@ -216,21 +221,30 @@ void ExpectKilledByUs(int status, const std::string& log, int life) {
 }
 
 // The real draftsvc binary in --sync mode on a free loopback port.
-std::unique_ptr<ServerProcess> StartServer(const std::string& binary,
-                                           const std::string& db_path,
-                                           const std::string& work_dir,
-                                           const std::string& generation) {
+// The pool flags of AcknowledgedStepsSurviveSigkill (the replicas' options).
+std::vector<std::string> GrowOnlyPoolFlags() {
+  return {
+      absl::StrCat("--ngram_max_key_tokens=", kNgramMaxKeyTokens),
+      absl::StrCat("--ngram_continuations_per_key=", kNgramContinuationsPerKey),
+      absl::StrCat("--ngram_capacity_entries=", kNgramCapacity)};
+}
+
+std::unique_ptr<ServerProcess> StartServer(
+    const std::string& binary, const std::string& db_path,
+    const std::string& work_dir, const std::string& generation,
+    const std::vector<std::string>& extra_flags = {}) {
+  std::vector<std::string> argv = {
+      binary,
+      "--host=127.0.0.1",
+      "--port=0",
+      "--metrics_port=0",
+      "--db_path=" + db_path,
+      "--sync",
+      absl::StrCat("--branch_length=", kBranchLength),
+      "--capacity_nodes=2147483646"};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   return std::make_unique<ServerProcess>(
-      std::vector<std::string>{
-          binary, "--host=127.0.0.1", "--port=0", "--metrics_port=0",
-          "--db_path=" + db_path, "--sync",
-          absl::StrCat("--branch_length=", kBranchLength),
-          "--capacity_nodes=2147483646",
-          absl::StrCat("--ngram_max_key_tokens=", kNgramMaxKeyTokens),
-          absl::StrCat("--ngram_continuations_per_key=",
-                       kNgramContinuationsPerKey),
-          absl::StrCat("--ngram_capacity_entries=", kNgramCapacity)},
-      absl::StrCat(work_dir, "/port.", generation),
+      argv, absl::StrCat(work_dir, "/port.", generation),
       absl::StrCat(work_dir, "/server.", generation, ".log"));
 }
 
@@ -601,8 +615,8 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
   std::atomic<int32_t> next_ngram_first{kNgramFirstToken};
   AckedNgrams acked_ngrams;
   for (int kill = 0; kill <= kKills; ++kill) {
-    auto server_process =
-        StartServer(binary, db_path, work_dir, absl::StrCat(kill));
+    auto server_process = StartServer(binary, db_path, work_dir,
+                                      absl::StrCat(kill), GrowOnlyPoolFlags());
     ServerProcess& server = *server_process;
     const int port = server.WaitForPort();
     ASSERT_GT(port, 0) << "draftsvc did not start:\n" << server.Log();
@@ -667,6 +681,271 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
       }());
   EXPECT_GT(nodes, 100);
   EXPECT_GT(pool_entries, 100);
+}
+
+// ---- The pool's exact state under kill -9, prunes and evictions included.
+
+// Pool options small enough that merges, evictions and halving prunes
+// (whole-pool wipes) happen every few Steps.
+constexpr int kSmallPoolMaxKey = 2;
+constexpr int kSmallPoolMaxContinuation = 3;
+constexpr int kSmallPoolPerKey = 3;
+constexpr int64_t kSmallPoolCapacity = 120;
+constexpr int32_t kSmallAlphabet = 10;
+
+// Keeps the pool a replica's mutations describe (every kind, wipes too).
+class PoolStateSink : public MutationSink {
+ public:
+  explicit PoolStateSink(Counts initial) : pool_(std::move(initial)) {}
+  void Submit(TrieMutationBatch batch,
+              std::function<void(absl::Status)> done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      for (const TrieMutation& m : batch.mutations) {
+        if (m.table != TrieMutation::Table::kNgramPool) continue;
+        switch (m.kind) {
+          case TrieMutation::Kind::kAdd:
+            pool_[m.path] += m.value;
+            break;
+          case TrieMutation::Kind::kSetCount:
+            pool_[m.path] = m.value;
+            break;
+          case TrieMutation::Kind::kDeleteSubtree:
+            if (m.path.empty()) {
+              ++wipes_;
+              pool_.clear();
+            } else {
+              pool_.erase(m.path);
+            }
+            break;
+        }
+      }
+    }
+    if (done) done(absl::OkStatus());
+  }
+  Counts pool() const {
+    absl::MutexLock lock(&mu_);
+    return pool_;
+  }
+  int64_t wipes() const {
+    absl::MutexLock lock(&mu_);
+    return wipes_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  Counts pool_ ABSL_GUARDED_BY(mu_);
+  int64_t wipes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A replica restored from what the store holds, exactly as the server
+// restores itself (same scan order, so the same recency stamps).
+struct PoolReplica {
+  explicit PoolReplica(const Counts& disk_pool)
+      : sink(disk_pool), index(MakeOptions(), &sink) {}
+  static IndexOptions MakeOptions() {
+    IndexOptions o;
+    o.default_branch_length = kBranchLength;
+    o.capacity_nodes = int64_t{1} << 40;
+    o.ngram.max_key_tokens = kSmallPoolMaxKey;
+    o.ngram.max_continuation_tokens = kSmallPoolMaxContinuation;
+    o.ngram.max_continuations_per_key = kSmallPoolPerKey;
+    o.ngram.capacity_entries = kSmallPoolCapacity;
+    o.ngram.low_water = 0.75;  // --low_water's default.
+    o.ngram.prune_halves_counts = true;
+    return o;
+  }
+  PoolStateSink sink;
+  DraftIndex index;
+};
+
+// Restores `replica` from the pool rows (only) of a scan.
+class PoolRestorer : public TrieScanVisitor {
+ public:
+  explicit PoolRestorer(DraftIndex& index) : index_(index) {}
+  absl::Status OnNamespace(absl::string_view ns, int32_t vocab) override {
+    return index_.RestoreNamespace(ns, vocab);
+  }
+  absl::Status OnNode(absl::string_view, absl::Span<const int32_t>,
+                      int64_t) override {
+    return absl::OkStatus();
+  }
+  absl::Status OnNgram(absl::string_view ns, absl::Span<const int32_t> key,
+                       absl::Span<const int32_t> continuation,
+                       int64_t count) override {
+    return index_.RestoreNgram(ns, key, continuation, count);
+  }
+
+ private:
+  DraftIndex& index_;
+};
+
+// The store's pool rows, and replicas `acked` and `ahead` restored from it.
+struct PoolSnapshot {
+  Counts disk;
+  std::unique_ptr<PoolReplica> acked, ahead;
+};
+PoolSnapshot LoadPoolSnapshot(const std::string& db_path, int life) {
+  PoolSnapshot out;
+  auto store = TrieStore::Open(db_path, TrieStoreOptions());
+  EXPECT_TRUE(store.ok()) << "life " << life << ": " << store.status();
+  if (!store.ok()) return out;
+  NodeCollector collected;
+  absl::Status scanned = (*store)->Scan(collected);
+  EXPECT_TRUE(scanned.ok()) << scanned;
+  out.disk = collected.pool;
+  out.acked = std::make_unique<PoolReplica>(out.disk);
+  out.ahead = std::make_unique<PoolReplica>(out.disk);
+  for (PoolReplica* r : {out.acked.get(), out.ahead.get()}) {
+    PoolRestorer restorer(r->index);
+    EXPECT_TRUE((*store)->Scan(restorer).ok());
+    r->index.FinishRestore();
+    // A store the pool wrote needs no repair: nothing was submitted.
+    EXPECT_EQ(r->sink.pool(), out.disk) << "life " << life;
+  }
+  EXPECT_TRUE((*store)->Close().ok());
+  return out;
+}
+
+// One writer, Steps in sequence: `ahead` gets each Step before it is sent,
+// `acked` once it is acknowledged durable; returns at the first Step that
+// is not (so `ahead` is `acked` plus at most that Step).
+void SerialPoolWriter(v1::DraftService::Stub& stub, const std::string& id,
+                      std::mt19937& rng, PoolReplica& acked, PoolReplica& ahead,
+                      std::atomic<int64_t>& acks) {
+  auto token = [&] { return static_cast<int32_t>(rng() % kSmallAlphabet); };
+  v1::OpenSessionRequest open;
+  open.set_session_id(id);
+  open.set_namespace_(kNamespace);
+  open.set_vocab_size(kVocab);
+  for (int i = 0; i < 3; ++i) open.add_prompt_tokens(token());
+  v1::OpenSessionResponse opened;
+  grpc::ClientContext open_context;
+  open_context.set_deadline(std::chrono::system_clock::now() +
+                            std::chrono::seconds(10));
+  if (!stub.OpenSession(&open_context, open, &opened).ok()) return;
+  const std::vector<int32_t> prompt(open.prompt_tokens().begin(),
+                                    open.prompt_tokens().end());
+  for (PoolReplica* r : {&acked, &ahead}) {
+    ASSERT_TRUE(r->index.OpenSession(id, kNamespace, kVocab, prompt, 0).ok());
+  }
+  while (true) {
+    v1::StepRequest request;
+    v1::SessionStep* step = request.add_steps();
+    step->set_session_id(id);
+    const int accepted = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < accepted; ++i) step->add_accepted_tokens(token());
+    step->set_decoding_length(rng() % 2 == 0 ? 0 : 6);
+    v1::PredictionTree* tree = step->add_predictions();
+    tree->set_root_after(static_cast<int32_t>(rng() % (accepted + 1)));
+    const int nodes = 1 + static_cast<int>(rng() % 3);
+    for (int i = 0; i < nodes; ++i) {
+      tree->add_tokens(token());
+      tree->add_parents(i == 0 ? -1 : static_cast<int32_t>(rng() % i));
+    }
+    const int k = 1 + static_cast<int>(rng() % 3);
+    tree->set_k(k);
+    for (int i = 0; i < k * (nodes + 1); ++i) tree->add_top_tokens(token());
+    for (int n = static_cast<int>(rng() % 3); n > 0; --n) {
+      v1::Ngram* ngram = step->add_ngrams();
+      for (int i = 2 + static_cast<int>(rng() % 3); i > 0; --i) {
+        ngram->add_tokens(token());
+      }
+    }
+    ASSERT_TRUE(ahead.index.Append(id, ToInput(*step), nullptr).ok());
+    v1::StepResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    const grpc::Status status = stub.Step(&context, request, &response);
+    if (!status.ok() || response.drafts_size() != 1 ||
+        response.drafts(0).code() != 0 ||
+        response.drafts(0).persistence() != v1::PERSISTENCE_DURABLE) {
+      if (status.ok() && response.drafts_size() == 1) {
+        ADD_FAILURE() << "entry not acknowledged durable: code "
+                      << response.drafts(0).code() << " "
+                      << response.drafts(0).message();
+      }
+      return;
+    }
+    ASSERT_TRUE(acked.index.Append(id, ToInput(*step), nullptr).ok());
+    acks.fetch_add(1);
+  }
+}
+
+// With one writer the server applies Steps in the driver's order, so after
+// a kill -9 the store's pool must be EXACTLY the pool of the acknowledged
+// Steps, or of those plus the one in flight (applied and written, answer
+// lost) — through merges, evictions and halving prunes (whole-pool range
+// deletes plus survivors, one atomic batch). Each life restores replicas
+// from the store as the server restores itself.
+TEST(DraftsvcCrashTest, PoolIsExactlyTheAcknowledgedPrefixAfterSigkill) {
+  const char* binary = std::getenv("DRAFTSVC_BINARY");
+  ASSERT_NE(binary, nullptr) << "set DRAFTSVC_BINARY to the draftsvc binary";
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string work_dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/draftsvc_crash_pool");
+  std::filesystem::remove_all(work_dir);
+  std::filesystem::create_directories(work_dir);
+  const std::string db_path = work_dir + "/db";
+  const std::vector<std::string> flags = {
+      absl::StrCat("--ngram_max_key_tokens=", kSmallPoolMaxKey),
+      absl::StrCat("--ngram_max_continuation_tokens=",
+                   kSmallPoolMaxContinuation),
+      absl::StrCat("--ngram_continuations_per_key=", kSmallPoolPerKey),
+      absl::StrCat("--ngram_capacity_entries=", kSmallPoolCapacity)};
+  std::mt19937 rng(20261125);
+  constexpr int kLives = 12;
+  int64_t total_acks = 0, wipes = 0, matched_ahead = 0;
+  PoolSnapshot snapshot;
+  snapshot.acked = std::make_unique<PoolReplica>(Counts());
+  snapshot.ahead = std::make_unique<PoolReplica>(Counts());
+  for (int life = 0; life < kLives; ++life) {
+    auto server_process =
+        StartServer(binary, db_path, work_dir, absl::StrCat("p", life), flags);
+    ServerProcess& server = *server_process;
+    const int port = server.WaitForPort();
+    ASSERT_GT(port, 0) << "draftsvc did not start:\n" << server.Log();
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                       grpc::InsecureChannelCredentials());
+    ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                          std::chrono::seconds(10)));
+    auto stub = v1::DraftService::NewStub(channel);
+    std::atomic<int64_t> acks{0};
+    const uint32_t seed = rng();
+    std::thread writer([&] {
+      std::mt19937 writer_rng(seed);
+      SerialPoolWriter(*stub, absl::StrCat("serial-", life), writer_rng,
+                       *snapshot.acked, *snapshot.ahead, acks);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 + rng() % 600));
+    ExpectKilledByUs(server.Kill(SIGKILL), server.Log(), life);
+    writer.join();
+    total_acks += acks.load();
+    EXPECT_GT(acks.load(), 0) << "no Step was acknowledged in life " << life;
+    wipes += snapshot.acked->sink.wipes();
+    const Counts acked = snapshot.acked->sink.pool();
+    const Counts ahead = snapshot.ahead->sink.pool();
+    snapshot = LoadPoolSnapshot(db_path, life);
+    const bool is_acked = snapshot.disk == acked;
+    const bool is_ahead = snapshot.disk == ahead;
+    matched_ahead += !is_acked && is_ahead;
+    EXPECT_TRUE(is_acked || is_ahead)
+        << "life " << life << ": the store's pool (" << snapshot.disk.size()
+        << " entries) is neither the acknowledged Steps' pool (" << acked.size()
+        << ") nor that plus the Step in flight (" << ahead.size() << ")";
+    if (::testing::Test::HasFailure()) {
+      FAIL() << "stopping after life " << life << "; server log:\n"
+             << server.Log();
+    }
+  }
+  std::printf(
+      "pool crash test: %d kills, %lld acknowledged steps, %lld pool wipes "
+      "(halving prunes), %lld kills caught the step in flight on disk, %zu "
+      "entries at the end\n",
+      kLives, static_cast<long long>(total_acks), static_cast<long long>(wipes),
+      static_cast<long long>(matched_ahead), snapshot.disk.size());
+  EXPECT_GT(wipes, kLives);  // Prunes happened, and were written.
 }
 
 // Replays an ack log of tests/draftsvc_stress into fresh replicas.

@@ -6,7 +6,7 @@
 //     FAILED_PRECONDITION carrying draftsvc's message (naming the source),
 //     never silently without drafts; the service goes on serving.
 //   * Every source choice (the tries, the n-gram pool fed by the verifier's
-//     recycled predictions, both) gives exactly plain decoding's tokens,
+//     recycled predictions, both, the pool fed by a Jacobi window too) gives exactly plain decoding's tokens,
 //     greedy and with seeded sampling, and Usage.sources accounts for the
 //     draft tokens per source (only sources that were asked for).
 //   * Bad sources and Jacobi windows are INVALID_ARGUMENT naming the field.
@@ -78,6 +78,7 @@ TEST_F(ServiceSourcesTest, EverySourceChoiceIsLosslessAndAccountedFor) {
     const char* name;
     std::vector<v1::DraftSource> sources;
     std::vector<v1::DraftSource> may_report;  // Usage.sources allowed
+    int window = 0;  // Jacobi lookahead window W (N = 3, G = W); 0: none
   };
   const std::vector<Choice> choices = {
       {"trie",
@@ -87,6 +88,9 @@ TEST_F(ServiceSourcesTest, EverySourceChoiceIsLosslessAndAccountedFor) {
       {"trie-ngram",
        {v1::DRAFT_SOURCE_PROMPT, v1::DRAFT_SOURCE_NGRAM},
        {v1::DRAFT_SOURCE_PROMPT, v1::DRAFT_SOURCE_NGRAM}},
+      // The Jacobi window's rows ride in the verify pass; its n-grams join
+      // the pool.
+      {"jacobi", {v1::DRAFT_SOURCE_NGRAM}, {v1::DRAFT_SOURCE_NGRAM}, 4},
   };
   int64_t trie_accepted = 0;
   for (const Choice& choice : choices) {
@@ -98,6 +102,11 @@ TEST_F(ServiceSourcesTest, EverySourceChoiceIsLosslessAndAccountedFor) {
         v1::GenerateRequest request =
             Request(choice.sources, absl::StrCat("src-", choice.name));
         if (sampled) SetSeededSampling(&request, 4242);
+        if (choice.window > 0) {
+          request.mutable_draft()->set_lookahead_window(choice.window);
+          request.mutable_draft()->set_lookahead_ngram(3);
+          request.mutable_draft()->set_lookahead_guess(choice.window);
+        }
         const Generation plain = pair_->Reference(request);
         const Generation fast = pair_->Generate(request);
         ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();

@@ -68,8 +68,12 @@ ABSL_FLAG(int, prediction_k, 4,
           "sequences that may draft from it; 0 = off. One top-k over each "
           "sequence's verify logits per step. At most draftsvc's "
           "--max_prediction_k (8), which refuses larger entries.");
-ABSL_FLAG(int, lookahead_window, 5,
-          "Jacobi lookahead window W of a request that sets 0.");
+ABSL_FLAG(int, lookahead_window, 0,
+          "Jacobi lookahead window W of a request that sets 0; 0 = no window "
+          "unless the request asks for one. Off by default: on a CPU its "
+          "W x (N - 1) extra rows per step cost more than its n-grams gain "
+          "(bench/results: 0.2-0.5x of plain decoding alone); worth trying "
+          "where a pass of ~16-64 rows costs what one row does (a GPU).");
 ABSL_FLAG(int, lookahead_ngram, 3,
           "Jacobi lookahead n-gram size N of a request that sets 0 (>= 2).");
 ABSL_FLAG(int, lookahead_guess, 5,

@@ -39,8 +39,9 @@ struct DraftPolicy {
   // Jacobi lookahead window (Lookahead Decoding's W, N, G), resolved to the
   // server's defaults and within its maxima: W positions x (N - 1) levels,
   // at most G harvested n-grams per step; W or N of 0 (a server default of
-  // 0) = no window. Only carried here: the scheduler does not run the
-  // window yet (its n-grams would go to DraftSource::ObserveNgrams).
+  // 0) = no window. The scheduler runs it as scratch rows of the verify
+  // pass (verifysvc/drafts/jacobi_window.h) and hands its n-grams to
+  // DraftSource::ObserveNgrams.
   int lookahead_window = 0;
   int lookahead_ngram = 0;
   int lookahead_guess = 0;

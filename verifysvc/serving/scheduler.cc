@@ -10,6 +10,7 @@
 #include "engine/model/acceptance.h"
 #include "engine/model/batch.h"
 #include "engine/model/kv_cache.h"
+#include "verifysvc/drafts/jacobi_window.h"
 #include "verifysvc/serving/output_processor.h"
 #include "verifysvc/serving/verify_predictions.h"
 
@@ -56,6 +57,12 @@ struct Scheduler::Sequence {
   int64_t draft_handle = 0;  // 0: not drafted.
   DraftPacer pacer;
   bool done = false;
+  // The request's Jacobi lookahead window, made at its first decoding step
+  // (WindowRows); null while none runs. window_runs: its rows are in this
+  // step's pass.
+  std::unique_ptr<JacobiWindow> jacobi;
+  bool window_failed = false;
+  bool window_runs = false;
 
   // Usage.
   int steps = 0;
@@ -307,7 +314,7 @@ std::unique_ptr<Scheduler::Sequence> Scheduler::Start(Pending pending) {
   // Room for the prompt, the output and one step's tree.
   const int capacity = static_cast<int>(request.prompt.size()) +
                        request.max_new_tokens + request.draft.decoding_length +
-                       1;
+                       1 + WindowRowsOf(request.draft);
   absl::StatusOr<std::unique_ptr<engine::KvCache>> cache =
       model_->NewCache(capacity);
   if (!cache.ok()) {
@@ -404,8 +411,12 @@ void Scheduler::Draft(StepPlan* plan) {
         std::clamp(seq->request.draft.decoding_length, 0, room),
         seq->request.draft.branch_length);
   }
-  const int base =
-      static_cast<int>(plan->decoding.size()) + plan->prefill_tokens;
+  // Jacobi windows ride in the same pass: their rows are charged to the
+  // step before the drafts are sized.
+  int window_rows = 0;
+  for (Sequence* seq : plan->decoding) window_rows += WindowRows(seq);
+  const int base = static_cast<int>(plan->decoding.size()) +
+                   plan->prefill_tokens + window_rows;
   const std::vector<int> budget = AllocateDraftTokens(
       cost_, base, candidates, std::max(0, options_.max_step_tokens - base),
       drafts_->cost());
@@ -473,12 +484,27 @@ absl::StatusOr<std::vector<torch::Tensor>> Scheduler::RunForward(
         seq->cache.get(), absl::MakeConstSpan(seq->request.prompt)
                               .subspan(seq->prefilled, plan->chunk[i])));
   }
-  for (const engine::TreeInput& in : plan->batch) {
-    plan->batch_tokens += in.tokens.size();
+  std::vector<engine::SequenceRows> rows;
+  rows.reserve(plan->batch.size());
+  for (size_t k = 0; k < plan->batch.size(); ++k) {
+    absl::StatusOr<engine::SequenceRows> r =
+        engine::RowsFromTree(plan->batch[k]);
+    if (!r.ok()) return r.status();
+    if (k < plan->decoding.size() && plan->decoding[k]->window_runs) {
+      Sequence* seq = plan->decoding[k];
+      absl::Status appended = seq->jacobi->AppendRows(&*r);
+      if (!appended.ok()) {
+        // A bug, not the client's: this step runs without the window.
+        std::fprintf(stderr, "verifysvc: Jacobi window: %s\n",
+                     appended.ToString().c_str());
+        seq->window_runs = false;
+      }
+    }
+    plan->batch_tokens += r->size();
+    rows.push_back(*std::move(r));
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::vector<torch::Tensor>> logits =
-      model_->Forward(plan->batch);
+  absl::StatusOr<std::vector<torch::Tensor>> logits = model_->ForwardRows(rows);
   plan->forward_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   // Plain decoding's estimated time for this step (one token per decoding
   // sequence, same prefill), before the model learns from this pass.
@@ -486,6 +512,70 @@ absl::StatusOr<std::vector<torch::Tensor>> Scheduler::RunForward(
       static_cast<int>(plan->decoding.size()) + plan->prefill_tokens);
   cost_.Observe(static_cast<int>(plan->batch_tokens), plan->forward_seconds);
   return logits;
+}
+
+int Scheduler::WindowRowsOf(const DraftPolicy& policy) {
+  if (!policy.enabled() || policy.lookahead_window <= 0 ||
+      policy.lookahead_ngram < 2 ||
+      !policy.MayUse(engine::DraftSourceTag::kNgram)) {
+    return 0;
+  }
+  return policy.lookahead_window * (policy.lookahead_ngram - 1);
+}
+
+int Scheduler::WindowRows(Sequence* seq) {
+  seq->window_runs = false;
+  const DraftPolicy& policy = seq->request.draft;
+  const int rows = WindowRowsOf(policy);
+  if (rows == 0 || seq->draft_handle == 0 || seq->window_failed) return 0;
+  if (seq->jacobi == nullptr) {
+    std::vector<int32_t> context = seq->request.prompt;
+    const std::vector<int32_t>& out = seq->output.tokens();
+    context.insert(context.end(), out.begin(), out.end());
+    JacobiOptions options;
+    options.window = policy.lookahead_window;
+    options.ngram = policy.lookahead_ngram;
+    options.max_ngrams = policy.lookahead_guess;
+    options.vocab_size = model_->config().vocab_size;
+    options.seed = seq->request.sampling.seed;
+    absl::StatusOr<std::unique_ptr<JacobiWindow>> window =
+        JacobiWindow::Create(options, context);
+    if (!window.ok()) {
+      // The request builder checked W, N and G: a bug, not the client's.
+      std::fprintf(stderr, "verifysvc: Jacobi window: %s\n",
+                   window.status().ToString().c_str());
+      seq->window_failed = true;
+      return 0;
+    }
+    seq->jacobi = *std::move(window);
+  }
+  // Admit sized the cache for the prompt, the output, a full tree and the
+  // window, so the rows always fit.
+  seq->window_runs = true;
+  return rows;
+}
+
+void Scheduler::AdvanceWindow(Sequence* seq, const torch::Tensor& logits,
+                              absl::Span<const int32_t> emitted) {
+  if (seq->jacobi == nullptr) return;
+  const bool ran = seq->window_runs;
+  seq->window_runs = false;
+  if (!ran) {
+    absl::Status skipped = seq->jacobi->Skip(emitted);
+    if (!skipped.ok()) {
+      std::fprintf(stderr, "verifysvc: Jacobi window: %s\n",
+                   skipped.ToString().c_str());
+    }
+    return;
+  }
+  absl::StatusOr<std::vector<JacobiNgram>> ngrams =
+      seq->jacobi->Update(logits, seq->request.sampling, emitted);
+  if (!ngrams.ok()) {
+    std::fprintf(stderr, "verifysvc: Jacobi window: %s\n",
+                 ngrams.status().ToString().c_str());
+    return;
+  }
+  if (!ngrams->empty()) drafts_->ObserveNgrams(seq->draft_handle, *ngrams);
 }
 
 void Scheduler::RecyclePredictions(Sequence* seq, const engine::DraftTree& tree,
@@ -516,8 +606,11 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
   for (size_t i = 0; i < plan.decoding.size(); ++i) {
     Sequence* seq = plan.decoding[i];
     const engine::TreeInput& in = plan.batch[i];
+    // The tree's rows; a Jacobi window's rows follow them.
+    const torch::Tensor tree_logits =
+        logits[i].narrow(0, 0, static_cast<int64_t>(in.tokens.size()));
     absl::StatusOr<engine::AcceptResult> accepted =
-        engine::AcceptLongestPath(in.tokens, in.parents, logits[i],
+        engine::AcceptLongestPath(in.tokens, in.parents, tree_logits,
                                   seq->request.sampling, plan.root_position[i]);
     absl::Status committed = accepted.ok()
                                  ? seq->cache->CommitPath(accepted->path)
@@ -532,7 +625,8 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
     const int hits = static_cast<int>(accepted->tokens.size()) - 1;
     seq->pacer.Update(verified, hits);
     // Before Emit, whose Observe reports the step's tokens after the tree.
-    RecyclePredictions(seq, tree, logits[i], plan_ptr);
+    RecyclePredictions(seq, tree, tree_logits, plan_ptr);
+    AdvanceWindow(seq, logits[i], accepted->tokens);
     // Counted before Emit, whose last output carries the usage.
     seq->draft_tokens += verified;
     SourceCounts source_verified{};

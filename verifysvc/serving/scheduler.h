@@ -145,6 +145,15 @@ class Scheduler {
            absl::Span<const int32_t> path = {});
   // Hands the top-k predictions of the tree verified for `seq` to its
   // draft sources, if they want them.
+  // Rows of the Jacobi lookahead window `policy` asks for (0: none).
+  static int WindowRowsOf(const DraftPolicy& policy);
+  // Makes the sequence's window on first use and marks it to run in this
+  // step's pass; returns the rows it adds (0: none runs).
+  int WindowRows(Sequence* seq);
+  // After the sequence accepted `emitted`: the window's Jacobi update (its
+  // n-grams to the draft sources) if it ran, else it moves along.
+  void AdvanceWindow(Sequence* seq, const torch::Tensor& logits,
+                     absl::Span<const int32_t> emitted);
   void RecyclePredictions(Sequence* seq, const engine::DraftTree& tree,
                           const torch::Tensor& logits, StepPlan* plan);
   Usage UsageOf(const Sequence& seq, FinishReason finish) const;

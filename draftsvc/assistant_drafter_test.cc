@@ -478,6 +478,15 @@ TEST(AssistantModelLoadTest, FileErrorsNameThePathAndReason) {
   EXPECT_THAT(mismatch.status().message(), HasSubstr("101"));
   EXPECT_THAT(mismatch.status().message(), HasSubstr(TinyPath()));
 
+  auto model = LoadAssistant("all");
+  ASSERT_NE(model, nullptr);
+  EXPECT_TRUE(model->CheckVocabulary(kVocab).ok());
+  absl::Status other = model->CheckVocabulary(49152);
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.message(), HasSubstr("49152"));
+  EXPECT_THAT(other.message(), HasSubstr("101"));
+  EXPECT_THAT(other.message(), HasSubstr(TinyPath()));
+
   const std::string missing = ::testing::TempDir() + "/no_such_model.gguf";
   auto absent = AssistantModel::Load(missing, kVocab);
   EXPECT_EQ(absent.status().code(), absl::StatusCode::kNotFound);

@@ -27,7 +27,20 @@ absl::Status InPath(const std::string& path, const absl::Status& status) {
                                                   ": ", status.message()));
 }
 
+absl::Status VocabularyMatches(const std::string& path, int32_t own,
+                               int32_t target) {
+  if (own == target) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("assistant model ", path, " has a vocabulary of ", own,
+                   " ids; the target's has ", target,
+                   ": an assistant must share the target's tokenizer"));
+}
+
 }  // namespace
+
+absl::Status AssistantModel::CheckVocabulary(int32_t vocab_size) const {
+  return VocabularyMatches(path_, config().vocab_size, vocab_size);
+}
 
 absl::StatusOr<std::vector<int>> ParseAssistantLayers(absl::string_view spec,
                                                       int block_count) {
@@ -75,11 +88,8 @@ absl::StatusOr<std::unique_ptr<AssistantModel>> AssistantModel::Load(
   absl::StatusOr<engine::ModelConfig> config =
       engine::ModelConfig::FromGguf(**file);
   if (!config.ok()) return InPath(path, config.status());
-  if (vocab_size > 0 && config->vocab_size != vocab_size) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("assistant model ", path, " has a vocabulary of ",
-                     config->vocab_size, " ids; the target's has ", vocab_size,
-                     ": an assistant must share the target's tokenizer"));
+  if (vocab_size > 0) {
+    RETURN_IF_ERROR(VocabularyMatches(path, config->vocab_size, vocab_size));
   }
   engine::ModelOptions model_options = options.model;
   ASSIGN_OR_RETURN(model_options.keep_layers,
@@ -96,7 +106,7 @@ absl::StatusOr<std::unique_ptr<AssistantModel>> AssistantModel::Load(
           : std::string("all cores"),
       ", ", (*model)->DescribeWeights());
   return std::unique_ptr<AssistantModel>(
-      new AssistantModel(*std::move(file), *std::move(model),
+      new AssistantModel(path, *std::move(file), *std::move(model),
                          config->block_count, std::move(description)));
 }
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -78,6 +79,10 @@ class AssistantModel {
       const AssistantOptions& options = {});
 
   const engine::ModelConfig& config() const { return model_->config(); }
+  // OK iff the model's vocabulary has exactly `vocab_size` ids (a verifier
+  // opening a session says its own); FAILED_PRECONDITION naming both sizes
+  // and the path otherwise.
+  absl::Status CheckVocabulary(int32_t vocab_size) const;
   // The model as loaded (config().block_count = kept layers).
   const engine::LlamaModel& model() const { return *model_; }
   // Layers of the file (before keeping a subset).
@@ -95,14 +100,16 @@ class AssistantModel {
       absl::Span<const int32_t> context, int n) const;
 
  private:
-  AssistantModel(std::unique_ptr<engine::GgufFile> file,
+  AssistantModel(std::string path, std::unique_ptr<engine::GgufFile> file,
                  std::unique_ptr<engine::LlamaModel> model, int file_layers,
                  std::string description)
-      : file_(std::move(file)),
+      : path_(std::move(path)),
+        file_(std::move(file)),
         model_(std::move(model)),
         file_layers_(file_layers),
         description_(std::move(description)) {}
 
+  const std::string path_;
   const std::unique_ptr<engine::GgufFile> file_;  // mapped weights
   const std::unique_ptr<engine::LlamaModel> model_;
   const int file_layers_;

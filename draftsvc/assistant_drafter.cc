@@ -443,8 +443,18 @@ absl::StatusOr<AssistantDraft> AssistantDrafter::Draft(
       break;
     }
     if (!synced) {
-      absl::StatusOr<bool> done =
-          SyncStep(s.get(), model_->model().options().prefill_chunk_tokens);
+      // Catch up in pieces that fit the time left: a one-token pass's
+      // cost per token bounds a chunk's from above (unknown before the
+      // first pass: a worker-sized piece).
+      const double pass = PassSeconds();
+      const double left = absl::ToDoubleSeconds(deadline - absl::Now());
+      int tokens = kWorkerSyncTokens;
+      if (pass > 0) {
+        tokens = static_cast<int>(
+            std::min<double>(model_->model().options().prefill_chunk_tokens,
+                             std::max(1.0, left / pass)));
+      }
+      absl::StatusOr<bool> done = SyncStep(s.get(), tokens);
       status = done.status();
     } else {
       status = ExtendOne(s.get());

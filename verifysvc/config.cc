@@ -68,6 +68,12 @@ ABSL_FLAG(int, prediction_k, 4,
           "sequences that may draft from it; 0 = off. One top-k over each "
           "sequence's verify logits per step. At most draftsvc's "
           "--max_prediction_k (8), which refuses larger entries.");
+ABSL_FLAG(int, draft_ask_tokens, 8,
+          "Draft tokens asked of draftsvc for a sequence the step budget "
+          "gives any (at most its decoding length); the scored, best-first "
+          "tree that comes back is cut to the prefix whose nodes' own "
+          "acceptance estimates pay for their rows. 0 = ask exactly the "
+          "budget and verify the whole tree.");
 ABSL_FLAG(int, lookahead_window, 0,
           "Jacobi lookahead window W of a request that sets 0; 0 = no window "
           "unless the request asks for one. Off by default: on a CPU its "
@@ -232,6 +238,12 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.scheduler.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   c.scheduler.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
   c.scheduler.prediction_k = absl::GetFlag(FLAGS_prediction_k);
+  c.scheduler.draft_ask_tokens = absl::GetFlag(FLAGS_draft_ask_tokens);
+  if (c.scheduler.draft_ask_tokens < 0 || c.scheduler.draft_ask_tokens > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--draft_ask_tokens=", c.scheduler.draft_ask_tokens,
+                     " is outside [0, 256]"));
+  }
   if (c.scheduler.prediction_k < 0 || c.scheduler.prediction_k > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--prediction_k=", c.scheduler.prediction_k,

@@ -15,6 +15,9 @@ void TrimDraft(DraftTree* tree, int max_nodes) {
   if (tree->source_sets.size() > static_cast<size_t>(max_nodes)) {
     tree->source_sets.resize(max_nodes);
   }
+  if (tree->scores.size() > static_cast<size_t>(max_nodes)) {
+    tree->scores.resize(max_nodes);
+  }
 }
 
 int TrimToValidPrefix(DraftTree* tree, int32_t vocab_size) {
@@ -32,6 +35,10 @@ int TrimToValidPrefix(DraftTree* tree, int32_t vocab_size) {
   if (!tree->source_sets.empty() &&
       tree->source_sets.size() < static_cast<size_t>(valid)) {
     tree->source_sets.clear();
+  }
+  if (!tree->scores.empty() &&
+      tree->scores.size() < static_cast<size_t>(valid)) {
+    tree->scores.clear();
   }
   const int dropped = tree->size() - valid;
   TrimDraft(tree, valid);

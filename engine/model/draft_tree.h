@@ -32,12 +32,16 @@ constexpr DraftSourceSet SourceBit(DraftSourceTag tag) {
 // has one tag per node: the node's primary source. source_sets is empty
 // (each node's set is SourceBit(sources[i])) or has one set per node: every
 // source that proposed the node (identical nodes from several sources are
-// merged into one), for per-source statistics.
+// merged into one), for per-source statistics. scores is empty or has one
+// estimate per node of the probability that it is accepted, from a source
+// that lists its nodes best first (draftsvc's mixed tree): then scores never
+// increase along the list, and any prefix is the best tree of its size.
 struct DraftTree {
   std::vector<int32_t> tokens;
   std::vector<int32_t> parents;
   std::vector<DraftSourceTag> sources;
   std::vector<DraftSourceSet> source_sets;
+  std::vector<float> scores;
 
   // The sources of node i (REQUIRES: 0 <= i < size()): source_sets[i] if
   // set, else the bit of sources[i], else kUnknown's.

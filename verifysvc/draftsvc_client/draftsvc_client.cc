@@ -128,6 +128,11 @@ absl::StatusOr<engine::DraftTree> DraftTreeFromProto(
     }
     out.source_sets.push_back(set);
   }
+  // Scores are optional estimates (best first); a list of another length
+  // is ignored rather than trusted.
+  if (tree.scores_size() == n) {
+    out.scores.assign(tree.scores().begin(), tree.scores().end());
+  }
   for (int i = 0; i < n; ++i) {
     const int32_t token = tree.tokens(i);
     const int32_t parent = tree.parents(i);

@@ -10,6 +10,7 @@
 #include "engine/model/acceptance.h"
 #include "engine/model/batch.h"
 #include "engine/model/kv_cache.h"
+#include "verifysvc/drafts/draft_trim.h"
 #include "verifysvc/drafts/jacobi_window.h"
 #include "verifysvc/serving/output_processor.h"
 #include "verifysvc/serving/verify_predictions.h"
@@ -63,6 +64,11 @@ struct Scheduler::Sequence {
   std::unique_ptr<JacobiWindow> jacobi;
   bool window_failed = false;
   bool window_runs = false;
+  // Recent accepted draft tokens and what the trees' scores predicted for
+  // them (moving averages over drafted steps): the sequence's correction
+  // of its namespace-wide calibration, for TrimByScore.
+  double predicted_hits = 0;
+  double actual_hits = 0;
 
   // Usage.
   int steps = 0;
@@ -426,7 +432,15 @@ void Scheduler::Draft(StepPlan* plan) {
   for (size_t i = 0; i < plan->decoding.size(); ++i) {
     const Sequence* seq = plan->decoding[i];
     if (seq->draft_handle == 0) continue;
-    asks.push_back({seq->draft_handle, budget[i], seq->request.draft.mode});
+    // A sequence the budget gives drafts asks for a scored tree of
+    // draft_ask_tokens, cut below once its nodes' estimates are known; one
+    // it gives none asks for none (no round trip), a probe for its probe.
+    const int ask =
+        budget[i] == 0 || seq->pacer.probing()
+            ? budget[i]
+            : std::max(budget[i],
+                       std::min(candidates[i].cap, options_.draft_ask_tokens));
+    asks.push_back({seq->draft_handle, ask, seq->request.draft.mode});
     which.push_back(i);
   }
   if (asks.empty()) return;
@@ -465,6 +479,43 @@ void Scheduler::Draft(StepPlan* plan) {
   }
   plan->decoding.resize(kept);
   plan->trees.resize(kept);
+  TrimDrafts(plan, window_rows);
+}
+
+void Scheduler::TrimDrafts(StepPlan* plan, int window_rows) {
+  if (options_.draft_ask_tokens == 0) return;
+  std::vector<ScoredDraft> scored;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < plan->decoding.size(); ++i) {
+    const engine::DraftTree& tree = plan->trees[i];
+    if (tree.empty() || tree.scores.size() != tree.tokens.size()) continue;
+    const Sequence* seq = plan->decoding[i];
+    ScoredDraft d;
+    d.scores = tree.scores;
+    // Half a token of prior on both sides: 1 until the sequence has shown
+    // how its drafts fare against their estimates.
+    d.scale = std::clamp((seq->actual_hits + 0.5) / (seq->predicted_hits + 0.5),
+                         0.05, 2.0);
+    d.floor = seq->pacer.probing() ? 1 : 0;
+    scored.push_back(d);
+    which.push_back(i);
+  }
+  if (scored.empty()) return;
+  const int base = static_cast<int>(plan->decoding.size()) +
+                   plan->prefill_tokens + window_rows;
+  // Trees without scores keep their size and are charged as rows too.
+  int unscored = 0;
+  for (size_t i = 0; i < plan->decoding.size(); ++i) {
+    if (plan->trees[i].scores.size() != plan->trees[i].tokens.size()) {
+      unscored += plan->trees[i].size();
+    }
+  }
+  const std::vector<int> keep =
+      TrimByScore(cost_, base + unscored, scored,
+                  std::max(0, options_.max_step_tokens - base - unscored));
+  for (size_t k = 0; k < which.size(); ++k) {
+    engine::TrimDraft(&plan->trees[which[k]], keep[k]);
+  }
 }
 
 absl::StatusOr<std::vector<torch::Tensor>> Scheduler::RunForward(
@@ -624,6 +675,13 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
     const int verified = tree.size();
     const int hits = static_cast<int>(accepted->tokens.size()) - 1;
     seq->pacer.Update(verified, hits);
+    if (verified > 0 && tree.scores.size() == tree.tokens.size()) {
+      double predicted = 0;
+      for (float p : tree.scores) predicted += std::clamp(p, 0.0f, 1.0f);
+      constexpr double kWeight = 0.3;
+      seq->predicted_hits += kWeight * (predicted - seq->predicted_hits);
+      seq->actual_hits += kWeight * (hits - seq->actual_hits);
+    }
     // Before Emit, whose Observe reports the step's tokens after the tree.
     RecyclePredictions(seq, tree, tree_logits, plan_ptr);
     AdvanceWindow(seq, logits[i], accepted->tokens);

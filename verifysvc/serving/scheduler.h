@@ -72,6 +72,12 @@ struct SchedulerOptions {
   // (DraftSource::ObserveVerified); 0 = off. One top-k over the sequence's
   // verify logits per step.
   int prediction_k = 4;
+  // Draft tokens asked of the sources for a sequence the budget gives any
+  // (at most its decoding length): the tree then comes back scored and best
+  // first, and TrimByScore (verifysvc/drafts/draft_trim.h) keeps the prefix
+  // whose nodes' own estimates pay for their rows. 0 = ask exactly the
+  // budget and keep the whole tree.
+  int draft_ask_tokens = 8;
   // Print one line per this many steps (batch, tokens, drafts requested,
   // verified and accepted, forward time) to stdout; 0 = never.
   int log_every_steps = 0;
@@ -145,6 +151,8 @@ class Scheduler {
            absl::Span<const int32_t> path = {});
   // Hands the top-k predictions of the tree verified for `seq` to its
   // draft sources, if they want them.
+  // Cuts each scored tree to what pays for its rows (TrimByScore).
+  void TrimDrafts(StepPlan* plan, int window_rows);
   // Rows of the Jacobi lookahead window `policy` asks for (0: none).
   static int WindowRowsOf(const DraftPolicy& policy);
   // Makes the sequence's window on first use and marks it to run in this

@@ -705,6 +705,41 @@ TEST_F(SchedulerUnitTest, WrongDraftsShrinkTheBudgetToZero) {
   EXPECT_EQ(sink.usage().accepted_draft_tokens, 0);
 }
 
+TEST_F(SchedulerUnitTest, ScoredTreesAreCutToWhatPaysForItsRows) {
+  // Scored chains whose first two nodes are likely (0.9) and the rest long
+  // shots (0.001): with each row costing 2% of a step, the scheduler asks
+  // for draft_ask_tokens and verifies only the first two of each tree.
+  const std::vector<int32_t> prompt = PromptWithoutEos(7, 6, 40);
+  Continuations truth = {{prompt, PlainDecode(prompt, 40 + kSlack)}};
+  DraftScript chain = ChainDrafts(&truth, 1.0);
+  ScriptedDraftSource source([chain](const FakeSession& s, int budget) {
+    DraftTree tree = chain(s, budget);
+    for (int j = 0; j < tree.size(); ++j) {
+      tree.scores.push_back(j < 2 ? 0.9f : 0.001f);
+    }
+    return tree;
+  });
+  DraftMixer mixer({&source}, kVocab);
+  RecordingSink sink;
+  SchedulerOptions options;
+  options.draft_ask_tokens = 8;
+  auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+  ASSERT_NE(scheduler, nullptr);
+  ASSERT_TRUE(scheduler->Submit(Request(prompt, 40, 12), &sink).ok());
+  ASSERT_TRUE(sink.Wait());
+  ASSERT_TRUE(sink.status().ok()) << sink.status();
+  EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+  const std::vector<int> asks = source.SessionOf(prompt)->asks;
+  ASSERT_FALSE(asks.empty());
+  EXPECT_GE(*std::max_element(asks.begin(), asks.end()), 8);
+  // Every drafted step verified two nodes and accepted both.
+  const Usage& usage = sink.usage();
+  EXPECT_GT(usage.draft_tokens, 0);
+  EXPECT_EQ(usage.draft_tokens % 2, 0);
+  EXPECT_EQ(usage.accepted_draft_tokens, usage.draft_tokens);
+  EXPECT_LE(usage.draft_tokens, 2 * usage.decoding_steps);
+}
+
 TEST_F(SchedulerUnitTest, FailedProbesDoubleTheInterval) {
   const std::vector<int32_t> prompt = PromptWithoutEos(5, 6, 60);
   Continuations truth = {{prompt, PlainDecode(prompt, 60 + kSlack)}};

@@ -396,6 +396,26 @@ class ReportSectionsTest(unittest.TestCase):
             for name in written:
                 self.assertGreater(os.path.getsize(os.path.join(out, name)), 1000)
 
+    def test_split_cores_compares_with_plain_on_both_cores(self):
+        def rec(mode, seconds, steps=10, prompt="p"):
+            return {"workload": "chat", "prompt": prompt, "mode": mode,
+                    "identical": True, "output_tokens": 10,
+                    "decoding_steps": steps, "draft_tokens": 4,
+                    "accepted_draft_tokens": 2, "ttft_seconds": 0.1,
+                    "total_seconds": seconds, "token_latencies_ms": [1.0]}
+        shared = {"modes": ["plain", "trie"],
+                  "records": [rec("plain", 1.0), rec("trie", 0.9, 8)]}
+        split = {"modes": ["plain", "trie"], "draftsvc_cpus": "0",
+                 "verifysvc_cpus": "1", "verifysvc_flags": ["--matmul_threads=1"],
+                 "records": [rec("plain", 2.0), rec("trie", 0.5, 5)],
+                 "errors": {"chat": {"assistant": "FAILED_PRECONDITION: x"}}}
+        text = "\n".join(report.split_cores_lines(shared, split))
+        # Plain on both cores took 1.0 s: the split trie's 0.5 s is 2x, the
+        # verifier alone on one core 0.5x.
+        self.assertIn("| trie | 20.0 | 2.00 | 2.00x | 1/1 |", text)
+        self.assertIn("| plain (1 core) | 5.0 | 1.00 | 0.50x | 1/1 |", text)
+        self.assertIn("| assistant | failed: FAILED_PRECONDITION: x", text)
+
     def test_peer_rows_by_workload(self):
         records = hf_peer.peer_records(
             [{"id": "a", "workload": "rag"}, {"id": "b", "workload": "code"}],

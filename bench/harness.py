@@ -100,21 +100,25 @@ class Service:
                 self.process.wait()
 
 
-def start_services(stack, bin_dir, draftsvc_flags=(), verifysvc_flags=()):
+def start_services(stack, bin_dir, draftsvc_flags=(), verifysvc_flags=(),
+                   draftsvc_cpus=None, verifysvc_cpus=None):
     """Starts draftsvc (a fresh RocksDB in a temp folder) and verifysvc with
-    the given extra flags; stops both when `stack` closes. Returns
-    verifysvc's address and its Service (for the log)."""
+    the given extra flags, each pinned to its CPU list (taskset -c) when
+    given; stops both when `stack` closes. Returns verifysvc's address and
+    its Service (for the log)."""
     work = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench."))
     binary = lambda name: os.path.join(bin_dir, name, name)  # noqa: E731
     for name in ("draftsvc", "verifysvc"):
         if not os.access(binary(name), os.X_OK):
             raise RuntimeError(f"{binary(name)} is missing: bazel build "
                                f"//draftsvc:draftsvc //verifysvc:verifysvc")
-    draftsvc = Service("draftsvc", [binary("draftsvc"), f"--db_path={work}/db",
-                                    *draftsvc_flags], work)
+    pin = lambda cpus: ["taskset", "-c", cpus] if cpus else []  # noqa: E731
+    draftsvc = Service("draftsvc", [*pin(draftsvc_cpus), binary("draftsvc"),
+                                    f"--db_path={work}/db", *draftsvc_flags],
+                       work)
     stack.callback(draftsvc.stop)
     draftsvc_address = draftsvc.wait_address()
-    verifysvc = Service("verifysvc", [binary("verifysvc"),
+    verifysvc = Service("verifysvc", [*pin(verifysvc_cpus), binary("verifysvc"),
                                       f"--draftsvc={draftsvc_address}",
                                       *verifysvc_flags], work)
     stack.callback(verifysvc.stop)  # Runs before draftsvc.stop.

@@ -801,6 +801,45 @@ def source_ablation_lines(section):
     return lines
 
 
+def split_cores_lines(shared, split):
+    """The drafted source modes with draftsvc and verifysvc on one core each
+    (run.py --split_cores), against plain decoding on both cores (the first
+    draft-source table's plain records of the same prompts)."""
+    lines = ["## Draft sources, split cores", "",
+             f"draftsvc pinned to CPU {split.get('draftsvc_cpus')}, "
+             f"verifysvc to CPU {split.get('verifysvc_cpus')} "
+             f"({' '.join(split.get('verifysvc_flags', []))}). Speedup: "
+             "plain decoding on BOTH cores (the table above) over the mode "
+             "here, same prompts; plain (1 core) is the verifier alone on "
+             "its core.", ""]
+    shared_plain = defaultdict(list)
+    for r in shared.get("records", []):
+        if r["mode"] == "plain":
+            shared_plain[r["workload"]].append(r)
+    groups = defaultdict(lambda: defaultdict(list))
+    for r in split.get("records", []):
+        groups[r["workload"]][r["mode"]].append(r)
+    for name, by_mode in groups.items():
+        lines += [f"### {name}", "",
+                  "| mode | tok/s | EDL | speedup vs plain on 2 cores | "
+                  "identical |", "| --- | ---: | ---: | ---: | ---: |"]
+        for mode in split.get("modes", []):
+            rs = by_mode.get(mode)
+            if not rs:
+                continue
+            prompts = {r["prompt"] for r in rs}
+            st = group_stats(rs, [p for p in shared_plain[name]
+                                  if p["prompt"] in prompts])
+            label = "plain (1 core)" if mode == "plain" else mode
+            lines.append(f"| {label} | {st['tokens_per_second']:.1f} | "
+                         f"{st['edl']:.2f} | {st['speedup']:.2f}x | "
+                         f"{st['identical']}/{st['requests']} |")
+        for mode, error in split.get("errors", {}).get(name, {}).items():
+            lines.append(f"| {mode} | failed: {error} | | | |")
+        lines.append("")
+    return lines
+
+
 def markdown(results, summary, plots):
     records = results.get("records", [])
     lines = header_lines(results) + main_table_lines(results, summary)
@@ -810,6 +849,9 @@ def markdown(results, summary, plots):
         lines += ablation_lines(results["ablations"])
     if "source_ablation" in results:
         lines += source_ablation_lines(results["source_ablation"])
+    if "source_ablation_split" in results:
+        lines += split_cores_lines(results.get("source_ablation", {}),
+                                   results["source_ablation_split"])
     if summary:
         lines += worst_case_lines(summary, records)
     if "peer" in results:

@@ -146,6 +146,12 @@ def parse_args(argv):
                             "default (%(default)s)")
 
     group = parser.add_argument_group("draft-source ablation")
+    group.add_argument("--split_cores", action="store_true",
+                       help="after --source_modes, run the drafted modes "
+                       "again with draftsvc pinned to CPU 0 and verifysvc "
+                       "to CPU 1 (--matmul_threads=1); their speedup is "
+                       "against plain decoding on both cores from the "
+                       "first table")
     group.add_argument("--source_modes", default="",
                        help="comma-separated modes of harness.SOURCE_MODES "
                             "(plain is always run), or all; empty = off")
@@ -293,6 +299,36 @@ def run_workload(connection, workload, namespace_prefix, args):
         print(f"  {workload.name} {i + 1}/{len(workload.measured)} {prompt.id}: "
               + " | ".join(line), flush=True)
     return records
+
+
+def run_split_cores(args, selected, prefix):
+    """The drafted source modes with draftsvc on CPU 0 and verifysvc on CPU
+    1 (one matmul thread), on a fresh pair; plain decoding is not rerun:
+    the report compares with the first table's (both cores)."""
+    start = time.perf_counter()
+    split_args = types.SimpleNamespace(**vars(args))
+    split_args.source_modes = ["plain"] + [m for m in args.source_modes
+                                           if m != "plain"]
+    section = {"modes": split_args.source_modes, "records": [], "errors": {},
+               "draftsvc_cpus": "0", "verifysvc_cpus": "1",
+               "verifysvc_flags": ["--matmul_threads=1"]}
+    print("draft sources, split cores: draftsvc on CPU 0, verifysvc on CPU 1",
+          flush=True)
+    with contextlib.ExitStack() as stack:
+        address, _ = harness.start_services(
+            stack, args.bin_dir, args.draftsvc_flag,
+            args.verifysvc_flag + ["--matmul_threads=1"],
+            draftsvc_cpus="0", verifysvc_cpus="1")
+        connection = stack.enter_context(harness.Connection(address))
+        connection.client.wait_ready(timeout=30)
+        for workload in selected:
+            records, errors = run_source_ablation(connection, workload,
+                                                  prefix, split_args)
+            section["records"] += records
+            if errors:
+                section["errors"][workload.name] = errors
+    section["seconds"] = time.perf_counter() - start
+    return section
 
 
 def run_source_ablation(connection, workload, namespace_prefix, args):
@@ -592,6 +628,9 @@ def run_all(stack, args, results, started_services):
             if errors:
                 results["source_ablation"]["errors"][workload.name] = errors
         results["source_ablation"]["seconds"] = time.perf_counter() - start
+    if args.source_modes and args.split_cores:
+        results["source_ablation_split"] = run_split_cores(
+            args, selected, prefix + "-split")
     if args.concurrency:
         start = time.perf_counter()
         print(f"concurrency {args.concurrency}", flush=True)

@@ -76,6 +76,7 @@ absl::Status CheckTokens(absl::Span<const int32_t> tokens, int32_t vocab_size,
 struct DraftIndex::Session {
   // Constant after OpenSession publishes the session.
   std::string id;
+  int64_t serial = 0;  // OpenResult::serial.
   Namespace* ns = nullptr;
   int32_t branch_length = 0;
   int64_t prompt_length = 0;               // Prompt tokens.
@@ -482,6 +483,7 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
 
   auto session = std::make_shared<Session>();
   session->id = std::string(session_id);
+  session->serial = next_serial_.fetch_add(1);
   session->branch_length = bl;
   session->prompt_length = static_cast<int64_t>(prompt_tokens.size());
   session->context_keep = static_cast<size_t>(
@@ -514,8 +516,9 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
   session->ns->open_sessions.fetch_add(1);
   session->ns->prompt_nodes.fetch_add(prompt_nodes);
   session->last_used_nanos.store(absl::ToUnixNanos(clock_()));
+  const int64_t serial = session->serial;
   sessions_.emplace(session->id, std::move(session));
-  return OpenResult{name, prompt_nodes};
+  return OpenResult{name, prompt_nodes, serial};
 }
 
 bool DraftIndex::SubmitLocked(Namespace* /*ns: locked by the caller*/,
@@ -1049,6 +1052,7 @@ bool DraftIndex::Retire(Session& session, bool expired,
   if (expired) expired_sessions_.fetch_add(1);
   // Last: whoever sees the session gone from the counts sees its effects.
   session.ns->open_sessions.fetch_sub(1);
+  if (retire_listener_) retire_listener_(session.id, session.serial);
   return submitted;
 }
 

@@ -177,6 +177,9 @@ struct SourceStatsRow {
 struct OpenResult {
   std::string name_space;    // After defaulting ("" -> "default").
   int64_t prompt_nodes = 0;  // Nodes in the session's prompt trie.
+  // Unique among every session this index ever opened (1, 2, ...): tells a
+  // reopened id's session from its closed or expired predecessor.
+  int64_t serial = 0;
 };
 
 struct PruneResult {
@@ -343,6 +346,17 @@ class DraftIndex {
   int64_t ExpireIdleSessions(absl::Time now);
   // Sessions expired so far (by the sweeper or lazily), since construction.
   int64_t ExpiredSessions() const { return expired_sessions_.load(); }
+  // Called once for every session that ends (CloseSession, lease expiry),
+  // with its id and OpenResult::serial, after the index has retired it, on
+  // the thread that retired it (an RPC's or the sweeper's), with no lock of
+  // the index held: owners of per-session state outside the index (the
+  // assistant drafter's) free it here. REQUIRES: set before the first
+  // OpenSession (not synchronized); must not call CloseSession.
+  using RetireListener =
+      std::function<void(absl::string_view session_id, int64_t serial)>;
+  void SetRetireListener(RetireListener listener) {
+    retire_listener_ = std::move(listener);
+  }
   // Stops the sweeper thread and waits for it (sessions still expire lazily).
   // Call before the sink goes away. Idempotent.
   void StopExpiry();
@@ -474,6 +488,8 @@ class DraftIndex {
   MutationSink* const sink_;  // May be null.
   const Clock clock_;
   std::atomic<int64_t> expired_sessions_{0};
+  std::atomic<int64_t> next_serial_{1};
+  RetireListener retire_listener_;  // Set before serving; may be empty.
 
   mutable absl::Mutex mu_;  // Guards the two maps (not what they point to).
   absl::flat_hash_map<std::string, std::unique_ptr<Namespace>> namespaces_

@@ -1,11 +1,13 @@
 #include "draftsvc/draft_service.h"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -16,6 +18,8 @@
 #include "common/grpc_status.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
+#include "draftsvc/draft_mix.h"
+#include "engine/model/sampler.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"
 
@@ -247,7 +251,189 @@ absl::StatusOr<DraftMode> FromProto(int mode) {
   }
 }
 
+// OpenSessionRequest.sampling as the engine's; INVALID_ARGUMENT naming the
+// field. Unset fields mean greedy, no top-k, no nucleus cut (top_p 0 is
+// proto3's unset, read as 1).
+absl::StatusOr<engine::SamplingParams> SamplingFromProto(
+    const v1::DraftSampling& sampling) {
+  if (!std::isfinite(sampling.temperature()) || sampling.temperature() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.temperature ", sampling.temperature(),
+                     " must be finite and >= 0 (0 = greedy)"));
+  }
+  if (sampling.top_k() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling.top_k ", sampling.top_k(), " must be >= 0 (0 = off)"));
+  }
+  if (!(sampling.top_p() >= 0 && sampling.top_p() <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_p ", sampling.top_p(),
+                     " must be in [0, 1] (0 = unset = 1 = off)"));
+  }
+  engine::SamplingParams params;
+  params.temperature = sampling.temperature();
+  params.top_k = sampling.top_k();
+  params.top_p = sampling.top_p() == 0 ? 1.0f : sampling.top_p();
+  params.seed = sampling.seed();
+  RETURN_IF_ERROR(engine::ValidateSamplingParams(params));
+  return params;
+}
+
 }  // namespace
+
+// The assistant model and its drafter, with the index sessions' drafter
+// sessions: each index session (by its serial) has a drafter session named
+// by that serial, so a reopened id never meets its predecessor's. Sessions
+// whose vocabulary is not the model's have none and say why.
+//
+// Thread-safety: all methods are safe to call concurrently.
+class AssistantSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<AssistantSource>> Load(
+      const AssistantServingOptions& options) {
+    if (options.step_deadline < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "assistant step deadline (--assistant_deadline_ms) ",
+          absl::FormatDuration(options.step_deadline), " is negative"));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<AssistantModel> model,
+                     AssistantModel::Load(options.model_path, /*vocab_size=*/0,
+                                          options.model));
+    absl::StatusOr<std::unique_ptr<AssistantDrafter>> drafter =
+        AssistantDrafter::Create(model.get(), options.drafter);
+    if (!drafter.ok()) {
+      return absl::Status(
+          drafter.status().code(),
+          absl::StrCat("assistant drafter: ", drafter.status().message()));
+    }
+    return std::unique_ptr<AssistantSource>(new AssistantSource(
+        std::move(model), *std::move(drafter), options.step_deadline));
+  }
+
+  ~AssistantSource() {
+    drafter_.reset();  // Joins the pre-draft workers before the model goes.
+  }
+
+  const AssistantModel& model() const { return *model_; }
+  absl::Duration step_deadline() const { return step_deadline_; }
+  AssistantDrafterStats stats() const { return drafter_->stats(); }
+
+  // After the index opened `id` as `serial`: opens its drafter session, or
+  // remembers why the session cannot use the assistant (another
+  // vocabulary; a drafter error). Never fails the session.
+  void Open(absl::string_view id, int64_t serial, int32_t vocab_size,
+            absl::Span<const int32_t> prompt,
+            const engine::SamplingParams& sampling) {
+    Entry entry;
+    entry.serial = serial;
+    entry.unusable = model_->CheckVocabulary(vocab_size);
+    if (entry.unusable.ok()) {
+      entry.unusable = drafter_->Open(DrafterId(serial), prompt, sampling);
+    }
+    bool retired = false;
+    {
+      absl::MutexLock lock(&mu_);
+      retired = retired_early_.erase(serial) > 0;
+      auto it = sessions_.find(id);
+      // A newer session of the same id (two racing opens) wins.
+      if (!retired && (it == sessions_.end() || it->second.serial < serial)) {
+        sessions_[std::string(id)] = entry;
+        return;
+      }
+    }
+    if (entry.unusable.ok()) drafter_->Close(DrafterId(serial)).IgnoreError();
+  }
+
+  // The index retired session `id` `serial`: closes its drafter session.
+  void Retired(absl::string_view id, int64_t serial) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = sessions_.find(id);
+      if (it != sessions_.end() && it->second.serial == serial) {
+        sessions_.erase(it);
+      } else if (it == sessions_.end() || it->second.serial < serial) {
+        // Retired before Open registered it (a racing CloseSession).
+        retired_early_.insert(serial);
+      }
+    }
+    // NOT_FOUND: it had none (another vocabulary).
+    drafter_->Close(DrafterId(serial)).IgnoreError();
+  }
+
+  // The drafter session of `id` for an entry that asks for the assistant:
+  // the vocabulary's FAILED_PRECONDITION (or the drafter's error) if it
+  // cannot use it, NOT_FOUND if the session is unknown here.
+  absl::StatusOr<std::string> Usable(absl::string_view id) const {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("session ", QuoteInput(id), " is not open"));
+    }
+    if (!it->second.unusable.ok()) return it->second.unusable;
+    return DrafterId(it->second.serial);
+  }
+
+  // The Step's accepted tokens, after the index appended them. A drafter
+  // that refuses them (it cannot: the index checked the ids) would draft
+  // for the wrong position, so the session stops using the assistant.
+  void Advance(absl::string_view id, absl::Span<const int32_t> accepted) {
+    if (accepted.empty()) return;
+    absl::StatusOr<std::string> drafter_id = Usable(id);
+    if (!drafter_id.ok()) return;
+    absl::Status advanced = drafter_->Advance(*drafter_id, accepted);
+    if (advanced.ok()) return;
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it != sessions_.end() && DrafterId(it->second.serial) == *drafter_id) {
+      it->second.unusable = absl::InternalError(
+          absl::StrCat("the assistant lost session ", QuoteInput(id),
+                       "'s context: ", advanced.message()));
+    }
+  }
+
+  // The assistant's candidates (at most `budget` nodes, drafted until
+  // `deadline`) below the session's last token; none on any error.
+  CandidateTree Draft(const std::string& drafter_id, int budget,
+                      absl::Time deadline) {
+    CandidateTree out;
+    out.source = DraftSource::kAssistant;
+    absl::StatusOr<AssistantDraft> draft =
+        drafter_->Draft(drafter_id, budget, deadline);
+    if (!draft.ok() || draft->tree.empty()) return out;
+    return RankedCandidates(DraftSource::kAssistant, draft->tree.tokens,
+                            draft->tree.parents, draft->probabilities);
+  }
+
+  int64_t sessions() const {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int64_t>(sessions_.size());
+  }
+
+ private:
+  struct Entry {
+    int64_t serial = 0;
+    // OK iff the session has a drafter session (DrafterId(serial)).
+    absl::Status unusable;
+  };
+
+  AssistantSource(std::unique_ptr<AssistantModel> model,
+                  std::unique_ptr<AssistantDrafter> drafter,
+                  absl::Duration step_deadline)
+      : model_(std::move(model)),
+        drafter_(std::move(drafter)),
+        step_deadline_(step_deadline) {}
+
+  static std::string DrafterId(int64_t serial) { return absl::StrCat(serial); }
+
+  const std::unique_ptr<AssistantModel> model_;
+  std::unique_ptr<AssistantDrafter> drafter_;  // Reset first in the dtor.
+  const absl::Duration step_deadline_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int64_t> retired_early_ ABSL_GUARDED_BY(mu_);
+};
 
 // Logs the store's degraded/recovered transitions and mirrors them into the
 // gRPC health service as kStorageHealthService. Called from the store's
@@ -306,15 +492,19 @@ class StorageHealthReporter {
 struct ServiceMetrics {
   metrics::Counter* inserted_tokens = nullptr;
   metrics::Histogram* retrieval_seconds = nullptr;
+  metrics::Histogram* assistant_draft_seconds = nullptr;  // With an assistant.
 };
 
 class DraftServer::Service final : public v1::DraftService::CallbackService {
  public:
+  // `assistant` may be null (none runs).
   Service(const DraftServerOptions& options, DraftIndex& index,
-          TrieStore& store, const RebuildStats& rebuild, ServiceMetrics metrics)
+          TrieStore& store, AssistantSource* assistant,
+          const RebuildStats& rebuild, ServiceMetrics metrics)
       : options_(options),
         index_(index),
         store_(store),
+        assistant_(assistant),
         rebuild_(rebuild),
         metrics_(metrics) {}
 
@@ -323,12 +513,24 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       const v1::OpenSessionRequest* request,
       v1::OpenSessionResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    // Checked whether or not an assistant runs: bad input is bad input.
+    absl::StatusOr<engine::SamplingParams> sampling =
+        SamplingFromProto(request->sampling());
+    if (!sampling.ok()) {
+      reactor->Finish(ToGrpcStatus(sampling.status()));
+      return reactor;
+    }
     absl::StatusOr<OpenResult> opened = index_.OpenSession(
         request->session_id(), request->namespace_(), request->vocab_size(),
         request->prompt_tokens(), request->branch_length());
     if (!opened.ok()) {
       reactor->Finish(ToGrpcStatus(opened.status()));
       return reactor;
+    }
+    if (assistant_ != nullptr) {
+      assistant_->Open(request->session_id(), opened->serial,
+                       request->vocab_size(), request->prompt_tokens(),
+                       *sampling);
     }
     response->set_namespace_(opened->name_space);
     response->set_prompt_nodes(opened->prompt_nodes);
@@ -357,6 +559,10 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       }
     }
     const bool sync = options_.store.sync;
+    // The assistant's time for the whole Step (the verifier waits for it).
+    const absl::Time assistant_deadline =
+        assistant_ != nullptr ? absl::Now() + assistant_->step_deadline()
+                              : absl::InfinitePast();
     // Entries that succeed say what became of their tokens: in sync mode
     // DURABLE iff the store fsynced them; a degraded store's UNAVAILABLE
     // keeps the entry (and its draft) OK but NOT_PERSISTED.
@@ -394,9 +600,25 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
         latch->Expect();
         on_durable = [latch, i](absl::Status s) { latch->Arrive(i, s); };
       }
-      absl::StatusOr<uint32_t> sources = SourcesFromProto(
-          step.sources(), options_.default_sources,
-          options_.index.ngram_enabled, options_.assistant_enabled);
+      absl::StatusOr<uint32_t> sources =
+          SourcesFromProto(step.sources(), options_.default_sources,
+                           options_.index.ngram_enabled, assistant_ != nullptr);
+      // The assistant's session, if this entry drafts from it.
+      std::string assistant_session;
+      if (sources.ok() && (*sources & SourceBit(DraftSource::kAssistant))) {
+        absl::StatusOr<std::string> usable =
+            assistant_->Usable(step.session_id());
+        if (usable.ok()) {
+          assistant_session = *std::move(usable);
+        } else if (!step.sources().empty() &&
+                   !absl::IsNotFound(usable.status())) {
+          // Asked for by name: say why not (another vocabulary).
+          sources = usable.status();
+        } else {
+          // A default source, or an unknown session (Append says so).
+          *sources &= ~SourceBit(DraftSource::kAssistant);
+        }
+      }
       if (!sources.ok()) {
         if (sync) latch->Arrive(i, absl::OkStatus());  // Will not run.
         SetEntryError(sources.status(), draft);
@@ -412,6 +634,11 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       if (metrics_.inserted_tokens != nullptr) {
         metrics_.inserted_tokens->Increment(step.accepted_tokens_size());
       }
+      // Every session's drafter follows its tokens, in Step order, whether
+      // or not this entry drafts from it.
+      if (assistant_ != nullptr) {
+        assistant_->Advance(step.session_id(), step.accepted_tokens());
+      }
       if (*mode == DraftMode::kOff || step.decoding_length() == 0) continue;
       const absl::Time start = absl::Now();
       RetrieveRequest retrieve;
@@ -419,6 +646,15 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       retrieve.branch_length = step.branch_length();
       retrieve.mode = *mode;
       retrieve.sources = *sources;
+      if (!assistant_session.empty()) {
+        const absl::Time drafting = absl::Now();
+        retrieve.extra.push_back(assistant_->Draft(
+            assistant_session, step.decoding_length(), assistant_deadline));
+        if (metrics_.assistant_draft_seconds != nullptr) {
+          metrics_.assistant_draft_seconds->Observe(
+              absl::ToDoubleSeconds(absl::Now() - drafting));
+        }
+      }
       absl::StatusOr<TrieDraft> tree =
           index_.Retrieve(step.session_id(), retrieve);
       if (metrics_.retrieval_seconds != nullptr) {
@@ -601,6 +837,7 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
   const DraftServerOptions& options_;
   DraftIndex& index_;
   TrieStore& store_;
+  AssistantSource* const assistant_;  // Null: none runs.
   const RebuildStats& rebuild_;
   const ServiceMetrics metrics_;
 };
@@ -609,9 +846,11 @@ namespace {
 
 // Registers the scrape-time series of `index`/`store` and creates the ones
 // the service updates.
+// `assistant` may be null (its series are then not registered).
 absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
                                                DraftIndex* index,
                                                TrieStore* store,
+                                               const AssistantSource* assistant,
                                                const RebuildStats* rebuild) {
   using metrics::LabeledValue;
   auto per_namespace = [index](int64_t NamespaceStats::*field) {
@@ -744,6 +983,52 @@ absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
           "lookahead_draft_retrieval_duration_seconds",
           "Time to retrieve one session's draft tree in a Step.",
           metrics::ExponentialBuckets(1e-6, 2, 16)));  // 1 us .. 33 ms
+  if (assistant == nullptr) return out;
+  auto stat = [assistant](int64_t AssistantDrafterStats::*field) {
+    return [assistant, field] { return double(assistant->stats().*field); };
+  };
+  RETURN_IF_ERROR(registry->AddCounterCallback(
+      "lookahead_assistant_drafted_tokens_total",
+      "Tokens the assistant model chose for drafts (before the mixer's "
+      "budget; lookahead_draft_proposed_tokens_total{source=\"assistant\"} "
+      "counts those sent).",
+      stat(&AssistantDrafterStats::drafted_tokens)));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_assistant_seconds_per_token",
+      "The assistant's model time per drafted token, since start.",
+      [assistant] { return assistant->stats().seconds_per_drafted_token(); }));
+  RETURN_IF_ERROR(registry->AddCounterCallback(
+      "lookahead_assistant_predraft_hits_total",
+      "Assistant drafts answered whole from a background pre-draft.",
+      stat(&AssistantDrafterStats::predraft_hits)));
+  RETURN_IF_ERROR(registry->AddCounterCallback(
+      "lookahead_assistant_predraft_misses_total",
+      "Assistant drafts that needed model work within the Step's deadline.",
+      stat(&AssistantDrafterStats::predraft_misses)));
+  RETURN_IF_ERROR(registry->AddCounterCallback(
+      "lookahead_assistant_deadline_cuts_total",
+      "Assistant drafts cut short by --assistant_deadline_ms.",
+      stat(&AssistantDrafterStats::deadline_cuts)));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_assistant_cached_tokens",
+      "KV-cache token slots the assistant's sessions hold (bounded by "
+      "--assistant_max_cached_tokens).",
+      stat(&AssistantDrafterStats::cached_tokens)));
+  RETURN_IF_ERROR(registry->AddCounterCallback(
+      "lookahead_assistant_evictions_total",
+      "Sessions whose assistant KV cache was evicted for room (recomputed "
+      "from their context when next drafted).",
+      stat(&AssistantDrafterStats::evictions)));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_assistant_sessions", "Sessions the assistant drafts for.",
+      [assistant] { return double(assistant->sessions()); }));
+  ASSIGN_OR_RETURN(
+      out.assistant_draft_seconds,
+      registry->AddHistogram(
+          "lookahead_assistant_draft_duration_seconds",
+          "Time one Step entry waited for the assistant's draft (bounded by "
+          "--assistant_deadline_ms plus one model pass at most).",
+          metrics::ExponentialBuckets(1e-6, 2, 18)));  // 1 us .. 131 ms
   return out;
 }
 
@@ -768,13 +1053,18 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
         "--draft_sources names ngram but --ngram_pool=false");
   }
   if ((options.default_sources & SourceBit(DraftSource::kAssistant)) != 0 &&
-      !options.assistant_enabled) {
+      options.assistant.model_path.empty()) {
     return absl::InvalidArgumentError(
         "--draft_sources names assistant but no assistant runs (start with "
         "--assistant_model or --self_draft)");
   }
   auto server = std::unique_ptr<DraftServer>(new DraftServer());
   server->options_ = options;
+  // First, so that a bad model file fails before the store is touched.
+  if (!options.assistant.model_path.empty()) {
+    ASSIGN_OR_RETURN(server->assistant_,
+                     AssistantSource::Load(options.assistant));
+  }
   server->health_reporter_ =
       std::make_shared<StorageHealthReporter>(options.db_path);
   TrieStoreOptions store_options = options.store;
@@ -790,6 +1080,13 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
   server->store_ = std::move(*store);
   server->index_ =
       std::make_unique<DraftIndex>(options.index, server->store_.get());
+  if (server->assistant_ != nullptr) {
+    server->index_->SetRetireListener(
+        [assistant = server->assistant_.get()](absl::string_view id,
+                                               int64_t serial) {
+          assistant->Retired(id, serial);
+        });
+  }
 
   const absl::Time start = absl::Now();
   IndexRestorer restorer(*server->index_);
@@ -804,13 +1101,15 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
   server->rebuild_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   ServiceMetrics service_metrics;
   if (options.metrics != nullptr) {
-    ASSIGN_OR_RETURN(service_metrics,
-                     RegisterMetrics(options.metrics, server->index_.get(),
-                                     server->store_.get(), &server->rebuild_));
+    ASSIGN_OR_RETURN(
+        service_metrics,
+        RegisterMetrics(options.metrics, server->index_.get(),
+                        server->store_.get(), server->assistant_.get(),
+                        &server->rebuild_));
   }
   server->service_ = std::make_unique<Service>(
-      server->options_, *server->index_, *server->store_, server->rebuild_,
-      service_metrics);
+      server->options_, *server->index_, *server->store_,
+      server->assistant_.get(), server->rebuild_, service_metrics);
   return server;
 }
 
@@ -826,6 +1125,14 @@ DraftServer::~DraftServer() {
 }
 
 grpc::Service* DraftServer::service() { return service_.get(); }
+
+const AssistantModel* DraftServer::assistant_model() const {
+  return assistant_ != nullptr ? &assistant_->model() : nullptr;
+}
+
+AssistantDrafterStats DraftServer::assistant_stats() const {
+  return assistant_ != nullptr ? assistant_->stats() : AssistantDrafterStats{};
+}
 
 absl::StatusOr<uint32_t> ParseDraftSources(absl::string_view list) {
   uint32_t out = 0;

@@ -3,10 +3,16 @@
 // lookahead.v1.DraftService implementation (gRPC callback API) over both.
 // Open() rebuilds the index from a full scan of the store and times it.
 //
+// With an assistant model it also owns the AssistantDrafter, whose sessions
+// follow the index's (opened with the prompt and the request's sampling,
+// advanced by each Step's accepted tokens, closed when the index session
+// closes or expires).
+//
 // Thread-safety: the service handles RPCs concurrently; no reaction blocks
 // on disk (in sync mode an RPC that changed the trie finishes from the
-// store's durability callback). Close() and destruction require that the
-// grpc::Server using service() has been shut down.
+// store's durability callback); a Step waits for the assistant's drafts at
+// most AssistantServingOptions::step_deadline. Close() and destruction require
+// that the grpc::Server using service() has been shut down.
 #ifndef LOOKAHEAD_DRAFTSVC_DRAFT_SERVICE_H_
 #define LOOKAHEAD_DRAFTSVC_DRAFT_SERVICE_H_
 
@@ -19,11 +25,35 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/metrics.h"
+#include "draftsvc/assistant_drafter.h"
+#include "draftsvc/assistant_model.h"
 #include "draftsvc/draft_index.h"
 #include "draftsvc/trie_store.h"
 
 namespace lookahead::draftsvc {
+
+// The assistant-model draft source (DraftSource::kAssistant): a GGUF that
+// draftsvc runs itself (AssistantModel) and drafts from per session
+// (AssistantDrafter).
+struct AssistantServingOptions {
+  // The GGUF to load (flags --assistant_model, or --self_draft with
+  // --self_draft_model: the target's own file). Empty (default): no
+  // assistant runs, and entries asking for it get FAILED_PRECONDITION.
+  std::string model_path;
+  // Which layers, how many threads (AssistantOptions' defaults: every
+  // layer on one thread, the measured best).
+  AssistantOptions model;
+  AssistantDrafterOptions drafter;
+  // How long one Step may wait for the assistant's drafts, for all of its
+  // entries together (flag --assistant_deadline_ms): the verifier waits for
+  // the Step, so this bounds what the assistant adds to a decoding step. An
+  // entry answered from a pre-draft costs nothing; one whose pre-draft is
+  // behind drafts only while the deadline allows (possibly nothing).
+  // Default 2 ms: about one one-token pass of the 135M model on one core.
+  absl::Duration step_deadline = absl::Milliseconds(2);
+};
 
 struct DraftServerOptions {
   // RocksDB directory of the global tries (created if missing).
@@ -44,10 +74,11 @@ struct DraftServerOptions {
   uint32_t default_sources = SourceBit(DraftSource::kPrompt) |
                              SourceBit(DraftSource::kOutput) |
                              SourceBit(DraftSource::kNgram);
-  // Whether an assistant model drafts (DraftSource::kAssistant). Seam for
-  // the assistant drafter: until it is wired in, requesting the assistant
-  // fails with FAILED_PRECONDITION naming --assistant_model/--self_draft.
-  bool assistant_enabled = false;
+  // The assistant model (DraftSource::kAssistant), if model_path is set.
+  // Sessions whose vocab_size is not the model's cannot use it: an entry
+  // that names it gets FAILED_PRECONDITION naming both sizes; one that
+  // takes it from default_sources drafts from the other sources.
+  AssistantServingOptions assistant;
   // If set, the server exports its series here (not owned; must outlive the
   // server; scrape it only while the server lives): lookahead_draft_sessions,
   // lookahead_draft_sessions_expired_total,
@@ -61,7 +92,15 @@ struct DraftServerOptions {
   // lookahead_draft_proposed_tokens_total{source},
   // lookahead_draft_accepted_tokens_total{source} (as inferred from the
   // next Step), lookahead_ngram_pool_entries,
-  // lookahead_ngram_pool_prunes_total.
+  // lookahead_ngram_pool_prunes_total; with an assistant also
+  // lookahead_assistant_drafted_tokens_total,
+  // lookahead_assistant_draft_duration_seconds,
+  // lookahead_assistant_seconds_per_token,
+  // lookahead_assistant_predraft_hits_total,
+  // lookahead_assistant_predraft_misses_total,
+  // lookahead_assistant_deadline_cuts_total,
+  // lookahead_assistant_cached_tokens, lookahead_assistant_evictions_total,
+  // lookahead_assistant_sessions.
   metrics::Registry* metrics = nullptr;
 };
 
@@ -85,13 +124,19 @@ inline constexpr char kStorageHealthService[] =
     "lookahead.v1.DraftService.storage";
 
 class StorageHealthReporter;
+class AssistantSource;
 
 class DraftServer {
  public:
-  // Opens the store at options.db_path, rebuilds the index from it and
-  // prepares the service. Store errors pass through (UNAVAILABLE when the
-  // directory is locked, FAILED_PRECONDITION when corrupt); a store whose
-  // content the index rejects gives FAILED_PRECONDITION naming the path.
+  // Loads the assistant model (if options.assistant.model_path is set),
+  // opens the store at options.db_path, rebuilds the index from it and
+  // prepares the service. The assistant's load errors come first and name
+  // the path (NOT_FOUND missing, DATA_LOSS / INVALID_ARGUMENT corrupt,
+  // UNIMPLEMENTED another architecture, INVALID_ARGUMENT bad layers or
+  // drafter options); the store is not touched then. Store errors pass
+  // through (UNAVAILABLE when the directory is locked, FAILED_PRECONDITION
+  // when corrupt); a store whose content the index rejects gives
+  // FAILED_PRECONDITION naming the path.
   static absl::StatusOr<std::unique_ptr<DraftServer>> Open(
       const DraftServerOptions& options);
 
@@ -104,6 +149,10 @@ class DraftServer {
   grpc::Service* service();
 
   const RebuildStats& rebuild_stats() const { return rebuild_; }
+  // The assistant model as loaded, or null when none runs.
+  const AssistantModel* assistant_model() const;
+  // The assistant drafter's counters (all 0 when none runs).
+  AssistantDrafterStats assistant_stats() const;
   DraftIndex& index() { return *index_; }
   TrieStore& store() { return *store_; }
 
@@ -126,7 +175,9 @@ class DraftServer {
   // Shared with the store's health callback.
   std::shared_ptr<StorageHealthReporter> health_reporter_;
   // Declaration order is destruction order in reverse: the service goes
-  // first, the store (the index's sink) last.
+  // first, then the index (whose retire listener reaches the assistant),
+  // the store (the index's sink), the assistant last.
+  std::unique_ptr<AssistantSource> assistant_;
   std::unique_ptr<TrieStore> store_;
   std::unique_ptr<DraftIndex> index_;
   std::unique_ptr<Service> service_;

@@ -1,7 +1,8 @@
 // DraftService over real gRPC on loopback, with a real RocksDB store in
 // TEST_TMPDIR: happy paths, every kind of bad input (code + message), the
 // sync-mode durability promise, disk-follows-memory under random traffic
-// with pruning, and restarts.
+// with pruning, and restarts; the assistant source with a tiny random GGUF
+// (engine/testing): its drafts, sessions, vocabulary and load errors.
 #include "draftsvc/draft_service.h"
 
 #include <grpcpp/create_channel.h>
@@ -25,7 +26,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "draftsvc/assistant_model.h"
 #include "draftsvc/fault_file_system.h"
+#include "engine/testing/engine_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/draft.grpc.pb.h"
@@ -833,6 +836,284 @@ TEST(DraftServerHealthTest, NoHealthUpdateOnceClosingStarts) {
     EXPECT_EQ(health.calls(), (std::vector<bool>{true, false}))
         << "close_first=" << close_first;
   }
+}
+
+// ---- The assistant source (a tiny random GGUF with the namespace's vocab)
+// ----
+
+// Writes `bytes` to a file under TEST_TMPDIR; its path.
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  const std::string path = TempDir(name) + ".gguf";
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+// A tiny random Llama GGUF of `vocab` ids, written once per vocab.
+const std::string& TinyAssistant(int vocab = kVocab) {
+  static auto* paths = new std::map<int, std::string>();
+  auto it = paths->find(vocab);
+  if (it != paths->end()) return it->second;
+  engine::TinyModelSpec spec;
+  spec.vocab = vocab;
+  spec.weight_scale = 0.5f;
+  absl::StatusOr<std::string> bytes = engine::TinyModelGguf(spec);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return (*paths)[vocab] =
+             WriteFile(absl::StrCat("tiny_", vocab), bytes.value_or(""));
+}
+
+class AssistantServiceTest : public DraftServiceTest {
+ protected:
+  DraftServerOptions AssistantOptions(const std::string& name) {
+    DraftServerOptions o = Options(name, /*sync=*/false);
+    o.assistant.model_path = TinyAssistant();
+    // No background drafts and a deadline no pass misses: every Step drafts
+    // now, so the test does not depend on timing.
+    o.assistant.drafter.predraft_threads = 0;
+    o.assistant.step_deadline = absl::Seconds(60);
+    return o;
+  }
+  static v1::SessionDraft StepSources(ServiceHarness& h, const std::string& id,
+                                      std::vector<int32_t> tokens,
+                                      std::vector<v1::DraftSource> sources,
+                                      int32_t decoding_length = 6) {
+    v1::StepRequest request;
+    v1::SessionStep* step = request.add_steps();
+    step->set_session_id(id);
+    for (int32_t t : tokens) step->add_accepted_tokens(t);
+    step->set_decoding_length(decoding_length);
+    for (v1::DraftSource s : sources) step->add_sources(s);
+    v1::StepResponse response;
+    grpc::Status status = h.Step(request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.drafts_size() == 1 ? response.drafts(0)
+                                       : v1::SessionDraft();
+  }
+};
+
+constexpr uint32_t kAssistantWireBit = uint32_t{1}
+                                       << v1::DRAFT_SOURCE_ASSISTANT;
+
+TEST_F(AssistantServiceTest, AssistantDraftsTheModelsGreedyContinuation) {
+  DraftServerOptions options = AssistantOptions("assistant_drafts");
+  metrics::Registry registry;
+  options.metrics = &registry;
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  ASSERT_NE(h->draft->assistant_model(), nullptr);
+  // The reference: the same file, loaded on its own, continues greedily.
+  auto reference = AssistantModel::Load(TinyAssistant(), kVocab);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  std::vector<int32_t> context = {5, 17, 250, 999, 3, 42};
+  ASSERT_TRUE(h->Open("a", "ns", context).ok());
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const std::vector<int32_t> accepted = {round == 0 ? 7 : 100 + round, 8};
+    context.insert(context.end(), accepted.begin(), accepted.end());
+    const v1::SessionDraft d =
+        StepSources(*h, "a", accepted, {v1::DRAFT_SOURCE_ASSISTANT});
+    ASSERT_EQ(d.code(), 0) << d.message();
+    ExpectWellFormed(d.tree(), 6);
+    ASSERT_GT(d.tree().tokens_size(), 0);
+    for (int i = 0; i < d.tree().tokens_size(); ++i) {
+      EXPECT_EQ(d.tree().source_sets(i), kAssistantWireBit) << i;
+      EXPECT_EQ(d.tree().sources(i), v1::DRAFT_SOURCE_ASSISTANT) << i;
+    }
+    // The best child of each chain node is the model's greedy token.
+    auto greedy = (*reference)->Continue(context, 3);
+    ASSERT_TRUE(greedy.ok()) << greedy.status();
+    int parent = -1;
+    for (int depth = 0; depth < 3; ++depth) {
+      int best = -1;
+      for (int i = 0; i < d.tree().tokens_size(); ++i) {
+        if (d.tree().parents(i) == parent &&
+            (best < 0 || d.tree().scores(i) > d.tree().scores(best))) {
+          best = i;
+        }
+      }
+      ASSERT_GE(best, 0) << "depth " << depth;
+      EXPECT_EQ(d.tree().tokens(best), (*greedy)[depth]) << "depth " << depth;
+      parent = best;
+    }
+  }
+  // Mixed with the tries: the assistant's nodes are still there.
+  const v1::SessionDraft mixed = StepSources(
+      *h, "a", {1}, {v1::DRAFT_SOURCE_PROMPT, v1::DRAFT_SOURCE_ASSISTANT});
+  ASSERT_EQ(mixed.code(), 0) << mixed.message();
+  bool assistant_node = false;
+  for (uint32_t set : mixed.tree().source_sets()) {
+    assistant_node = assistant_node || (set & kAssistantWireBit) != 0;
+  }
+  EXPECT_TRUE(assistant_node);
+  // An entry that does not ask for the assistant gets none of its nodes.
+  const v1::SessionDraft trie = StepSources(*h, "a", {2}, {});
+  ASSERT_EQ(trie.code(), 0) << trie.message();
+  for (uint32_t set : trie.tree().source_sets()) {
+    EXPECT_EQ(set & kAssistantWireBit, 0u);
+  }
+  const AssistantDrafterStats stats = h->draft->assistant_stats();
+  EXPECT_GT(stats.drafted_tokens, 0);
+  EXPECT_EQ(stats.sessions, 1);
+  const std::string text = registry.Render();
+  for (const char* series :
+       {"lookahead_assistant_drafted_tokens_total",
+        "lookahead_assistant_seconds_per_token",
+        "lookahead_assistant_predraft_hits_total",
+        "lookahead_assistant_predraft_misses_total",
+        "lookahead_assistant_cached_tokens",
+        "lookahead_assistant_evictions_total",
+        "lookahead_assistant_draft_duration_seconds_count 4",
+        "lookahead_assistant_sessions 1"}) {
+    EXPECT_THAT(text, HasSubstr(series));
+  }
+  EXPECT_THAT(text, ::testing::Not(HasSubstr(
+                        "lookahead_assistant_drafted_tokens_total 0\n")));
+  // Closing the session closes its drafter session; the id can be reopened
+  // and drafts from its new prompt.
+  ASSERT_TRUE(h->Close("a").ok());
+  EXPECT_EQ(h->draft->assistant_stats().sessions, 0);
+  ASSERT_TRUE(h->Open("a", "ns", {9, 9, 9}).ok());
+  const v1::SessionDraft reopened =
+      StepSources(*h, "a", {}, {v1::DRAFT_SOURCE_ASSISTANT});
+  ASSERT_EQ(reopened.code(), 0) << reopened.message();
+  auto greedy = (*reference)->Continue({9, 9, 9}, 1);
+  ASSERT_TRUE(greedy.ok());
+  ASSERT_GT(reopened.tree().tokens_size(), 0);
+  EXPECT_EQ(reopened.tree().tokens(0), (*greedy)[0]);
+  // Lease expiry closes it too.
+  EXPECT_EQ(h->draft->index().ExpireIdleSessions(absl::Now() + absl::Hours(1)),
+            1);
+  EXPECT_EQ(h->draft->assistant_stats().sessions, 0);
+}
+
+TEST_F(AssistantServiceTest, AnotherVocabularyCannotAskForTheAssistant) {
+  DraftServerOptions options = AssistantOptions("assistant_vocab");
+  options.default_sources =
+      SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kAssistant);
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->Open("small", "other", {1, 2, 3, 1, 2}, /*vocab=*/500).ok());
+  const v1::SessionDraft named = StepSources(
+      *h, "small", {3}, {v1::DRAFT_SOURCE_PROMPT, v1::DRAFT_SOURCE_ASSISTANT});
+  EXPECT_EQ(named.code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(named.message(), HasSubstr("500"));
+  EXPECT_THAT(named.message(), HasSubstr("1000"));
+  EXPECT_EQ(named.tree().tokens_size(), 0);
+  // Nothing of the failed entry was applied: after "1 2" the prompt says 3.
+  const v1::SessionDraft defaults = StepSources(*h, "small", {}, {});
+  ASSERT_EQ(defaults.code(), 0) << defaults.message();
+  ASSERT_GT(defaults.tree().tokens_size(), 0);
+  EXPECT_EQ(defaults.tree().tokens(0), 3);
+  for (uint32_t set : defaults.tree().source_sets()) {
+    EXPECT_EQ(set & kAssistantWireBit, 0u);
+  }
+  EXPECT_EQ(h->draft->assistant_stats().sessions, 0);
+  // A session of the model's vocabulary uses it by default.
+  ASSERT_TRUE(h->Open("full", "ns", {1, 2, 3}).ok());
+  const v1::SessionDraft full = StepSources(*h, "full", {4}, {});
+  ASSERT_EQ(full.code(), 0) << full.message();
+  bool assistant_node = false;
+  for (uint32_t set : full.tree().source_sets()) {
+    assistant_node = assistant_node || (set & kAssistantWireBit) != 0;
+  }
+  EXPECT_TRUE(assistant_node);
+}
+
+TEST_F(AssistantServiceTest, BadAssistantFilesFailTheStartNamingThePath) {
+  std::string truncated = engine::TinyModelGguf({}).value();
+  truncated.resize(truncated.size() / 2);
+  struct Case {
+    std::string path;
+    std::vector<absl::StatusCode> codes;
+  };
+  const std::vector<Case> cases = {
+      {TempDir("no_such_model") + "/missing.gguf",
+       {absl::StatusCode::kNotFound}},
+      {WriteFile("garbage", "this is not a GGUF file at all"),
+       {absl::StatusCode::kDataLoss, absl::StatusCode::kInvalidArgument}},
+      {WriteFile("truncated", truncated),
+       {absl::StatusCode::kDataLoss, absl::StatusCode::kInvalidArgument}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path);
+    DraftServerOptions options = AssistantOptions("bad_assistant");
+    options.assistant.model_path = c.path;
+    const absl::StatusOr<std::unique_ptr<DraftServer>> server =
+        DraftServer::Open(options);
+    ASSERT_FALSE(server.ok());
+    EXPECT_THAT(c.codes, ::testing::Contains(server.status().code()))
+        << server.status();
+    EXPECT_THAT(std::string(server.status().message()), HasSubstr(c.path));
+    // Nothing half-started: the store was never created.
+    EXPECT_FALSE(std::filesystem::exists(options.db_path));
+  }
+  DraftServerOptions options = AssistantOptions("bad_assistant_options");
+  options.assistant.model.layers = "first:0";
+  EXPECT_EQ(DraftServer::Open(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options = AssistantOptions("bad_assistant_options");
+  options.assistant.drafter.max_cached_tokens = 0;
+  const absl::Status drafter = DraftServer::Open(options).status();
+  EXPECT_EQ(drafter.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(drafter.message()), HasSubstr("max_cached_tokens"));
+  options = AssistantOptions("bad_assistant_options");
+  options.assistant.step_deadline = absl::Milliseconds(-1);
+  EXPECT_THAT(std::string(DraftServer::Open(options).status().message()),
+              HasSubstr("--assistant_deadline_ms"));
+  // Naming the assistant in --draft_sources needs one.
+  options = Options("no_assistant", /*sync=*/false);
+  options.default_sources = SourceBit(DraftSource::kAssistant);
+  EXPECT_THAT(std::string(DraftServer::Open(options).status().message()),
+              HasSubstr("--assistant_model or --self_draft"));
+}
+
+TEST_F(AssistantServiceTest, BadSamplingIsInvalidArgumentNamingTheField) {
+  auto h = StartOrDie(AssistantOptions("assistant_sampling"));
+  ASSERT_NE(h, nullptr);
+  struct Case {
+    std::function<void(v1::DraftSampling*)> set;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::DraftSampling* s) { s->set_temperature(-0.5f); },
+       "sampling.temperature"},
+      {[](v1::DraftSampling* s) { s->set_temperature(NAN); },
+       "sampling.temperature"},
+      {[](v1::DraftSampling* s) { s->set_temperature(INFINITY); },
+       "sampling.temperature"},
+      {[](v1::DraftSampling* s) { s->set_top_p(1.5f); }, "sampling.top_p"},
+      {[](v1::DraftSampling* s) { s->set_top_p(-0.1f); }, "sampling.top_p"},
+      {[](v1::DraftSampling* s) { s->set_top_k(-1); }, "sampling.top_k"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.field);
+    v1::OpenSessionRequest request;
+    request.set_session_id("s");
+    request.set_vocab_size(kVocab);
+    request.add_prompt_tokens(1);
+    c.set(request.mutable_sampling());
+    v1::OpenSessionResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status =
+        h->stub->OpenSession(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr(c.field));
+  }
+  // None of them opened the session; a seeded one drafts.
+  v1::OpenSessionRequest request;
+  request.set_session_id("s");
+  request.set_vocab_size(kVocab);
+  for (int32_t t : {1, 2, 3}) request.add_prompt_tokens(t);
+  request.mutable_sampling()->set_temperature(0.8f);
+  request.mutable_sampling()->set_top_p(0.95f);
+  request.mutable_sampling()->set_seed(7);
+  v1::OpenSessionResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(h->stub->OpenSession(&context, request, &response).ok());
+  const v1::SessionDraft d =
+      StepSources(*h, "s", {4}, {v1::DRAFT_SOURCE_ASSISTANT});
+  ASSERT_EQ(d.code(), 0) << d.message();
+  EXPECT_GT(d.tree().tokens_size(), 0);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "common/port_file.h"
 #include "draftsvc/draft_service.h"
 #include "draftsvc/fault_file_system.h"
+#include "engine/gguf/model_files.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50061, "Port to listen on; 0 picks a free one.");
@@ -124,6 +125,41 @@ ABSL_FLAG(int, max_prediction_k, 8,
           "Largest k (top-k predictions per row) of a PredictionTree.");
 ABSL_FLAG(int, max_step_ngrams, 64, "Most Jacobi n-grams in one Step entry.");
 ABSL_FLAG(int, ngram_max_tokens, 8, "Longest Jacobi n-gram accepted (>= 2).");
+ABSL_FLAG(std::string, assistant_model, "",
+          "Drafts from this GGUF too (DRAFT_SOURCE_ASSISTANT): a small "
+          "Llama-family model with the target's vocabulary, run on the CPU "
+          "in --assistant_layers form. Sessions of another vocab_size "
+          "cannot use it. A missing, corrupt or unsupported file stops the "
+          "start. Exclusive with --self_draft.");
+ABSL_FLAG(bool, self_draft, false,
+          "Drafts with the target's own GGUF (--self_draft_model) as the "
+          "assistant (DRAFT_SOURCE_ASSISTANT), in --assistant_layers form: "
+          "the one flag that turns model-based drafts on.");
+ABSL_FLAG(std::string, self_draft_model, "",
+          "The target's GGUF for --self_draft. Default: the embedded model "
+          "verifysvc loads by default ($LOOKAHEAD_MODEL_DIR or "
+          "~/.cache/lookahead/models/SmolLM2-135M-Instruct.Q4_1.gguf).");
+ABSL_FLAG(std::string, assistant_layers, "all",
+          "Layers of the assistant's file to run: all, first:K (early "
+          "exit), every:S (layer skipping), skip:A-B (middle skip). 'all' "
+          "on one thread measured best on SmolLM2-135M (this model's "
+          "intermediate layers do not predict its output).");
+ABSL_FLAG(int, assistant_threads, 1,
+          "Matmul threads of one assistant pass. Keep it small: draftsvc "
+          "shares the CPU with the verifier.");
+ABSL_FLAG(int64_t, assistant_max_cached_tokens, 8192,
+          "KV-cache token slots of all assistant sessions together (45 KiB "
+          "each for SmolLM2-135M: 8192 = 360 MiB); least recently used "
+          "sessions are evicted beyond it.");
+ABSL_FLAG(int, assistant_predraft_threads, 1,
+          "Background threads that draft ahead after each Step (0: draft "
+          "only within --assistant_deadline_ms).");
+ABSL_FLAG(int, assistant_max_chain_tokens, 8,
+          "Longest chain the assistant drafts and pre-drafts ahead.");
+ABSL_FLAG(double, assistant_deadline_ms, 2,
+          "Most time one Step waits for the assistant's drafts, all entries "
+          "together (the verifier waits for the Step); drafts answered from "
+          "pre-drafts cost nothing.");
 ABSL_FLAG(int, metrics_port, 9091,
           "Port of the Prometheus /metrics HTTP endpoint; 0 picks a free one, "
           "-1 turns it off.");
@@ -226,6 +262,43 @@ int Run() {
     return 1;
   }
   options.default_sources = *sources;
+  if (absl::GetFlag(FLAGS_self_draft) &&
+      !absl::GetFlag(FLAGS_assistant_model).empty()) {
+    std::fprintf(stderr,
+                 "draftsvc: --self_draft and --assistant_model=%s are "
+                 "exclusive (one assistant per server)\n",
+                 absl::GetFlag(FLAGS_assistant_model).c_str());
+    return 1;
+  }
+  AssistantServingOptions& assistant = options.assistant;
+  assistant.model_path = absl::GetFlag(FLAGS_assistant_model);
+  if (absl::GetFlag(FLAGS_self_draft)) {
+    assistant.model_path = absl::GetFlag(FLAGS_self_draft_model);
+    if (assistant.model_path.empty()) {
+      assistant.model_path = engine::DefaultModelPath();
+    }
+  }
+  assistant.model.layers = absl::GetFlag(FLAGS_assistant_layers);
+  assistant.model.model.matmul_threads = absl::GetFlag(FLAGS_assistant_threads);
+  if (assistant.model.model.matmul_threads < 1) {
+    std::fprintf(stderr, "draftsvc: --assistant_threads=%d must be >= 1\n",
+                 assistant.model.model.matmul_threads);
+    return 1;
+  }
+  assistant.drafter.max_cached_tokens =
+      absl::GetFlag(FLAGS_assistant_max_cached_tokens);
+  assistant.drafter.predraft_threads =
+      absl::GetFlag(FLAGS_assistant_predraft_threads);
+  assistant.drafter.max_chain_tokens =
+      absl::GetFlag(FLAGS_assistant_max_chain_tokens);
+  const double deadline_ms = absl::GetFlag(FLAGS_assistant_deadline_ms);
+  if (!(deadline_ms >= 0 && deadline_ms <= 1000)) {
+    std::fprintf(stderr,
+                 "draftsvc: --assistant_deadline_ms=%g must be in [0, 1000]\n",
+                 deadline_ms);
+    return 1;
+  }
+  assistant.step_deadline = absl::Microseconds(deadline_ms * 1000);
 
   metrics::Registry registry;
   options.metrics = &registry;
@@ -243,6 +316,9 @@ int Run() {
       static_cast<long long>(rebuild.nodes),
       static_cast<long long>(rebuild.ngram_entries), options.db_path.c_str(),
       rebuild.seconds, options.store.sync ? 1 : 0);
+  if (const AssistantModel* model = (*draft)->assistant_model()) {
+    std::printf("draftsvc: assistant model %s\n", model->description().c_str());
+  }
   const WalRecoveryReport& wal = (*draft)->store().wal_recovery();
   if (wal.LostAcknowledged() || wal.rocksdb_dropped_bytes > 0 ||
       wal.records_ignored > 0) {

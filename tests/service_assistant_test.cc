@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/service_pair.h"
 #include "tests/service_session_probe.h"
@@ -79,8 +81,12 @@ TEST_F(ServiceAssistantTest, AssistantAloneAndMixedAreLossless) {
       v1::GenerateRequest request =
           Request(choice.sources, absl::StrCat("asst-", choice.name));
       if (sampled) SetSeededSampling(&request, 777);
+      // Wall times are reported, never asserted.
+      const absl::Time t0 = absl::Now();
       const Generation plain = pair_->Reference(request);
+      const absl::Time t1 = absl::Now();
       const Generation fast = pair_->Generate(request);
+      const absl::Time t2 = absl::Now();
       ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
       ASSERT_TRUE(fast.status.ok()) << fast.status.error_message();
       ASSERT_EQ(plain.tokens.size(), static_cast<size_t>(kNewTokens));
@@ -90,10 +96,13 @@ TEST_F(ServiceAssistantTest, AssistantAloneAndMixedAreLossless) {
       ASSERT_TRUE(fast.has_usage);
       const auto [drafted, accepted] =
           SourceUsage(fast.usage, v1::DRAFT_SOURCE_ASSISTANT);
-      std::printf("%-9s %s: edl %.2f, assistant %lld/%lld accepted\n",
-                  choice.name, sampled ? "sampled" : "greedy ",
-                  fast.usage.edl(), static_cast<long long>(accepted),
-                  static_cast<long long>(drafted));
+      std::printf(
+          "%-9s %s: edl %.2f, assistant %lld/%lld accepted, %.0f ms (plain "
+          "%.0f ms)\n",
+          choice.name, sampled ? "sampled" : "greedy ", fast.usage.edl(),
+          static_cast<long long>(accepted), static_cast<long long>(drafted),
+          absl::ToDoubleMilliseconds(t2 - t1),
+          absl::ToDoubleMilliseconds(t1 - t0));
       EXPECT_LE(accepted, drafted);
       if (!sampled && choice.sources.size() == 1) {
         // The self-drafter runs the target's every layer: its greedy

@@ -282,9 +282,13 @@ absl::StatusOr<engine::SamplingParams> SamplingFromProto(
 }  // namespace
 
 // The assistant model and its drafter, with the index sessions' drafter
-// sessions: each index session (by its serial) has a drafter session named
-// by that serial, so a reopened id never meets its predecessor's. Sessions
-// whose vocabulary is not the model's have none and say why.
+// sessions: each index session (by its serial) may have a drafter session
+// named by that serial, so a reopened id never meets its predecessor's.
+// Drafter sessions open lazily, at the first Step entry that asks for the
+// assistant (with the prompt and every token accepted until then), so
+// sessions that never use it cost no model work (the drafter prefills every
+// session it knows in the background). Sessions whose vocabulary is not
+// the model's never get one and say why.
 //
 // Thread-safety: all methods are safe to call concurrently.
 class AssistantSource {
@@ -318,9 +322,9 @@ class AssistantSource {
   absl::Duration step_deadline() const { return step_deadline_; }
   AssistantDrafterStats stats() const { return drafter_->stats(); }
 
-  // After the index opened `id` as `serial`: opens its drafter session, or
-  // remembers why the session cannot use the assistant (another
-  // vocabulary; a drafter error). Never fails the session.
+  // After the index opened `id` as `serial`: remembers its context and
+  // sampling for a drafter session, or why the session cannot use the
+  // assistant (another vocabulary). Never fails the session.
   void Open(absl::string_view id, int64_t serial, int32_t vocab_size,
             absl::Span<const int32_t> prompt,
             const engine::SamplingParams& sampling) {
@@ -328,20 +332,16 @@ class AssistantSource {
     entry.serial = serial;
     entry.unusable = model_->CheckVocabulary(vocab_size);
     if (entry.unusable.ok()) {
-      entry.unusable = drafter_->Open(DrafterId(serial), prompt, sampling);
+      entry.context.assign(prompt.begin(), prompt.end());
+      entry.sampling = sampling;
     }
-    bool retired = false;
-    {
-      absl::MutexLock lock(&mu_);
-      retired = retired_early_.erase(serial) > 0;
-      auto it = sessions_.find(id);
-      // A newer session of the same id (two racing opens) wins.
-      if (!retired && (it == sessions_.end() || it->second.serial < serial)) {
-        sessions_[std::string(id)] = entry;
-        return;
-      }
+    absl::MutexLock lock(&mu_);
+    if (retired_early_.erase(serial) > 0) return;
+    auto it = sessions_.find(id);
+    // A newer session of the same id (two racing opens) wins.
+    if (it == sessions_.end() || it->second.serial < serial) {
+      sessions_[std::string(id)] = std::move(entry);
     }
-    if (entry.unusable.ok()) drafter_->Close(DrafterId(serial)).IgnoreError();
   }
 
   // The index retired session `id` `serial`: closes its drafter session.
@@ -360,18 +360,41 @@ class AssistantSource {
     drafter_->Close(DrafterId(serial)).IgnoreError();
   }
 
-  // The drafter session of `id` for an entry that asks for the assistant:
-  // the vocabulary's FAILED_PRECONDITION (or the drafter's error) if it
-  // cannot use it, NOT_FOUND if the session is unknown here.
-  absl::StatusOr<std::string> Usable(absl::string_view id) const {
+  // Whether session `id` can draft from the assistant: the vocabulary's
+  // FAILED_PRECONDITION (or a drafter error) if not, NOT_FOUND if the
+  // session is unknown here.
+  absl::Status Check(absl::string_view id) const {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) {
       return absl::NotFoundError(
           absl::StrCat("session ", QuoteInput(id), " is not open"));
     }
-    if (!it->second.unusable.ok()) return it->second.unusable;
-    return DrafterId(it->second.serial);
+    return it->second.unusable;
+  }
+
+  // The drafter session of `id`, opened now with the context so far if it
+  // has none yet; Check's errors otherwise.
+  absl::StatusOr<std::string> Acquire(absl::string_view id) {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("session ", QuoteInput(id), " is not open"));
+    }
+    Entry& entry = it->second;
+    RETURN_IF_ERROR(entry.unusable);
+    const std::string drafter_id = DrafterId(entry.serial);
+    if (!entry.opened) {
+      // Cheap (a copy and a queued pre-draft), so under mu_: an Advance of
+      // the same session cannot slip between the copy and the open.
+      entry.unusable =
+          drafter_->Open(drafter_id, entry.context, entry.sampling);
+      RETURN_IF_ERROR(entry.unusable);
+      entry.opened = true;
+      entry.context = {};
+    }
+    return drafter_id;
   }
 
   // The Step's accepted tokens, after the index appended them. A drafter
@@ -379,13 +402,24 @@ class AssistantSource {
   // for the wrong position, so the session stops using the assistant.
   void Advance(absl::string_view id, absl::Span<const int32_t> accepted) {
     if (accepted.empty()) return;
-    absl::StatusOr<std::string> drafter_id = Usable(id);
-    if (!drafter_id.ok()) return;
-    absl::Status advanced = drafter_->Advance(*drafter_id, accepted);
+    std::string drafter_id;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = sessions_.find(id);
+      if (it == sessions_.end() || !it->second.unusable.ok()) return;
+      Entry& entry = it->second;
+      if (!entry.opened) {
+        entry.context.insert(entry.context.end(), accepted.begin(),
+                             accepted.end());
+        return;
+      }
+      drafter_id = DrafterId(entry.serial);
+    }
+    absl::Status advanced = drafter_->Advance(drafter_id, accepted);
     if (advanced.ok()) return;
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
-    if (it != sessions_.end() && DrafterId(it->second.serial) == *drafter_id) {
+    if (it != sessions_.end() && DrafterId(it->second.serial) == drafter_id) {
       it->second.unusable = absl::InternalError(
           absl::StrCat("the assistant lost session ", QuoteInput(id),
                        "'s context: ", advanced.message()));
@@ -405,16 +439,16 @@ class AssistantSource {
                             draft->tree.parents, draft->probabilities);
   }
 
-  int64_t sessions() const {
-    absl::MutexLock lock(&mu_);
-    return static_cast<int64_t>(sessions_.size());
-  }
-
  private:
   struct Entry {
     int64_t serial = 0;
-    // OK iff the session has a drafter session (DrafterId(serial)).
+    // OK iff the session may use the assistant.
     absl::Status unusable;
+    // Whether DrafterId(serial) is open in the drafter. Until it is, the
+    // prompt and accepted tokens so far (then empty) and the sampling.
+    bool opened = false;
+    std::vector<int32_t> context;
+    engine::SamplingParams sampling;
   };
 
   AssistantSource(std::unique_ptr<AssistantModel> model,
@@ -603,17 +637,15 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       absl::StatusOr<uint32_t> sources =
           SourcesFromProto(step.sources(), options_.default_sources,
                            options_.index.ngram_enabled, assistant_ != nullptr);
-      // The assistant's session, if this entry drafts from it.
-      std::string assistant_session;
+      // Whether this entry drafts from the assistant.
+      bool use_assistant = false;
       if (sources.ok() && (*sources & SourceBit(DraftSource::kAssistant))) {
-        absl::StatusOr<std::string> usable =
-            assistant_->Usable(step.session_id());
+        const absl::Status usable = assistant_->Check(step.session_id());
         if (usable.ok()) {
-          assistant_session = *std::move(usable);
-        } else if (!step.sources().empty() &&
-                   !absl::IsNotFound(usable.status())) {
+          use_assistant = true;
+        } else if (!step.sources().empty() && !absl::IsNotFound(usable)) {
           // Asked for by name: say why not (another vocabulary).
-          sources = usable.status();
+          sources = usable;
         } else {
           // A default source, or an unknown session (Append says so).
           *sources &= ~SourceBit(DraftSource::kAssistant);
@@ -639,6 +671,11 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       if (assistant_ != nullptr) {
         assistant_->Advance(step.session_id(), step.accepted_tokens());
       }
+      // The first entry that asks for the assistant opens its session (and
+      // starts its background prefill) even if it drafts nothing now.
+      absl::StatusOr<std::string> assistant_session =
+          use_assistant ? assistant_->Acquire(step.session_id())
+                        : absl::NotFoundError("not asked for");
       if (*mode == DraftMode::kOff || step.decoding_length() == 0) continue;
       const absl::Time start = absl::Now();
       RetrieveRequest retrieve;
@@ -646,10 +683,10 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       retrieve.branch_length = step.branch_length();
       retrieve.mode = *mode;
       retrieve.sources = *sources;
-      if (!assistant_session.empty()) {
+      if (assistant_session.ok()) {
         const absl::Time drafting = absl::Now();
         retrieve.extra.push_back(assistant_->Draft(
-            assistant_session, step.decoding_length(), assistant_deadline));
+            *assistant_session, step.decoding_length(), assistant_deadline));
         if (metrics_.assistant_draft_seconds != nullptr) {
           metrics_.assistant_draft_seconds->Observe(
               absl::ToDoubleSeconds(absl::Now() - drafting));
@@ -1020,8 +1057,10 @@ absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
       "from their context when next drafted).",
       stat(&AssistantDrafterStats::evictions)));
   RETURN_IF_ERROR(registry->AddGaugeCallback(
-      "lookahead_assistant_sessions", "Sessions the assistant drafts for.",
-      [assistant] { return double(assistant->sessions()); }));
+      "lookahead_assistant_sessions",
+      "Sessions the assistant drafts for (opened at their first Step entry "
+      "that asks for it).",
+      stat(&AssistantDrafterStats::sessions)));
   ASSIGN_OR_RETURN(
       out.assistant_draft_seconds,
       registry->AddHistogram(

@@ -906,9 +906,13 @@ TEST_F(AssistantServiceTest, AssistantDraftsTheModelsGreedyContinuation) {
   ASSERT_TRUE(reference.ok()) << reference.status();
   std::vector<int32_t> context = {5, 17, 250, 999, 3, 42};
   ASSERT_TRUE(h->Open("a", "ns", context).ok());
+  // Opened lazily: until an entry asks for the assistant, no model work.
+  ASSERT_EQ(h->StepOne("a", {7}, 4).code(), 0);
+  EXPECT_EQ(h->draft->assistant_stats().sessions, 0);
+  context.push_back(7);
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
-    const std::vector<int32_t> accepted = {round == 0 ? 7 : 100 + round, 8};
+    const std::vector<int32_t> accepted = {100 + round, 8};
     context.insert(context.end(), accepted.begin(), accepted.end());
     const v1::SessionDraft d =
         StepSources(*h, "a", accepted, {v1::DRAFT_SOURCE_ASSISTANT});

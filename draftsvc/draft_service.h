@@ -4,9 +4,11 @@
 // Open() rebuilds the index from a full scan of the store and times it.
 //
 // With an assistant model it also owns the AssistantDrafter, whose sessions
-// follow the index's (opened with the prompt and the request's sampling,
-// advanced by each Step's accepted tokens, closed when the index session
-// closes or expires).
+// follow the index's: opened at a session's first Step entry that asks for
+// the assistant (with the prompt, the tokens accepted so far and
+// OpenSessionRequest.sampling), advanced by each Step's accepted tokens,
+// closed when the index session closes or expires (DraftIndex's retire
+// listener; a CloseSession may wait for one assistant pass in progress).
 //
 // Thread-safety: the service handles RPCs concurrently; no reaction blocks
 // on disk (in sync mode an RPC that changed the trie finishes from the

@@ -1024,6 +1024,9 @@ TEST_F(AssistantServiceTest, AnotherVocabularyCannotAskForTheAssistant) {
 }
 
 TEST_F(AssistantServiceTest, BadAssistantFilesFailTheStartNamingThePath) {
+  engine::TinyModelSpec gpt2;
+  gpt2.architecture = "gpt2";  // Llama-shaped tensors, unsupported name.
+  const std::string gpt2_bytes = engine::TinyModelGguf(gpt2).value();
   std::string truncated = engine::TinyModelGguf({}).value();
   truncated.resize(truncated.size() / 2);
   struct Case {
@@ -1037,6 +1040,7 @@ TEST_F(AssistantServiceTest, BadAssistantFilesFailTheStartNamingThePath) {
        {absl::StatusCode::kDataLoss, absl::StatusCode::kInvalidArgument}},
       {WriteFile("truncated", truncated),
        {absl::StatusCode::kDataLoss, absl::StatusCode::kInvalidArgument}},
+      {WriteFile("gpt2", gpt2_bytes), {absl::StatusCode::kUnimplemented}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.path);

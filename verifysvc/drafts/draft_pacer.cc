@@ -28,4 +28,13 @@ void DraftPacer::Update(int verified, int accepted) {
   }
 }
 
+void DraftPacer::Missed() {
+  quality_ -= options_.ema_weight * quality_;
+  ++steps_without_draft_;
+  if (probing_) {
+    probe_interval_ =
+        std::min(2 * probe_interval_, options_.max_probe_interval);
+  }
+}
+
 }  // namespace lookahead::verifysvc

@@ -43,6 +43,11 @@ class DraftPacer {
   // The step verified `verified` draft tokens (0: it got none) and
   // accepted `accepted` of them.
   void Update(int verified, int accepted);
+  // The step asked for drafts and got none worth verifying (the source had
+  // nothing, or nothing scored high enough): as a drafted step that
+  // accepted nothing for the quality (so a text the sources cannot match
+  // stops costing a round trip per step), as an undrafted one for probing.
+  void Missed();
 
   double quality() const { return quality_; }
   int probe_interval() const { return probe_interval_; }

@@ -87,6 +87,22 @@ TEST(DraftPacerTest, UndraftedStepsLeaveQualityAlone) {
   EXPECT_DOUBLE_EQ(pacer.quality(), 0.5);
 }
 
+TEST(DraftPacerTest, AskingAndGettingNothingLowersQualityAndCountsAsUndrafted) {
+  DraftPacer pacer(SmallOptions());
+  pacer.Candidate(16, 0);
+  pacer.Missed();
+  EXPECT_DOUBLE_EQ(pacer.quality(), 0.5 * 0.75);  // as 0 accepted, ema 0.25
+  // Steps that got nothing still count toward the next probe.
+  pacer.Candidate(16, 0);
+  pacer.Missed();
+  pacer.Candidate(16, 0);
+  pacer.Missed();
+  EXPECT_EQ(pacer.Candidate(16, 0).floor, 2);
+  // A probe that gets nothing back doubles the interval, as a missed one.
+  pacer.Missed();
+  EXPECT_EQ(pacer.probe_interval(), 6);
+}
+
 TEST(DraftPacerTest, ProbeFloorAppearsAfterProbeIntervalUndraftedSteps) {
   DraftPacer pacer(SmallOptions());
   SkipSteps(&pacer, 3);  // probe_interval = 3 steps without a draft.

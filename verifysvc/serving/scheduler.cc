@@ -91,6 +91,7 @@ struct Scheduler::StepPlan {
   std::vector<int> chunk;  // per prefilling sequence: tokens this step
   int prefill_tokens = 0;
   std::vector<engine::DraftTree> trees;  // per decoding sequence
+  std::vector<int> asked;                // per decoding sequence: its ask
   int requested_drafts = 0;
   std::vector<engine::TreeInput> batch;  // decoding first, then chunks
   std::vector<int64_t> root_position;    // per decoding sequence
@@ -402,6 +403,7 @@ Scheduler::StepPlan Scheduler::Plan() {
     plan.prefill_tokens += plan.chunk[i];
   }
   plan.trees.resize(plan.decoding.size());
+  plan.asked.assign(plan.decoding.size(), 0);
   return plan;
 }
 
@@ -457,6 +459,7 @@ void Scheduler::Draft(StepPlan* plan) {
   got.resize(asks.size());
   for (size_t k = 0; k < which.size(); ++k) {
     plan->trees[which[k]] = std::move(got[k]);
+    plan->asked[which[k]] = asks[k].budget;
   }
   // A request its sources can never serve as asked (a requested source
   // that draftsvc does not run) ends now, with the source's status: a
@@ -474,11 +477,13 @@ void Scheduler::Draft(StepPlan* plan) {
     if (kept != i) {  // never self-move: it may empty the tree
       plan->decoding[kept] = seq;
       plan->trees[kept] = std::move(plan->trees[i]);
+      plan->asked[kept] = plan->asked[i];
     }
     ++kept;
   }
   plan->decoding.resize(kept);
   plan->trees.resize(kept);
+  plan->asked.resize(kept);
   TrimDrafts(plan, window_rows);
 }
 
@@ -674,7 +679,11 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
     const engine::DraftTree& tree = plan.trees[i];
     const int verified = tree.size();
     const int hits = static_cast<int>(accepted->tokens.size()) - 1;
-    seq->pacer.Update(verified, hits);
+    if (verified == 0 && plan.asked[i] > 0) {
+      seq->pacer.Missed();
+    } else {
+      seq->pacer.Update(verified, hits);
+    }
     if (verified > 0 && tree.scores.size() == tree.tokens.size()) {
       double predicted = 0;
       for (float p : tree.scores) predicted += std::clamp(p, 0.0f, 1.0f);

@@ -39,7 +39,7 @@ SOURCE_MODES = {
     "assistant": {"draft_mode": "hierarchical", "sources": ("assistant",)},
     # The tries and the recycled n-grams: draftsvc's default sources, the
     # mix that costs no model work beyond the verify pass.
-    "trie+ngram": {"draft_mode": "hierarchical", "sources": ("trie", "ngram")},
+    "default": {"draft_mode": "hierarchical", "sources": ("trie", "ngram")},
     "mixed": {"draft_mode": "hierarchical",
               "sources": ("trie", "ngram", "assistant"),
               "lookahead": JACOBI_WINDOW},

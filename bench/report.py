@@ -766,8 +766,8 @@ def source_ablation_lines(section):
              "n-gram pool from recycled predictions (verifysvc "
              f"--lookahead_window=0), jacobi = the pool with a Jacobi window "
              f"W={w} N={n} G={g}, assistant = draftsvc's assistant model, "
-             "trie+ngram = draftsvc's default sources, mixed = all of them "
-             "(with the window). Speedup: plain's summed seconds over the "
+             "default = trie and ngram (draftsvc's default sources), mixed = all "
+             "of them (with the window). Speedup: plain's summed seconds over the "
              "mode's on the same prompts.", ""]
     groups = defaultdict(lambda: defaultdict(list))
     for r in section.get("records", []):

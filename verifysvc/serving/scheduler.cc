@@ -692,7 +692,11 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
       seq->actual_hits += kWeight * (hits - seq->actual_hits);
     }
     // Before Emit, whose Observe reports the step's tokens after the tree.
-    RecyclePredictions(seq, tree, tree_logits, plan_ptr);
+    // Only where the budget still finds drafts worth asking for: a text the
+    // sources cannot match does not pay a top-k per step either.
+    if (plan.asked[i] > 0) {
+      RecyclePredictions(seq, tree, tree_logits, plan_ptr);
+    }
     AdvanceWindow(seq, logits[i], accepted->tokens);
     // Counted before Emit, whose last output carries the usage.
     seq->draft_tokens += verified;

@@ -553,9 +553,9 @@ void VerifyServedPool(v1::DraftService::Stub& stub, const Counts& lower_pool,
   std::vector<std::vector<int32_t>> probes;
   {
     absl::MutexLock lock(&acked_ngrams.mu);
-    const auto& all = acked_ngrams.ngrams;
-    for (int i = 0; i < 3 && !all.empty(); ++i) {
-      probes.push_back(all[rng() % all.size()]);
+    const size_t n = acked_ngrams.ngrams.size();
+    for (int i = 0; i < 3 && n > 0; ++i) {
+      probes.push_back(acked_ngrams.ngrams[rng() % n]);
     }
   }
   for (size_t i = 0; i < probes.size(); ++i) {

@@ -15,6 +15,8 @@ readonly TARGETS=(
   //common:metrics //common:metrics_test
   //draftsvc:draft_index //draftsvc:draft_index_test //draftsvc:draft_service
   //draftsvc:ngram_pool //draftsvc:ngram_pool_test //draftsvc:trie_store
+  //draftsvc:assistant_drafter //draftsvc:assistant_drafter_test
+  //draftsvc:source_calibration //draftsvc:draft_index_ngram_test
   //engine/model:prefix_cache //engine/model:prefix_cache_test
   //tests:draftsvc_crash_test
   //verifysvc/api:generation_service

@@ -888,10 +888,8 @@ bool DraftIndex::ApplyLocked(
   return SubmitLocked(ns, std::move(batches), on_durable);
 }
 
-absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
-                                               int32_t decoding_length,
-                                               int32_t branch_length,
-                                               DraftMode mode) {
+absl::Status DraftIndex::CheckRetrieveLimits(int32_t decoding_length,
+                                             int32_t branch_length) const {
   if (decoding_length < 0 || decoding_length > options_.max_decoding_length) {
     return absl::InvalidArgumentError(
         absl::StrCat("decoding_length ", decoding_length, " is outside [0, ",
@@ -902,16 +900,29 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
         absl::StrCat("branch_length ", branch_length, " is outside [0, ",
                      options_.max_branch_length, "] (0 = the session's)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<DraftIndex::Session>> DraftIndex::SessionContext(
+    absl::string_view session_id, absl::InlinedVector<int32_t, 32>* context) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, FindSession(session_id));
-  absl::InlinedVector<int32_t, 32> context;
-  {
-    absl::MutexLock lock(&session->mu);
-    if (session->closed) {
-      return absl::NotFoundError(
-          absl::StrCat("session ", QuoteInput(session_id), " was closed"));
-    }
-    context.assign(session->context.begin(), session->context.end());
+  absl::MutexLock lock(&session->mu);
+  if (session->closed) {
+    return absl::NotFoundError(
+        absl::StrCat("session ", QuoteInput(session_id), " was closed"));
   }
+  context->assign(session->context.begin(), session->context.end());
+  return session;
+}
+
+absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
+                                               int32_t decoding_length,
+                                               int32_t branch_length,
+                                               DraftMode mode) {
+  RETURN_IF_ERROR(CheckRetrieveLimits(decoding_length, branch_length));
+  absl::InlinedVector<int32_t, 32> context;
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
+                   SessionContext(session_id, &context));
   if (mode == DraftMode::kOff || decoding_length == 0) return TrieDraft{};
   DraftRequest request;
   request.context = context;
@@ -930,28 +941,11 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
 
 absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
                                                const RetrieveRequest& request) {
-  if (request.decoding_length < 0 ||
-      request.decoding_length > options_.max_decoding_length) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("decoding_length ", request.decoding_length,
-                     " is outside [0, ", options_.max_decoding_length, "]"));
-  }
-  if (request.branch_length < 0 ||
-      request.branch_length > options_.max_branch_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "branch_length ", request.branch_length, " is outside [0, ",
-        options_.max_branch_length, "] (0 = the session's)"));
-  }
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, FindSession(session_id));
+  RETURN_IF_ERROR(
+      CheckRetrieveLimits(request.decoding_length, request.branch_length));
   absl::InlinedVector<int32_t, 32> context;
-  {
-    absl::MutexLock lock(&session->mu);
-    if (session->closed) {
-      return absl::NotFoundError(
-          absl::StrCat("session ", QuoteInput(session_id), " was closed"));
-    }
-    context.assign(session->context.begin(), session->context.end());
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
+                   SessionContext(session_id, &context));
   if (request.mode == DraftMode::kOff || request.decoding_length == 0) {
     return TrieDraft{};
   }

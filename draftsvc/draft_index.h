@@ -30,6 +30,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -423,6 +424,14 @@ class DraftIndex {
   // Returns the namespace or null. Namespaces are never destroyed before
   // the index, so the pointer stays valid.
   Namespace* FindNamespace(absl::string_view canonical) const;
+  // INVALID_ARGUMENT naming the limit unless decoding_length is in [0,
+  // max_decoding_length] and branch_length in [0, max_branch_length].
+  absl::Status CheckRetrieveLimits(int32_t decoding_length,
+                                   int32_t branch_length) const;
+  // The open session `session_id` and a copy of its context tail;
+  // NOT_FOUND if unknown or closed.
+  absl::StatusOr<std::shared_ptr<Session>> SessionContext(
+      absl::string_view session_id, absl::InlinedVector<int32_t, 32>* context);
   // Returns the open session and renews its lease; NOT_FOUND if unknown, or
   // if its lease ran out (it is expired now); INVALID_ARGUMENT if the id is
   // longer than any session's.

@@ -491,9 +491,15 @@ void Scheduler::TrimDrafts(StepPlan* plan, int window_rows) {
   if (options_.draft_ask_tokens == 0) return;
   std::vector<ScoredDraft> scored;
   std::vector<size_t> which;
+  // Trees without scores keep their size and are charged as rows too.
+  int unscored = 0;
   for (size_t i = 0; i < plan->decoding.size(); ++i) {
     const engine::DraftTree& tree = plan->trees[i];
-    if (tree.empty() || tree.scores.size() != tree.tokens.size()) continue;
+    if (tree.scores.size() != tree.tokens.size()) {
+      unscored += tree.size();
+      continue;
+    }
+    if (tree.empty()) continue;
     const Sequence* seq = plan->decoding[i];
     ScoredDraft d;
     d.scores = tree.scores;
@@ -508,13 +514,6 @@ void Scheduler::TrimDrafts(StepPlan* plan, int window_rows) {
   if (scored.empty()) return;
   const int base = static_cast<int>(plan->decoding.size()) +
                    plan->prefill_tokens + window_rows;
-  // Trees without scores keep their size and are charged as rows too.
-  int unscored = 0;
-  for (size_t i = 0; i < plan->decoding.size(); ++i) {
-    if (plan->trees[i].scores.size() != plan->trees[i].tokens.size()) {
-      unscored += plan->trees[i].size();
-    }
-  }
   const std::vector<int> keep =
       TrimByScore(cost_, base + unscored, scored,
                   std::max(0, options_.max_step_tokens - base - unscored));
@@ -634,10 +633,13 @@ void Scheduler::AdvanceWindow(Sequence* seq, const torch::Tensor& logits,
   if (!ngrams->empty()) drafts_->ObserveNgrams(seq->draft_handle, *ngrams);
 }
 
-void Scheduler::RecyclePredictions(Sequence* seq, const engine::DraftTree& tree,
+void Scheduler::RecyclePredictions(Sequence* seq, int asked,
+                                   const engine::DraftTree& tree,
                                    const torch::Tensor& logits,
                                    StepPlan* plan) {
-  if (options_.prediction_k == 0 || seq->draft_handle == 0 ||
+  // Only where the budget still finds drafts worth asking for: a text the
+  // sources cannot match does not pay a top-k per step either.
+  if (options_.prediction_k == 0 || asked == 0 || seq->draft_handle == 0 ||
       !drafts_->WantsPredictions(seq->draft_handle)) {
     return;
   }
@@ -692,11 +694,7 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
       seq->actual_hits += kWeight * (hits - seq->actual_hits);
     }
     // Before Emit, whose Observe reports the step's tokens after the tree.
-    // Only where the budget still finds drafts worth asking for: a text the
-    // sources cannot match does not pay a top-k per step either.
-    if (plan.asked[i] > 0) {
-      RecyclePredictions(seq, tree, tree_logits, plan_ptr);
-    }
+    RecyclePredictions(seq, plan.asked[i], tree, tree_logits, plan_ptr);
     AdvanceWindow(seq, logits[i], accepted->tokens);
     // Counted before Emit, whose last output carries the usage.
     seq->draft_tokens += verified;

@@ -162,7 +162,10 @@ class Scheduler {
   // n-grams to the draft sources) if it ran, else it moves along.
   void AdvanceWindow(Sequence* seq, const torch::Tensor& logits,
                      absl::Span<const int32_t> emitted);
-  void RecyclePredictions(Sequence* seq, const engine::DraftTree& tree,
+  // Hands the top-k of the verified rows to the sources that want them, on
+  // steps that `asked` for drafts (> 0).
+  void RecyclePredictions(Sequence* seq, int asked,
+                          const engine::DraftTree& tree,
                           const torch::Tensor& logits, StepPlan* plan);
   Usage UsageOf(const Sequence& seq, FinishReason finish) const;
   void End(Sequence* seq, absl::Status status);

@@ -25,14 +25,28 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/listen_host.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/port_file.h"
+#include "common/tls_files.h"
 #include "draftsvc/draft_service.h"
 #include "draftsvc/fault_file_system.h"
 #include "engine/gguf/model_files.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to listen on (gRPC and /metrics). A non-loopback address "
+          "needs --tls_client_ca_file or --allow_unauthenticated.");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate chain; with --tls_key_file the gRPC port serves "
+          "TLS only. Empty = plaintext.");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA: clients must present a certificate it signed (mutual TLS; "
+          "verifysvc's --draftsvc_client_cert_file). Needs --tls_cert_file.");
+ABSL_FLAG(bool, allow_unauthenticated, false,
+          "Serve a non-loopback --host without --tls_client_ca_file: anyone "
+          "who can reach the port may read and write every namespace.");
 ABSL_FLAG(int, port, 50061, "Port to listen on; 0 picks a free one.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written here (atomically) once serving.");
@@ -178,7 +192,30 @@ std::string DefaultDbPath() {
                       "/.cache/lookahead/draftsvc-db");
 }
 
+// The gRPC port's credentials from the TLS flags, after the loopback rule:
+// without client certificates, only loopback unless --allow_unauthenticated.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+CredentialsFromFlags() {
+  ServerTlsFiles tls;
+  tls.cert.path = absl::GetFlag(FLAGS_tls_cert_file);
+  tls.key.path = absl::GetFlag(FLAGS_tls_key_file);
+  tls.client_ca.path = absl::GetFlag(FLAGS_tls_client_ca_file);
+  absl::Status host_ok = CheckListenHost(
+      absl::GetFlag(FLAGS_host), !tls.client_ca.path.empty(),
+      absl::GetFlag(FLAGS_allow_unauthenticated),
+      "--tls_client_ca_file (with --tls_cert_file and --tls_key_file)");
+  if (!host_ok.ok()) return host_ok;
+  return MakeServerCredentials(tls);
+}
+
 int Run() {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      CredentialsFromFlags();
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "draftsvc: %s\n",
+                 credentials.status().ToString().c_str());
+    return 1;
+  }
   // Block the shutdown signals in every thread (all are created later) and
   // take them synchronously below.
   sigset_t signals;
@@ -347,11 +384,14 @@ int Run() {
   int port = 0;
   builder.AddListeningPort(
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port)),
-      grpc::InsecureServerCredentials(), &port);
+      *credentials, &port);
   builder.RegisterService((*draft)->service());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "draftsvc: cannot listen on %s:%d\n",
+    std::fprintf(stderr,
+                 "draftsvc: cannot listen on %s:%d (is the port free? with "
+                 "TLS: do --tls_cert_file and --tls_key_file hold a matching "
+                 "certificate and key?)\n",
                  absl::GetFlag(FLAGS_host).c_str(), absl::GetFlag(FLAGS_port));
     return 1;
   }
@@ -360,8 +400,11 @@ int Run() {
   // Declared after `server`, so it runs first on every return: the store's
   // writer thread must not reach the health service once it is destroyed.
   absl::Cleanup detach_health = [&draft] { (*draft)->ReportHealthTo(nullptr); };
-  std::printf("draftsvc: serving on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(),
-              port);
+  std::printf("draftsvc: serving on %s:%d (%s)\n",
+              absl::GetFlag(FLAGS_host).c_str(), port,
+              !absl::GetFlag(FLAGS_tls_client_ca_file).empty() ? "mutual TLS"
+              : !absl::GetFlag(FLAGS_tls_cert_file).empty()    ? "TLS"
+                                                               : "plaintext");
   std::fflush(stdout);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), port);

@@ -7,11 +7,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/listen_host.h"
 #include "common/status_macros.h"
+#include "common/tls_files.h"
 #include "engine/gguf/model_files.h"
 #include "engine/model/device_options.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to listen on (gRPC, HTTP and /metrics). A non-loopback "
+          "address needs --api_keys_file or --allow_unauthenticated.");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free one.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written here once serving.");
@@ -19,7 +23,13 @@ ABSL_FLAG(std::string, model, "",
           "GGUF model file; empty = the default model in the model cache "
           "(tools/setup.sh puts SmolLM2-135M-Instruct there).");
 ABSL_FLAG(std::string, draftsvc, "127.0.0.1:50061",
-          "draftsvc address; empty = no drafts (plain decoding).");
+          "draftsvc shards: comma-separated gRPC targets (host:port), one "
+          "per draftsvc pod; each namespace drafts on one of them, chosen by "
+          "rendezvous hashing of (address, namespace), so every replica "
+          "must list the same addresses (any order). List a StatefulSet's "
+          "pods by their stable names (draftsvc-0.draftsvc:50061,...), not "
+          "a headless Service's name, which resolves to all pods at once. "
+          "Empty = no drafts (plain decoding).");
 ABSL_FLAG(std::string, replica_id, "",
           "Prefix of this replica's draftsvc session ids; empty = "
           "<hostname>-<pid>-<start time>.");
@@ -133,6 +143,29 @@ ABSL_FLAG(int, prefix_cache_mib, 512,
 ABSL_FLAG(int, prefix_cache_block_tokens, 32,
           "Prefix cache granularity: a prefix is reused up to its last whole "
           "block of this many tokens.");
+// --- keys and TLS (K) ---
+ABSL_FLAG(std::string, api_keys_file, "",
+          "API keys, one \"<key> <namespace> [<requests_per_second>]\" per "
+          "line ('#' comments): every gRPC and HTTP request then needs "
+          "\"authorization: Bearer <key>\" and may use only its key's "
+          "namespace. Empty = no keys (loopback only, see "
+          "--allow_unauthenticated).");
+ABSL_FLAG(bool, allow_unauthenticated, false,
+          "Serve a non-loopback --host without --api_keys_file: anyone who "
+          "can reach the port may use every namespace.");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate chain of the gRPC and HTTP fronts; with "
+          "--tls_key_file they serve TLS only. Empty = plaintext.");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
+ABSL_FLAG(std::string, draftsvc_ca_file, "",
+          "PEM CA that signed draftsvc's certificate: the draftsvc channels "
+          "use TLS. Empty (and no client certificate) = plaintext.");
+ABSL_FLAG(std::string, draftsvc_client_cert_file, "",
+          "PEM client certificate presented to draftsvc (mutual TLS; draftsvc "
+          "--tls_client_ca_file must trust its CA).");
+ABSL_FLAG(std::string, draftsvc_client_key_file, "",
+          "PEM private key of --draftsvc_client_cert_file.");
+// --- end keys and TLS ---
 ABSL_FLAG(int, shutdown_grace_ms, 10000,
           "On SIGTERM/SIGINT, running requests get this long to finish.");
 
@@ -163,6 +196,29 @@ RequestLimits LimitsFromFlags() {
   limits.max_lookahead_ngram = absl::GetFlag(FLAGS_max_lookahead_ngram);
   limits.max_lookahead_guess = absl::GetFlag(FLAGS_max_lookahead_guess);
   return limits;
+}
+
+// Keys, TLS files and the loopback rule: checked here, before the model
+// loads, so a bad file or host fails the start at once.
+absl::Status SecurityFromFlags(VerifysvcConfig* c) {
+  const std::string keys_file = absl::GetFlag(FLAGS_api_keys_file);
+  if (!keys_file.empty()) {
+    ASSIGN_OR_RETURN(c->api_keys, ApiKeys::Load(keys_file));
+  }
+  c->allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
+  RETURN_IF_ERROR(CheckListenHost(c->host, c->api_keys != nullptr,
+                                  c->allow_unauthenticated, "--api_keys_file"));
+  c->tls.cert.path = absl::GetFlag(FLAGS_tls_cert_file);
+  c->tls.key.path = absl::GetFlag(FLAGS_tls_key_file);
+  ASSIGN_OR_RETURN(c->grpc_credentials, MakeServerCredentials(c->tls));
+  ClientTlsFiles& d = c->draftsvc_tls;
+  d.ca = {"--draftsvc_ca_file", absl::GetFlag(FLAGS_draftsvc_ca_file)};
+  d.cert = {"--draftsvc_client_cert_file",
+            absl::GetFlag(FLAGS_draftsvc_client_cert_file)};
+  d.key = {"--draftsvc_client_key_file",
+           absl::GetFlag(FLAGS_draftsvc_client_key_file)};
+  ASSIGN_OR_RETURN(c->draft_client.credentials, MakeChannelCredentials(d));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -198,6 +254,7 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.tokenizer.parse_special_in_content =
       absl::GetFlag(FLAGS_parse_special_in_content);
   c.draftsvc = absl::GetFlag(FLAGS_draftsvc);
+  ASSIGN_OR_RETURN(c.draftsvc_shards, ParseDraftsvcAddresses(c.draftsvc));
   c.draft_client.step_deadline =
       absl::Milliseconds(absl::GetFlag(FLAGS_draft_deadline_ms));
   c.draft_sessions.replica_id = absl::GetFlag(FLAGS_replica_id);
@@ -260,6 +317,7 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   c.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
   c.shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms));
+  RETURN_IF_ERROR(SecurityFromFlags(&c));
   return c;
 }
 

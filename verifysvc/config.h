@@ -3,19 +3,24 @@
 #ifndef LOOKAHEAD_VERIFYSVC_CONFIG_H_
 #define LOOKAHEAD_VERIFYSVC_CONFIG_H_
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/tls_files.h"
 #include "engine/gguf/model_config.h"
 #include "engine/model/draft_tree.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/prefix_cache.h"
 #include "engine/model/threading.h"
 #include "engine/text/tokenizer.h"
+#include "verifysvc/api/api_keys.h"
 #include "verifysvc/draftsvc_client/draftsvc_client.h"
 #include "verifysvc/draftsvc_client/draftsvc_sessions.h"
+#include "verifysvc/draftsvc_client/sharded_draft_source.h"
 #include "verifysvc/serving/request_builder.h"
 #include "verifysvc/serving/scheduler.h"
 
@@ -26,7 +31,9 @@ struct VerifysvcConfig {
   int port = 0;
   std::string port_file;   // written once serving; empty = none
   std::string model_path;  // the GGUF file (default: the model cache's)
-  std::string draftsvc;    // address; empty = no drafts
+  std::string draftsvc;    // the --draftsvc flag as given
+  // Its shard addresses (ParseDraftsvcAddresses); empty = no drafts.
+  std::vector<std::string> draftsvc_shards;
   DraftClientOptions draft_client;
   DraftSessionsOptions draft_sessions;
   engine::ThreadOptions threads;
@@ -40,10 +47,27 @@ struct VerifysvcConfig {
   int metrics_port = 0;  // -1: no /metrics
   std::string metrics_port_file;
   absl::Duration shutdown_grace;
+  // --- keys and TLS (K) ---
+  // --api_keys_file's keys, shared by the gRPC and HTTP fronts; null = no
+  // keys (every request is served, in any namespace).
+  std::shared_ptr<ApiKeys> api_keys;
+  bool allow_unauthenticated = false;
+  // --tls_cert_file/--tls_key_file: both fronts' server certificate; TLS
+  // iff tls.enabled(). grpc_credentials: the gRPC front's (insecure when
+  // TLS is off).
+  ServerTlsFiles tls;
+  std::shared_ptr<grpc::ServerCredentials> grpc_credentials;
+  // --draftsvc_ca_file and the client certificate: the draftsvc channels'
+  // TLS (draft_client.credentials is built from it).
+  ClientTlsFiles draftsvc_tls;
+  // --- end keys and TLS ---
 };
 
 // Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming
-// the flag for values out of range or an unknown --device/--dtype.
+// the flag for values out of range or an unknown --device/--dtype; loads
+// --api_keys_file and the TLS files (their errors name the flag and path)
+// and refuses a non-loopback --host without keys unless
+// --allow_unauthenticated.
 absl::StatusOr<VerifysvcConfig> ConfigFromFlags();
 
 // A --draft_sources list ("trie,ngram"; prompt and output alias trie; empty:

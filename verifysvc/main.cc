@@ -3,7 +3,8 @@
 // step with drafts from draftsvc (optional at run time). Wires the parts;
 // every setting comes from config.h.
 //
-//   verifysvc --port=50051 --draftsvc=127.0.0.1:50061 [--model=FILE.gguf]
+//   verifysvc --port=50051 --draftsvc=127.0.0.1:50061[,HOST:PORT...]
+//             [--model=FILE.gguf]
 
 #include <grpcpp/health_check_service_interface.h>
 
@@ -27,6 +28,7 @@
 #include "verifysvc/api/model_info.h"
 #include "verifysvc/config.h"
 #include "verifysvc/draftsvc_client/draftsvc_source.h"
+#include "verifysvc/draftsvc_client/sharded_draft_source.h"
 #include "verifysvc/serving/prometheus_observer.h"
 #include "verifysvc/serving/step_cost.h"
 
@@ -62,12 +64,19 @@ absl::Status Run(VerifysvcConfig c) {
   std::printf("verifysvc: forward ms by tokens %s\n",
               DescribeStepCost(cost).c_str());
 
-  // Draft sources: draftsvc's tries, unless --draftsvc is empty.
-  std::unique_ptr<DraftsvcSource> trie_source;
+  // Draft sources: draftsvc's tries, one DraftsvcSource per --draftsvc
+  // shard behind the rendezvous router, unless --draftsvc is empty.
+  std::unique_ptr<ShardedDraftSource> trie_source;
   std::vector<DraftSource*> sources;
-  if (!c.draftsvc.empty()) {
-    trie_source = DraftsvcSource::Connect(c.draftsvc, probe.vocab_size,
-                                          c.draft_client, c.draft_sessions);
+  if (!c.draftsvc_shards.empty()) {
+    std::vector<ShardedDraftSource::Shard> shards;
+    for (const std::string& address : c.draftsvc_shards) {
+      shards.push_back(
+          {address, DraftsvcSource::Connect(address, probe.vocab_size,
+                                            c.draft_client, c.draft_sessions)});
+    }
+    ASSIGN_OR_RETURN(trie_source,
+                     ShardedDraftSource::Create(std::move(shards)));
     sources.push_back(trie_source.get());
   }
   DraftMixer mixer(sources, probe.vocab_size);
@@ -84,6 +93,17 @@ absl::Status Run(VerifysvcConfig c) {
         "lookahead_draft_sessions_open",
         "draftsvc sessions this verifier holds open.",
         [s = trie_source.get()] { return double(s->Stats().open_sessions); }));
+    RETURN_IF_ERROR(registry.AddLabeledGaugeCallback(
+        "lookahead_draftsvc_shard_up",
+        "1 if this verifier's last call to the draftsvc shard succeeded (or "
+        "none was made), else 0: its namespaces decode without drafts.",
+        {"shard"}, [s = trie_source.get()] {
+          std::vector<metrics::LabeledValue> up;
+          for (const ShardedDraftSource::ShardHealth& shard : s->ShardStats()) {
+            up.push_back({{shard.address}, shard.stats.available ? 1.0 : 0.0});
+          }
+          return up;
+        }));
   }
   PrometheusObserver observer(verifier_metrics.get());
   c.scheduler.observer = &observer;
@@ -94,7 +114,8 @@ absl::Status Run(VerifysvcConfig c) {
                                      std::move(cost), c.scheduler));
   GenerationServiceImpl service(
       tokenizer.get(), scheduler.get(), c.limits,
-      MakeModelInfo(*file, c.model_path, *model, *tokenizer, c.limits));
+      MakeModelInfo(*file, c.model_path, *model, *tokenizer, c.limits),
+      c.api_keys.get());
   ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> metrics_server,
                    metrics::ServeMetrics(c.host, c.metrics_port,
                                          c.metrics_port_file, &registry));
@@ -104,11 +125,15 @@ absl::Status Run(VerifysvcConfig c) {
   }
 
   int port = 0;
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<grpc::Server> server,
-      StartGrpcServer(c.host, c.port, c.port_file, &service, &port));
+  ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
+                   StartGrpcServer(c.host, c.port, c.port_file,
+                                   c.grpc_credentials, &service, &port));
   std::printf("verifysvc: serving on %s:%d (draftsvc %s)\n", c.host.c_str(),
               port, c.draftsvc.empty() ? "off" : c.draftsvc.c_str());
+  std::printf("verifysvc: gRPC %s, %s, draftsvc channels %s\n",
+              c.tls.enabled() ? "over TLS" : "plaintext",
+              c.api_keys != nullptr ? "API keys required" : "no API keys",
+              c.draftsvc_tls.enabled() ? "TLS" : "plaintext");
   std::fflush(stdout);
 
   const int signal = shutdown.Wait();

@@ -317,14 +317,43 @@ RawRequest RawRequestFromProto(const v1::GenerateRequest& request) {
   return raw;
 }
 
+absl::StatusOr<std::optional<KeyGrant>> GenerationServiceImpl::Authorize(
+    grpc::CallbackServerContext* context) {
+  if (api_keys_ == nullptr) return std::nullopt;
+  absl::string_view authorization;
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it != metadata.end()) {
+    authorization = absl::string_view(it->second.data(), it->second.size());
+  }
+  absl::Duration retry_after = absl::ZeroDuration();
+  absl::StatusOr<KeyGrant> grant =
+      api_keys_->Authorize(authorization, &retry_after);
+  if (!grant.ok()) {
+    if (absl::IsResourceExhausted(grant.status())) {
+      // Whole seconds, rounded up, as HTTP's Retry-After.
+      context->AddTrailingMetadata(
+          "retry-after", absl::StrCat(absl::ToInt64Seconds(
+                             absl::Ceil(retry_after, absl::Seconds(1)))));
+    }
+    return grant.status();
+  }
+  return *std::move(grant);
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationServiceImpl::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire) {
   auto* reactor = new GenerateReactor();
   v1::GenerateRequest request;
-  absl::Status parsed = ParseWireRequest(*wire, &request);
-  if (!parsed.ok()) {
+  absl::StatusOr<std::optional<KeyGrant>> grant = Authorize(context);
+  absl::Status parsed =
+      grant.ok() ? ParseWireRequest(*wire, &request) : grant.status();
+  if (!parsed.ok() && grant.ok()) {
     wire_rejections_.Log(
         absl::StrCat("rejected a Generate request: ", parsed.message()));
+  }
+  if (parsed.ok() && grant->has_value()) {
+    parsed = ApplyGrant(**grant, request.mutable_draft()->mutable_namespace_());
   }
   absl::StatusOr<GenerationRequest> built =
       parsed.ok()
@@ -343,6 +372,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationServiceImpl::Generate(
 grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire,
     grpc::ByteBuffer* response) {
+  absl::StatusOr<std::optional<KeyGrant>> grant = Authorize(context);
+  if (!grant.ok()) return FinishUnary(context, grant.status());
   v1::TokenizeRequest request;
   absl::Status parsed = ParseWireRequest(*wire, &request);
   if (!parsed.ok()) {
@@ -363,6 +394,8 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(
 grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(
     grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
     v1::DetokenizeResponse* response) {
+  absl::StatusOr<std::optional<KeyGrant>> grant = Authorize(context);
+  if (!grant.ok()) return FinishUnary(context, grant.status());
   // No sequence this server holds is longer than its context, so a longer
   // list is not ours to decode (and would cost up to the vocabulary's
   // longest token in output bytes per id).
@@ -388,6 +421,8 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(
 grpc::ServerUnaryReactor* GenerationServiceImpl::ModelInfo(
     grpc::CallbackServerContext* context, const v1::ModelInfoRequest*,
     v1::ModelInfoResponse* response) {
+  absl::StatusOr<std::optional<KeyGrant>> grant = Authorize(context);
+  if (!grant.ok()) return FinishUnary(context, grant.status());
   *response = info_;
   return FinishUnary(context, absl::OkStatus());
 }
@@ -395,6 +430,8 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::ModelInfo(
 grpc::ServerUnaryReactor* GenerationServiceImpl::Stats(
     grpc::CallbackServerContext* context, const v1::GenerationStatsRequest*,
     v1::GenerationStatsResponse* response) {
+  absl::StatusOr<std::optional<KeyGrant>> grant = Authorize(context);
+  if (!grant.ok()) return FinishUnary(context, grant.status());
   *response = StatsToProto(scheduler_->Stats());
   return FinishUnary(context, absl::OkStatus());
 }

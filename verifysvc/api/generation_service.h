@@ -6,6 +6,10 @@
 // Generate and Tokenize, whose requests carry strings, are registered raw:
 // their wire bytes are checked for invalid UTF-8 before parsing
 // (wire_request.h), so a bad byte is INVALID_ARGUMENT naming the field.
+// With ApiKeys, every RPC needs "authorization: Bearer <key>" metadata
+// (UNAUTHENTICATED, RESOURCE_EXHAUSTED over the key's rate with a
+// "retry-after" trailer in seconds), and Generate's namespace is the key's
+// (PERMISSION_DENIED naming both when it names another).
 // The only layer of verifysvc that includes generated proto headers.
 // Thread-safe.
 #ifndef LOOKAHEAD_VERIFYSVC_API_GENERATION_SERVICE_H_
@@ -13,11 +17,13 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/text/tokenizer.h"
 #include "proto/generation.grpc.pb.h"
+#include "verifysvc/api/api_keys.h"
 #include "verifysvc/api/wire_request.h"
 #include "verifysvc/serving/request_builder.h"
 #include "verifysvc/serving/scheduler.h"
@@ -40,14 +46,18 @@ class GenerationServiceImpl final : public GenerationServiceBase {
  public:
   // `tokenizer` and `scheduler` are not owned and must outlive the service.
   // `info` is what ModelInfo returns. The byte limits come from `limits`
-  // and the tokenizer's vocabulary (FitLimitsToTokenizer).
+  // and the tokenizer's vocabulary (FitLimitsToTokenizer). `api_keys`: the
+  // keys every call must present; null = none (not owned; outlives the
+  // service).
   GenerationServiceImpl(const engine::Tokenizer* tokenizer,
                         Scheduler* scheduler, RequestLimits limits,
-                        lookahead::v1::ModelInfoResponse info)
+                        lookahead::v1::ModelInfoResponse info,
+                        ApiKeys* api_keys = nullptr)
       : tokenizer_(tokenizer),
         scheduler_(scheduler),
         limits_(FitLimitsToTokenizer(limits, *tokenizer)),
-        info_(std::move(info)) {}
+        info_(std::move(info)),
+        api_keys_(api_keys) {}
 
   // A GenerateRequest in, GenerateResponses out, as wire bytes.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(
@@ -75,6 +85,11 @@ class GenerationServiceImpl final : public GenerationServiceBase {
   Scheduler* const scheduler_;
   const RequestLimits limits_;
   const lookahead::v1::ModelInfoResponse info_;
+  ApiKeys* const api_keys_;
+
+  // The grant of the call's key; nullopt when no keys are configured.
+  absl::StatusOr<std::optional<KeyGrant>> Authorize(
+      grpc::CallbackServerContext* context);
   // Requests whose bytes did not parse (invalid UTF-8): one line a minute.
   RateLimitedLog wire_rejections_{absl::Minutes(1)};
 };

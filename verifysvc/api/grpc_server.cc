@@ -12,18 +12,21 @@ namespace lookahead::verifysvc {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     const std::string& host, int port, const std::string& port_file,
+    std::shared_ptr<grpc::ServerCredentials> credentials,
     grpc::Service* service, int* bound_port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   *bound_port = 0;
   builder.AddListeningPort(absl::StrCat(host, ":", port),
-                           grpc::InsecureServerCredentials(), bound_port);
+                           std::move(credentials), bound_port);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *bound_port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", host, ":", port));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", host, ":", port,
+        " (is the port free? with TLS: do --tls_cert_file and --tls_key_file "
+        "hold a matching certificate and key?)"));
   }
   if (!port_file.empty()) {
     absl::Status written = WritePortFile(port_file, *bound_port);

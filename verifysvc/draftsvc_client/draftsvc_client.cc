@@ -24,7 +24,10 @@ std::unique_ptr<DraftClient> DraftClient::Create(const std::string& target,
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   auto channel = grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), args);
+      target,
+      options.credentials != nullptr ? options.credentials
+                                     : grpc::InsecureChannelCredentials(),
+      args);
   return std::unique_ptr<DraftClient>(
       new DraftClient(lookahead::v1::DraftService::NewStub(channel), options));
 }

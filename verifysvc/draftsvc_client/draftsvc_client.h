@@ -10,6 +10,8 @@
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFTSVC_CLIENT_H_
 #define LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFTSVC_CLIENT_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,6 +34,9 @@ struct DraftClientOptions {
   absl::Duration step_deadline = absl::Milliseconds(20);
   // Deadline of OpenSession/CloseSession (prompt insertion is O(prompt)).
   absl::Duration session_deadline = absl::Milliseconds(500);
+  // The channel's credentials (TLS, a client certificate for mutual TLS:
+  // common/tls_files.h); null = plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // One session's share of a batched Step.

@@ -31,6 +31,10 @@ int ReadPort(const std::string& path) {
 }
 
 namespace v1 = ::lookahead::v1;
+// Whether verifysvc has the HTTP front's --http_port (then every verifysvc
+// gets --http_port=0 and a port file, so parallel tests never collide on
+// its default port 8000).
+constexpr bool kHttpFront = false;
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -117,7 +121,9 @@ ServicePair::~ServicePair() {
     if (replica != nullptr) replica->Kill(SIGKILL);
   }
   if (verifysvc_ != nullptr) verifysvc_->Kill(SIGKILL);
-  if (draftsvc_ != nullptr) draftsvc_->Kill(SIGKILL);
+  for (DraftShard& shard : shards_) {
+    if (shard.process != nullptr) shard.process->Kill(SIGKILL);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ServicePair>> ServicePair::Start(
@@ -131,45 +137,79 @@ absl::StatusOr<std::unique_ptr<ServicePair>> ServicePair::Start(
         absl::StrCat("cannot create ", pair->dir_, ": ", error.message()));
   }
   if (pair->options_.with_draftsvc) {
-    absl::Status started = pair->StartDraftsvc(/*port=*/0);
-    if (!started.ok()) return started;
+    if (pair->options_.draftsvc_shards < 1) {
+      return absl::InvalidArgumentError("PairOptions.draftsvc_shards < 1");
+    }
+    pair->shards_.resize(pair->options_.draftsvc_shards);
+    for (int shard = 0; shard < pair->options_.draftsvc_shards; ++shard) {
+      absl::Status started = pair->StartDraftsvc(shard, /*port=*/0);
+      if (!started.ok()) return started;
+    }
   }
   absl::Status started = pair->StartVerifysvc();
   if (!started.ok()) return started;
   return pair;
 }
 
-absl::Status ServicePair::StartDraftsvc(int port) {
+absl::Status ServicePair::StartDraftsvc(int shard, int port) {
   const std::string binary = Env("DRAFTSVC_BINARY");
   if (binary.empty())
     return absl::FailedPreconditionError("no DRAFTSVC_BINARY");
-  const std::string metrics_file = absl::StrCat(dir_, "/draftsvc.metrics_port");
+  // Shard 0 keeps the single-draftsvc names (db/, draftsvc.port, ...).
+  const std::string suffix = shard == 0 ? "" : absl::StrCat(shard);
+  const std::string name = absl::StrCat("draftsvc", suffix);
+  const std::string metrics_file =
+      absl::StrCat(dir_, "/", name, ".metrics_port");
   std::remove(metrics_file.c_str());
-  std::vector<std::string> args = {binary,
-                                   "--host=127.0.0.1",
-                                   absl::StrCat("--port=", port),
-                                   absl::StrCat("--db_path=", dir_, "/db"),
-                                   "--metrics_port=0",
-                                   "--metrics_port_file=" + metrics_file};
+  std::vector<std::string> args = {
+      binary,
+      "--host=127.0.0.1",
+      absl::StrCat("--port=", port),
+      absl::StrCat("--db_path=", dir_, "/db", suffix),
+      "--metrics_port=0",
+      "--metrics_port_file=" + metrics_file};
   args.insert(args.end(), options_.draftsvc_flags.begin(),
               options_.draftsvc_flags.end());
-  ++draftsvc_starts_;
-  draftsvc_ = std::make_unique<ServerProcess>(
-      std::move(args), absl::StrCat(dir_, "/draftsvc.port"),
-      absl::StrCat(dir_, "/draftsvc.", draftsvc_starts_, ".log"));
-  const int bound = draftsvc_->WaitForPort(options_.start_timeout_ms);
+  DraftShard& s = shards_[shard];
+  ++s.starts;
+  s.process = std::make_unique<ServerProcess>(
+      std::move(args), absl::StrCat(dir_, "/", name, ".port"),
+      absl::StrCat(dir_, "/", name, ".", s.starts, ".log"));
+  const int bound = s.process->WaitForPort(options_.start_timeout_ms);
   if (bound <= 0 || (port != 0 && bound != port)) {
-    return absl::UnavailableError(
-        absl::StrCat("draftsvc did not start on port ", port,
-                     " (bound: ", bound, "):\n", Tail(draftsvc_->Log())));
+    return absl::UnavailableError(absl::StrCat(name, " did not start on port ",
+                                               port, " (bound: ", bound, "):\n",
+                                               Tail(s.process->Log())));
   }
-  draftsvc_port_ = bound;
-  draftsvc_metrics_port_ = ReadPort(metrics_file);
-  drafts_ = v1::DraftService::NewStub(Loopback(bound));
+  s.port = bound;
+  s.metrics_port = ReadPort(metrics_file);
+  s.stub = v1::DraftService::NewStub(Loopback(bound));
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> ServicePair::SpawnVerifysvc(
+std::string ServicePair::draftsvc_address(int shard) const {
+  return absl::StrCat("127.0.0.1:", shards_[shard].port);
+}
+
+int ServicePair::http_port(int replica) const {
+  return replica >= 0 && replica < static_cast<int>(ports_.size())
+             ? ports_[replica].http
+             : 0;
+}
+
+int ServicePair::metrics_port(int replica) const {
+  return replica >= 0 && replica < static_cast<int>(ports_.size())
+             ? ports_[replica].metrics
+             : 0;
+}
+
+v1::DraftService::Stub* ServicePair::drafts(int shard) {
+  return shard >= 0 && shard < static_cast<int>(shards_.size())
+             ? shards_[shard].stub.get()
+             : nullptr;
+}
+
+absl::StatusOr<ServicePair::Ports> ServicePair::SpawnVerifysvc(
     int replica, const std::vector<std::string>& extra_flags,
     std::unique_ptr<ServerProcess>* process) {
   const std::string binary = Env("VERIFYSVC_BINARY");
@@ -180,15 +220,24 @@ absl::StatusOr<int> ServicePair::SpawnVerifysvc(
       replica == 0 ? "verifysvc" : absl::StrCat("verifysvc", replica);
   const std::string metrics_file =
       absl::StrCat(dir_, "/", name, ".metrics_port");
+  const std::string http_file = absl::StrCat(dir_, "/", name, ".http_port");
+  std::remove(metrics_file.c_str());
+  std::remove(http_file.c_str());
+  std::vector<std::string> addresses;
+  for (int shard = 0; shard < draftsvc_shards(); ++shard) {
+    addresses.push_back(draftsvc_address(shard));
+  }
   std::vector<std::string> args = {
       binary,
       "--host=127.0.0.1",
       "--port=0",
       "--metrics_port=0",
       "--metrics_port_file=" + metrics_file,
-      options_.with_draftsvc
-          ? absl::StrCat("--draftsvc=127.0.0.1:", draftsvc_port_)
-          : std::string("--draftsvc=")};
+      absl::StrCat("--draftsvc=", absl::StrJoin(addresses, ","))};
+  if (kHttpFront) {
+    args.push_back("--http_port=0");
+    args.push_back("--http_port_file=" + http_file);
+  }
   args.insert(args.end(), options_.verifysvc_flags.begin(),
               options_.verifysvc_flags.end());
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
@@ -201,19 +250,24 @@ absl::StatusOr<int> ServicePair::SpawnVerifysvc(
   *process = std::make_unique<ServerProcess>(
       std::move(args), absl::StrCat(dir_, "/", name, ".port"),
       absl::StrCat(dir_, "/", name, ".log"));
-  const int port = (*process)->WaitForPort(options_.start_timeout_ms);
-  if (port <= 0) {
+  Ports ports;
+  ports.grpc = (*process)->WaitForPort(options_.start_timeout_ms);
+  if (ports.grpc <= 0) {
     return absl::UnavailableError(
         absl::StrCat(name, " did not start:\n", Tail((*process)->Log())));
   }
-  if (replica == 0) verifysvc_metrics_port_ = ReadPort(metrics_file);
-  return port;
+  ports.metrics = ReadPort(metrics_file);
+  ports.http = ReadPort(http_file);
+  if (static_cast<int>(ports_.size()) <= replica) ports_.resize(replica + 1);
+  ports_[replica] = ports;
+  return ports;
 }
 
 absl::Status ServicePair::StartVerifysvc() {
-  absl::StatusOr<int> port = SpawnVerifysvc(0, {}, &verifysvc_);
-  if (!port.ok()) return port.status();
-  verifysvc_port_ = *port;
+  absl::StatusOr<Ports> ports = SpawnVerifysvc(0, {}, &verifysvc_);
+  if (!ports.ok()) return ports.status();
+  verifysvc_port_ = ports->grpc;
+  verifysvc_metrics_port_ = ports->metrics;
   generation_ = v1::GenerationService::NewStub(Loopback(verifysvc_port_));
   return absl::OkStatus();
 }
@@ -222,10 +276,11 @@ absl::StatusOr<int> ServicePair::StartReplica(
     std::vector<std::string> extra_flags) {
   const int replica = static_cast<int>(replicas_.size()) + 1;
   std::unique_ptr<ServerProcess> process;
-  absl::StatusOr<int> port = SpawnVerifysvc(replica, extra_flags, &process);
+  absl::StatusOr<Ports> ports = SpawnVerifysvc(replica, extra_flags, &process);
   replicas_.push_back(std::move(process));
-  if (!port.ok()) return port.status();
-  replica_stubs_.push_back(v1::GenerationService::NewStub(Loopback(*port)));
+  if (!ports.ok()) return ports.status();
+  replica_stubs_.push_back(
+      v1::GenerationService::NewStub(Loopback(ports->grpc)));
   return replica;
 }
 
@@ -304,9 +359,13 @@ bool ServicePair::WaitForStats(
   }
 }
 
-absl::StatusOr<v1::StatsResponse> ServicePair::DraftStats(
-    const std::string& ns) {
-  if (drafts_ == nullptr) return absl::FailedPreconditionError("no draftsvc");
+absl::StatusOr<v1::StatsResponse> ServicePair::DraftStats(const std::string& ns,
+                                                          int shard) {
+  v1::DraftService::Stub* stub = drafts(shard);
+  if (stub == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no draftsvc shard ", shard));
+  }
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(10));
@@ -314,28 +373,38 @@ absl::StatusOr<v1::StatsResponse> ServicePair::DraftStats(
   request.set_namespace_(ns);
   v1::StatsResponse response;
   absl::Status status =
-      FromGrpc(drafts_->Stats(&context, request, &response), "draftsvc Stats");
+      FromGrpc(stub->Stats(&context, request, &response),
+               absl::StrCat("draftsvc shard ", shard, " Stats"));
   if (!status.ok()) return status;
   return response;
 }
 
 absl::StatusOr<int64_t> ServicePair::OutputNodes(const std::string& ns) {
-  absl::StatusOr<v1::StatsResponse> stats = DraftStats();
-  if (!stats.ok()) return stats.status();
-  for (const v1::NamespaceStats& n : stats->namespaces()) {
-    if (n.namespace_() == ns) return n.output_nodes();
+  if (shards_.empty()) return absl::FailedPreconditionError("no draftsvc");
+  int64_t nodes = 0;
+  for (int shard = 0; shard < draftsvc_shards(); ++shard) {
+    absl::StatusOr<v1::StatsResponse> stats = DraftStats("", shard);
+    if (!stats.ok()) return stats.status();
+    for (const v1::NamespaceStats& n : stats->namespaces()) {
+      if (n.namespace_() == ns) nodes += n.output_nodes();
+    }
   }
-  return 0;
+  return nodes;
 }
 
 absl::Status ServicePair::FlushDrafts() {
-  if (drafts_ == nullptr) return absl::FailedPreconditionError("no draftsvc");
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(30));
-  v1::FlushResponse response;
-  return FromGrpc(drafts_->Flush(&context, v1::FlushRequest(), &response),
-                  "draftsvc Flush");
+  if (shards_.empty()) return absl::FailedPreconditionError("no draftsvc");
+  for (int shard = 0; shard < draftsvc_shards(); ++shard) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::FlushResponse response;
+    absl::Status flushed =
+        FromGrpc(drafts(shard)->Flush(&context, v1::FlushRequest(), &response),
+                 absl::StrCat("draftsvc shard ", shard, " Flush"));
+    if (!flushed.ok()) return flushed;
+  }
+  return absl::OkStatus();
 }
 
 void ExpectMentions(const std::string& message,
@@ -354,23 +423,34 @@ PrintLogsOnFailure::~PrintLogsOnFailure() {
   if (::testing::Test::HasFailure()) std::printf("%s\n", pair_.Logs().c_str());
 }
 
-void ServicePair::KillDraftsvc() {
-  if (draftsvc_ != nullptr) draftsvc_->Kill(SIGKILL);
+void ServicePair::KillDraftsvc(int shard) {
+  if (shard < draftsvc_shards() && shards_[shard].process != nullptr) {
+    shards_[shard].process->Kill(SIGKILL);
+  }
 }
 
-void ServicePair::SignalDraftsvc(int signal) {
-  if (draftsvc_ != nullptr) draftsvc_->Signal(signal);
+void ServicePair::SignalDraftsvc(int signal, int shard) {
+  if (shard < draftsvc_shards() && shards_[shard].process != nullptr) {
+    shards_[shard].process->Signal(signal);
+  }
 }
 
-absl::Status ServicePair::RestartDraftsvc() {
-  return StartDraftsvc(draftsvc_port_);
+absl::Status ServicePair::RestartDraftsvc(int shard) {
+  if (shard < 0 || shard >= draftsvc_shards()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no draftsvc shard ", shard));
+  }
+  return StartDraftsvc(shard, shards_[shard].port);
 }
 
 std::string ServicePair::Logs() {
   std::string logs;
-  if (draftsvc_ != nullptr) {
-    absl::StrAppend(&logs, "--- draftsvc ", Describe(*draftsvc_),
-                    ", log tail ---\n", Tail(draftsvc_->Log()));
+  for (int shard = 0; shard < draftsvc_shards(); ++shard) {
+    ServerProcess* draftsvc = shards_[shard].process.get();
+    if (draftsvc == nullptr) continue;
+    absl::StrAppend(&logs, "--- draftsvc shard ", shard, " ",
+                    Describe(*draftsvc), ", log tail ---\n",
+                    Tail(draftsvc->Log()));
   }
   if (verifysvc_ != nullptr) {
     absl::StrAppend(&logs, "--- verifysvc ", Describe(*verifysvc_),

@@ -1,8 +1,12 @@
-// The real service pair for end-to-end tests: a draftsvc and a verifysvc
-// child process on loopback ports, gRPC stubs to both, and a Generate helper
-// that drains a response stream into tokens, text and usage. The binaries'
-// paths come from env DRAFTSVC_BINARY and VERIFYSVC_BINARY (set by BUILD);
-// logs and the RocksDB directory go below $TEST_TMPDIR/<name>.
+// The real service pair for end-to-end tests: draftsvc (one process per
+// shard, PairOptions::draftsvc_shards) and a verifysvc child process (more
+// with StartReplica) on loopback ports, gRPC stubs to all, and a Generate
+// helper that drains a response stream into tokens, text and usage. Every
+// verifysvc gets --draftsvc listing every shard, --http_port=0 and a port
+// file (http_port()). The binaries' paths come from env DRAFTSVC_BINARY and
+// VERIFYSVC_BINARY (set by BUILD); logs and the RocksDB directories go below
+// $TEST_TMPDIR/<name> (shard 0: db/, draftsvc.*; shard i: db<i>/,
+// draftsvc<i>.*).
 //
 // Thread-safety: Generate, Reference, Stats, DraftStats and FlushDrafts may
 // be called from many threads at once; Start/Kill/Restart need the caller to
@@ -38,6 +42,9 @@ struct PairOptions {
   std::vector<std::string> verifysvc_flags;
   // Without draftsvc, verifysvc gets --draftsvc= (no drafts at all).
   bool with_draftsvc = true;
+  // draftsvc processes, each with its own database; verifysvc's --draftsvc
+  // lists them all (namespaces are spread over them by rendezvous hashing).
+  int draftsvc_shards = 1;
   // Model load takes seconds (and more on a busy machine).
   int start_timeout_ms = 120000;
 };
@@ -90,9 +97,9 @@ class ServicePair {
   // baseline every drafted output must equal.
   Generation Reference(lookahead::v1::GenerateRequest request);
 
-  // Starts another verifysvc replica on the same draftsvc (the pair's
-  // verifysvc flags, then `extra_flags`); returns its number (1, 2, ...;
-  // the pair's own verifysvc is replica 0).
+  // Starts another verifysvc replica on the same draftsvc shards (the
+  // pair's verifysvc flags, then `extra_flags`); returns its number (1, 2,
+  // ...; the pair's own verifysvc is replica 0).
   absl::StatusOr<int> StartReplica(std::vector<std::string> extra_flags = {});
   // Generate on replica `replica` (0: the pair's verifysvc).
   Generation GenerateOn(int replica,
@@ -106,50 +113,79 @@ class ServicePair {
       const std::function<bool(const lookahead::v1::GenerationStatsResponse&)>&
           done,
       int timeout_ms, lookahead::v1::GenerationStatsResponse* last);
-  // draftsvc's Stats for `ns` (empty: every namespace).
+  // draftsvc's Stats for `ns` (empty: every namespace) from shard `shard`.
   absl::StatusOr<lookahead::v1::StatsResponse> DraftStats(
-      const std::string& ns = "");
-  // Output-trie nodes of namespace `ns` (0 if draftsvc does not know it).
+      const std::string& ns = "", int shard = 0);
+  // Output-trie nodes of namespace `ns` summed over every shard (0 if no
+  // shard knows it; a namespace lives on one shard).
   absl::StatusOr<int64_t> OutputNodes(const std::string& ns);
+  // Flushes every shard.
   absl::Status FlushDrafts();
 
-  // SIGKILLs draftsvc (verifysvc keeps running).
-  void KillDraftsvc();
-  // Sends `signal` to draftsvc without waiting (SIGSTOP, SIGCONT).
-  void SignalDraftsvc(int signal);
-  // Starts draftsvc again on the same database and the same port.
-  absl::Status RestartDraftsvc();
+  // SIGKILLs draftsvc shard `shard` (verifysvc keeps running).
+  void KillDraftsvc(int shard = 0);
+  // Sends `signal` to draftsvc shard `shard` without waiting (SIGSTOP,
+  // SIGCONT).
+  void SignalDraftsvc(int signal, int shard = 0);
+  // Starts draftsvc shard `shard` again on its database and port.
+  absl::Status RestartDraftsvc(int shard = 0);
 
   lookahead::v1::GenerationService::Stub& generation() { return *generation_; }
-  int draftsvc_port() const { return draftsvc_port_; }
+  int draftsvc_shards() const { return static_cast<int>(shards_.size()); }
+  int draftsvc_port(int shard = 0) const { return shards_[shard].port; }
+  // "127.0.0.1:<port>": the shard's address in verifysvc's --draftsvc (what
+  // the rendezvous hash sees).
+  std::string draftsvc_address(int shard = 0) const;
   int verifysvc_port() const { return verifysvc_port_; }
+  // Replica `replica`'s HTTP port (it runs with --http_port=0; replica 0
+  // is the pair's verifysvc), or 0 if it has none.
+  int http_port(int replica = 0) const;
   // The servers' Prometheus /metrics ports (HTTP on 127.0.0.1).
-  int draftsvc_metrics_port() const { return draftsvc_metrics_port_; }
+  int draftsvc_metrics_port(int shard = 0) const {
+    return shards_[shard].metrics_port;
+  }
   int verifysvc_metrics_port() const { return verifysvc_metrics_port_; }
+  // Replica `replica`'s /metrics port (0: the pair's verifysvc).
+  int metrics_port(int replica) const;
   // Both servers' output so far, and how they ended if they did, for
   // failure messages.
   std::string Logs();
 
  private:
   explicit ServicePair(PairOptions options);
-  absl::Status StartDraftsvc(int port);
+  // Starts draftsvc shard `shard` on `port` (0: a free one).
+  absl::Status StartDraftsvc(int shard, int port);
   absl::Status StartVerifysvc();
-  // Spawns verifysvc number `replica` with `extra_flags`; returns its port.
-  absl::StatusOr<int> SpawnVerifysvc(
+  // What SpawnVerifysvc bound.
+  struct Ports {
+    int grpc = 0;
+    int http = 0;
+    int metrics = 0;
+  };
+  // Spawns verifysvc number `replica` with `extra_flags`.
+  absl::StatusOr<Ports> SpawnVerifysvc(
       int replica, const std::vector<std::string>& extra_flags,
       std::unique_ptr<ServerProcess>* process);
+  // The stub of shard `shard`, or null.
+  lookahead::v1::DraftService::Stub* drafts(int shard);
+
+  struct DraftShard {
+    int starts = 0;
+    int port = 0;
+    int metrics_port = 0;
+    std::unique_ptr<ServerProcess> process;
+    std::unique_ptr<lookahead::v1::DraftService::Stub> stub;
+  };
 
   const PairOptions options_;
   const std::string dir_;
-  int draftsvc_starts_ = 0;
-  int draftsvc_port_ = 0;
+  std::vector<DraftShard> shards_;  // empty without draftsvc
   int verifysvc_port_ = 0;
-  int draftsvc_metrics_port_ = 0;
   int verifysvc_metrics_port_ = 0;
-  std::unique_ptr<ServerProcess> draftsvc_;
   std::unique_ptr<ServerProcess> verifysvc_;
   std::unique_ptr<lookahead::v1::GenerationService::Stub> generation_;
-  std::unique_ptr<lookahead::v1::DraftService::Stub> drafts_;
+  // Ports of replica 0, 1, 2, ... at that index.
+  std::vector<Ports> ports_;
   // Replicas 1, 2, ... (StartReplica) at index replica - 1.
   std::vector<std::unique_ptr<ServerProcess>> replicas_;
   std::vector<std::unique_ptr<lookahead::v1::GenerationService::Stub>>

@@ -91,12 +91,39 @@ class Completion:
 
 
 class Client:
-    """Talks to one verifysvc at `target` ("host:port")."""
+    """Talks to verifysvc at `target`: "host:port", or "dns:///name:port"
+    for every address a name resolves to (a Kubernetes headless Service).
+
+    `api_key`: sent as "authorization: Bearer <key>" on every call (servers
+    started with --api_keys_file need it; the key also picks the namespace).
+    `tls` (or `ca_file`, a PEM file of the CA that signed the server's
+    certificate; default the system's roots): talk TLS; `client_cert_file` and
+    `client_key_file` present a client certificate. `load_balancing`: the gRPC
+    policy over the target's addresses; None = "round_robin" for dns: and
+    ipv4:/ipv6: targets (each call goes to the next replica: gRPC pins one
+    HTTP/2 connection per address, so an L4 Service would not spread load),
+    else gRPC's default (pick_first).
+    """
 
     def __init__(self, target: str = "127.0.0.1:50051",
-                 channel: Optional[grpc.Channel] = None):
+                 channel: Optional[grpc.Channel] = None, *,
+                 api_key: Optional[str] = None,
+                 tls: bool = False,
+                 ca_file: Optional[str] = None,
+                 client_cert_file: Optional[str] = None,
+                 client_key_file: Optional[str] = None,
+                 load_balancing: Optional[str] = None):
+        if api_key is not None and (not api_key or any(
+                c.isspace() for c in api_key)):
+            raise ValueError("api_key must be a non-empty string without "
+                             "whitespace")
+        self._metadata = ((("authorization", f"Bearer {api_key}"),)
+                          if api_key is not None else None)
         # Streams carry one message per decoding step; the defaults suit them.
-        self._channel = channel or grpc.insecure_channel(target)
+        self._channel = channel or make_channel(
+            target, tls=tls, ca_file=ca_file,
+            client_cert_file=client_cert_file,
+            client_key_file=client_key_file, load_balancing=load_balancing)
         self._owns_channel = channel is None
         self._stub = generation_pb2_grpc.GenerationServiceStub(self._channel)
 
@@ -149,7 +176,8 @@ class Client:
             stop=stop, draft_mode=draft_mode, namespace=namespace,
             decoding_length=decoding_length, sources=sources,
             lookahead=lookahead)
-        call = self._stub.Generate(request, timeout=timeout)
+        call = self._stub.Generate(request, timeout=timeout,
+                                   metadata=self._metadata)
         try:
             yield from call
         finally:
@@ -192,22 +220,55 @@ class Client:
             request.chat.CopyFrom(chat_messages(chat))
         else:
             request.text = text
-        return list(self._stub.Tokenize(request, timeout=timeout).ids)
+        return list(self._stub.Tokenize(request, timeout=timeout,
+                                        metadata=self._metadata).ids)
 
     def detokenize(self, ids: Sequence[int], *,
                    timeout: Optional[float] = None) -> str:
         request = generation_pb2.DetokenizeRequest(ids=list(ids))
-        return self._stub.Detokenize(request, timeout=timeout).text
+        return self._stub.Detokenize(request, timeout=timeout,
+                                     metadata=self._metadata).text
 
     def model_info(self, *, timeout: Optional[float] = None
                    ) -> "generation_pb2.ModelInfoResponse":
         return self._stub.ModelInfo(generation_pb2.ModelInfoRequest(),
-                                    timeout=timeout)
+                                    timeout=timeout, metadata=self._metadata)
 
     def stats(self, *, timeout: Optional[float] = None
               ) -> "generation_pb2.GenerationStatsResponse":
         return self._stub.Stats(generation_pb2.GenerationStatsRequest(),
-                                timeout=timeout)
+                                timeout=timeout, metadata=self._metadata)
+
+
+def _read(path: Optional[str]) -> Optional[bytes]:
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def make_channel(target: str, *, tls: bool = False,
+                 ca_file: Optional[str] = None,
+                 client_cert_file: Optional[str] = None,
+                 client_key_file: Optional[str] = None,
+                 load_balancing: Optional[str] = None) -> grpc.Channel:
+    """The channel Client(target, ...) opens; see Client for the options.
+    OSError if a PEM file cannot be read."""
+    if (client_cert_file is None) != (client_key_file is None):
+        raise ValueError("client_cert_file and client_key_file go together")
+    if load_balancing is None and target.startswith(("dns:", "ipv4:",
+                                                     "ipv6:")):
+        load_balancing = "round_robin"
+    options = []
+    if load_balancing is not None:
+        options.append(("grpc.lb_policy_name", load_balancing))
+    if not (tls or ca_file or client_cert_file):
+        return grpc.insecure_channel(target, options=options)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_read(ca_file),
+        private_key=_read(client_key_file),
+        certificate_chain=_read(client_cert_file))
+    return grpc.secure_channel(target, credentials, options=options)
 
 
 def chat_messages(chat: Sequence[ChatTurn]) -> "generation_pb2.ChatMessages":

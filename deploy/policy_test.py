@@ -3,9 +3,13 @@ both overlays).
 
 Every rendered object is parsed into the official Kubernetes Python model of
 its kind (python3-kubernetes), and the policy is checked on those models:
-resources, probes, pinned images, non-root pods, draftsvc's PersistentVolume,
-the NetworkPolicy in front of draftsvc, GPUs in the gpu overlay. The flags in
-the ConfigMaps are cross-checked against the manifests (ports, paths, grace
+resources, probes on both of verifysvc's fronts (gRPC and HTTP) and on
+draftsvc, pinned images, non-root pods, draftsvc's shards (a StatefulSet with
+a PersistentVolumeClaim per pod behind a headless Service, every pod listed in
+verifysvc's --draftsvc), verifysvc's Services (headless for gRPC, one for
+HTTP) and replicas, API keys and certificates from mounted Secrets (never
+committed), the NetworkPolicies, GPUs in the gpu overlay. The flags in the
+ConfigMaps are cross-checked against the manifests (ports, paths, grace
 periods, threads) and, when DEPLOY_BIN_DIR names a Bazel bin directory,
 parsed by the real binaries.
 
@@ -53,6 +57,21 @@ PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
 SERVICES = ("draftsvc", "verifysvc")
 # Fields newer than the model, allowed to vanish in the model round trip.
 NEWER_THAN_MODEL = tuple(f".{probe}.grpc" for probe in PROBES)
+# The gRPC health checker the images carry (deploy/docker): the kubelet's own
+# gRPC probe speaks plaintext only, so a TLS front is probed with this.
+GRPC_HEALTH_PROBE = "/usr/local/bin/grpc_health_probe"
+DOCKERFILES = {"draftsvc": ["deploy/docker/draftsvc.Dockerfile"],
+               "verifysvc": ["deploy/docker/verifysvc.Dockerfile",
+                             "deploy/docker/verifysvc-cuda.Dockerfile"]}
+# Flags naming a file that holds a key or certificate: it must come from a
+# mounted Secret.
+SECRET_FLAGS = {
+    "draftsvc": ("tls_cert_file", "tls_key_file", "tls_client_ca_file"),
+    "verifysvc": ("api_keys_file", "tls_cert_file", "tls_key_file",
+                  "draftsvc_ca_file", "draftsvc_client_cert_file",
+                  "draftsvc_client_key_file"),
+}
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class _Response:
@@ -185,6 +204,54 @@ class Rendered:
         return flags
 
 
+def secret_of(workload_model, container, path):
+    """The name of the Secret whose mounted volume holds file `path` in
+    `container`, or None if no Secret volume is mounted at its directory."""
+    volumes = {v.name: v for v in workload_model.spec.template.spec.volumes or []}
+    directory = os.path.dirname(path)
+    for mount in container.volume_mounts or []:
+        if mount.mount_path.rstrip("/") != directory:
+            continue
+        volume = volumes.get(mount.name)
+        if volume is not None and volume.secret is not None:
+            return volume.secret.secret_name
+    return None
+
+
+def grpc_probe_port(probe, flags, where):
+    """The port a gRPC health probe checks, after asserting that it can pass
+    against a server with `flags`: the kubelet's plaintext `grpc:` probe only
+    for a plaintext server; otherwise grpc_health_probe over TLS on loopback
+    with the CA (and, for mutual TLS, a client certificate). None if `probe`
+    is not a gRPC probe."""
+    tls = bool(flags.get("tls_cert_file"))
+    if "grpc" in probe:
+        assert not tls, f"{where}: the kubelet's gRPC probe cannot speak TLS"
+        return probe["grpc"]["port"]
+    command = probe.get("exec", {}).get("command") or []
+    if not command or command[0] != GRPC_HEALTH_PROBE:
+        return None
+    args = dict(a.lstrip("-").partition("=")[::2] for a in command[1:])
+    host, _, port = args.get("addr", "").rpartition(":")
+    assert host in LOOPBACK, f"{where}: probe -addr={args.get('addr')} is not loopback"
+    if tls:
+        assert "tls" in args, f"{where}: TLS server probed without -tls"
+        assert args.get("tls-ca-cert"), f"{where}: no -tls-ca-cert"
+        assert "tls-no-verify" not in args, f"{where}: -tls-no-verify"
+    if flags.get("tls_client_ca_file"):
+        assert args.get("tls-client-cert") and args.get("tls-client-key"), (
+            f"{where}: mutual TLS server probed without a client certificate")
+    return int(port)
+
+
+def probe_files(probe):
+    """Files a grpc_health_probe command reads (certificates, keys)."""
+    command = probe.get("exec", {}).get("command") or []
+    return [a.partition("=")[2] for a in command[1:]
+            if a.lstrip("-").partition("=")[0] in
+            ("tls-ca-cert", "tls-client-cert", "tls-client-key")]
+
+
 def containers_of(model):
     spec = model.spec.template.spec
     return list(spec.init_containers or []) + list(spec.containers)
@@ -269,20 +336,58 @@ class PolicyTest(unittest.TestCase):
                 for probe in PROBES[1:]:
                     self.assertIn(probe, raw_c, f"no {probe}")
 
-    def test_services_are_probed_over_grpc_on_their_port(self):
+    def test_services_are_probed_on_every_front(self):
         for where, overlay, raw, model, c in self.service_containers():
             with self.subTest(**where):
                 raw_c = raw_container(raw, c.name)
-                port = int(overlay.flags(model, c)["port"])
+                flags = overlay.flags(model, c)
+                port = int(flags["port"])
                 declared = {p.container_port for p in c.ports or []}
+                named = {p.name: p.container_port for p in c.ports or []}
                 self.assertIn(port, declared, "--port is not a containerPort")
                 # verifysvc loads a model before serving: it needs a startupProbe.
                 wanted = PROBES if c.name == "verifysvc" else PROBES[1:]
-                for probe in wanted:
-                    self.assertIn(probe, raw_c, f"no {probe}")
-                    grpc = raw_c[probe].get("grpc")
-                    self.assertIsNotNone(grpc, f"{probe} is not a gRPC probe")
-                    self.assertEqual(grpc.get("port"), port, f"{probe} port")
+                grpc_probes, http_probes = [], []
+                for probe in PROBES:
+                    if probe not in raw_c:
+                        self.assertNotIn(probe, wanted, f"no {probe}")
+                        continue
+                    spec = raw_c[probe]
+                    grpc_port = grpc_probe_port(spec, flags, f"{where} {probe}")
+                    if grpc_port is not None:
+                        self.assertEqual(grpc_port, port, f"{probe} port")
+                        for path in probe_files(spec):
+                            self.assertIsNotNone(secret_of(model, c, path),
+                                                 f"{probe} reads {path} from no Secret")
+                        grpc_probes.append(probe)
+                        continue
+                    http = spec.get("httpGet")
+                    self.assertIsNotNone(http, f"{probe} is neither gRPC nor HTTP")
+                    self.assertEqual(c.name, "verifysvc", f"{probe}: HTTP probe")
+                    self.assertEqual(http.get("path"), "/health", probe)
+                    http_port = http.get("port")
+                    self.assertEqual(named.get(http_port, http_port),
+                                     int(flags["http_port"]), f"{probe} port")
+                    tls = bool(flags.get("tls_cert_file"))
+                    self.assertEqual(http.get("scheme", "HTTP"),
+                                     "HTTPS" if tls else "HTTP", f"{probe} scheme")
+                    http_probes.append(probe)
+                self.assertTrue(grpc_probes, "the gRPC front is not probed")
+                if c.name == "verifysvc":
+                    self.assertTrue(http_probes, "the HTTP front is not probed")
+                    self.assertIn(int(flags["http_port"]), declared,
+                                  "--http_port is not a containerPort")
+
+    def test_images_carry_the_grpc_health_probe(self):
+        for service, dockerfiles in DOCKERFILES.items():
+            for dockerfile in dockerfiles:
+                with self.subTest(dockerfile=dockerfile):
+                    with open(os.path.join(REPO, dockerfile)) as f:
+                        text = f.read()
+                    copies = [line for line in text.splitlines()
+                              if line.startswith("COPY")
+                              and line.rstrip().endswith(" " + GRPC_HEALTH_PROBE)]
+                    self.assertEqual(len(copies), 1, f"no {GRPC_HEALTH_PROBE}")
 
     def test_images_are_pinned_to_a_version(self):
         for where, _, _, _, c in self.containers():
@@ -333,19 +438,95 @@ class PolicyTest(unittest.TestCase):
                 _, service = overlay.one("Service", sts.spec.service_name)
                 self.assertEqual(service.spec.cluster_ip, "None", "not headless")
 
-    def test_verifysvc_addresses_a_draftsvc_pod(self):
+    def test_verifysvc_lists_every_draftsvc_shard(self):
+        for overlay in self.overlays.values():
+            with self.subTest(overlay=overlay.name):
+                _, sts = overlay.one("StatefulSet", "draftsvc")
+                self.assertGreaterEqual(sts.spec.replicas, 2, "one shard")
+                (d,) = sts.spec.template.spec.containers
+                draft_port = overlay.flags(sts, d)["port"]
+                _, deploy = overlay.one("Deployment", "verifysvc")
+                (c,) = deploy.spec.template.spec.containers
+                listed = overlay.flags(deploy, c)["draftsvc"].split(",")
+                pods = []
+                for address in listed:
+                    host, _, port = address.rpartition(":")
+                    self.assertEqual(port, draft_port, address)
+                    # <pod>.<service>[.<namespace>.svc[.cluster.local]]
+                    labels = host.split(".")
+                    self.assertIn(len(labels), (2, 4, 5), address)
+                    if len(labels) > 2:
+                        self.assertEqual(labels[3], "svc", address)
+                    self.assertEqual(labels[1], sts.spec.service_name, address)
+                    pods.append(labels[0])
+                # Exactly the StatefulSet's pods, each once: a missing one
+                # would hold namespaces nobody asks, an extra one no pod.
+                self.assertEqual(sorted(pods), sorted(
+                    f"{sts.metadata.name}-{i}" for i in range(sts.spec.replicas)))
+
+    def test_verifysvc_runs_two_or_more_replicas(self):
+        for overlay in self.overlays.values():
+            with self.subTest(overlay=overlay.name):
+                _, hpa = overlay.one("HorizontalPodAutoscaler", "verifysvc")
+                self.assertGreaterEqual(hpa.spec.min_replicas, 2)
+
+    def test_verifysvc_services_headless_grpc_and_http(self):
         for overlay in self.overlays.values():
             with self.subTest(overlay=overlay.name):
                 _, deploy = overlay.one("Deployment", "verifysvc")
                 (c,) = deploy.spec.template.spec.containers
-                host, _, port = overlay.flags(deploy, c)["draftsvc"].rpartition(":")
-                pod, service = host.split(".")[:2]
-                sts_name, _, ordinal = pod.rpartition("-")
-                _, sts = overlay.one("StatefulSet", sts_name)
-                self.assertEqual(sts.spec.service_name, service)
-                self.assertLess(int(ordinal), sts.spec.replicas)
-                (d,) = sts.spec.template.spec.containers
-                self.assertEqual(port, overlay.flags(sts, d)["port"])
+                flags = overlay.flags(deploy, c)
+                labels = deploy.spec.template.metadata.labels
+                named = {p.name: p.container_port for p in c.ports or []}
+                fronts = {"grpc": int(flags["port"]), "http": int(flags["http_port"])}
+                found = {"grpc": [], "http": []}
+                for _, service in overlay.objects("Service"):
+                    if not service.spec.selector or not all(
+                            labels.get(k) == v for k, v in service.spec.selector.items()):
+                        continue
+                    headless = service.spec.cluster_ip == "None"
+                    for p in service.spec.ports:
+                        target = named.get(p.target_port, p.target_port)
+                        for front, port in fronts.items():
+                            if target == port:
+                                found[front].append((service.metadata.name, headless))
+                # gRPC: client-side round_robin over dns:/// needs every pod's
+                # address; an L4 ClusterIP would pin each client to one pod.
+                self.assertTrue([n for n, headless in found["grpc"] if headless],
+                                "no headless Service for the gRPC port")
+                self.assertTrue([n for n, headless in found["http"] if not headless],
+                                "no (ClusterIP) Service for the HTTP port")
+                # Both fronts are admitted by verifysvc's NetworkPolicy.
+                admitted = set()
+                for _, policy in overlay.objects("NetworkPolicy"):
+                    if selects(policy.spec.pod_selector, labels):
+                        for rule in policy.spec.ingress or []:
+                            admitted |= {p.port for p in rule.ports or []}
+                for front, port in fronts.items():
+                    self.assertIn(port, admitted, f"{front} port not admitted")
+
+    def test_servers_authenticate_with_keys_and_certificates_from_secrets(self):
+        for where, overlay, _, model, c in self.service_containers():
+            with self.subTest(**where):
+                flags = overlay.flags(model, c)
+                self.assertNotIn(flags.get("allow_unauthenticated", "false"),
+                                 ("true", "1"), "--allow_unauthenticated")
+                for flag in SECRET_FLAGS[c.name]:
+                    self.assertTrue(flags.get(flag), f"--{flag} not set")
+                    self.assertIsNotNone(secret_of(model, c, flags[flag]),
+                                         f"--{flag}={flags[flag]} is not on a Secret")
+                for mount in c.volume_mounts or []:
+                    volumes = {v.name: v for v in model.spec.template.spec.volumes}
+                    # A claim template's mount ("data") is no pod volume.
+                    volume = volumes.get(mount.name)
+                    if volume is not None and volume.secret is not None:
+                        self.assertTrue(mount.read_only, f"{mount.name} writable")
+        # Keys and certificates are never in the repository: no overlay
+        # renders a Secret (deploy/make_secrets.sh creates them).
+        for overlay in self.overlays.values():
+            with self.subTest(overlay=overlay.name, kind="Secret"):
+                self.assertEqual([r["metadata"]["name"] for r in overlay.raw
+                                  if r["kind"] == "Secret"], [])
 
     def test_only_verifysvc_reaches_draftsvc_grpc(self):
         for overlay in self.overlays.values():
@@ -481,12 +662,12 @@ class PolicyTest(unittest.TestCase):
         _, hpa = gpu.one("HorizontalPodAutoscaler", "verifysvc")
         self.assertGreaterEqual(hpa.spec.min_replicas, 2)
 
-    def test_dev_overlay_is_one_cpu_pod_each(self):
+    def test_dev_overlay_is_two_cpu_replicas_on_two_shards(self):
         dev = self.overlays["dev"]
         _, sts = dev.one("StatefulSet", "draftsvc")
-        self.assertEqual(sts.spec.replicas, 1)
+        self.assertEqual(sts.spec.replicas, 2)
         _, hpa = dev.one("HorizontalPodAutoscaler", "verifysvc")
-        self.assertEqual((hpa.spec.min_replicas, hpa.spec.max_replicas), (1, 1))
+        self.assertEqual((hpa.spec.min_replicas, hpa.spec.max_replicas), (2, 2))
         for _, model in dev.workloads():
             for c in containers_of(model):
                 self.assertNotIn("nvidia.com/gpu",

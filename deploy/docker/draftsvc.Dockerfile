@@ -7,6 +7,13 @@
 #
 # The build stage is the same as verifysvc's, so one builder shares it.
 
+# grpc_health_probe, which the pods' probes run: it checks grpc.health.v1
+# over TLS (the kubelet's own gRPC probe speaks plaintext only). Built from
+# source at a pinned version, static (no cgo).
+FROM golang:1.24-bookworm AS probe
+RUN CGO_ENABLED=0 GOBIN=/out \
+    go install github.com/grpc-ecosystem/grpc-health-probe@v0.4.61
+
 FROM debian:bookworm AS build
 ENV LOOKAHEAD_MODEL_DIR=/opt/lookahead/models
 WORKDIR /src
@@ -30,6 +37,7 @@ RUN groupadd --system --gid 10001 lookahead \
         --home-dir /nonexistent --shell /usr/sbin/nologin lookahead \
     && install -d -o 10001 -g 10001 /var/lib/lookahead
 COPY --from=build /out/draftsvc /usr/local/bin/draftsvc
+COPY --from=probe /out/grpc-health-probe /usr/local/bin/grpc_health_probe
 # Numeric, so that Kubernetes can verify runAsNonRoot.
 USER 10001:10001
 VOLUME /var/lib/lookahead

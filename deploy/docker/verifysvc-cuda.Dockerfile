@@ -9,6 +9,13 @@
 #   docker build -f deploy/docker/verifysvc-cuda.Dockerfile \
 #     -t lookahead/verifysvc-cuda:0.1.0 .
 
+# grpc_health_probe, which the pods' probes run: it checks grpc.health.v1
+# over TLS (the kubelet's own gRPC probe speaks plaintext only). Built from
+# source at a pinned version, static (no cgo).
+FROM golang:1.24-bookworm AS probe
+RUN CGO_ENABLED=0 GOBIN=/out \
+    go install github.com/grpc-ecosystem/grpc-health-probe@v0.4.61
+
 FROM debian:bookworm AS build
 ENV LOOKAHEAD_MODEL_DIR=/opt/lookahead/models
 WORKDIR /src
@@ -43,7 +50,8 @@ RUN groupadd --system --gid 10001 lookahead \
 COPY --from=build /opt/lookahead/models/SmolLM2-135M-Instruct.Q4_1.gguf \
     /opt/lookahead/models/
 COPY --from=build /out/verifysvc /usr/local/bin/verifysvc
+COPY --from=probe /out/grpc-health-probe /usr/local/bin/grpc_health_probe
 ENV LOOKAHEAD_MODEL_DIR=/opt/lookahead/models
 USER 10001:10001
-EXPOSE 50051 9090
+EXPOSE 50051 8000 9090
 ENTRYPOINT ["/usr/local/bin/verifysvc"]

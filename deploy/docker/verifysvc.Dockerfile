@@ -9,6 +9,13 @@
 # The build stage is the same as draftsvc's, so one builder shares it.
 # Debian's LibTorch 1.13 is CPU-only (with OpenBLAS).
 
+# grpc_health_probe, which the pods' probes run: it checks grpc.health.v1
+# over TLS (the kubelet's own gRPC probe speaks plaintext only). Built from
+# source at a pinned version, static (no cgo).
+FROM golang:1.24-bookworm AS probe
+RUN CGO_ENABLED=0 GOBIN=/out \
+    go install github.com/grpc-ecosystem/grpc-health-probe@v0.4.61
+
 FROM debian:bookworm AS build
 ENV LOOKAHEAD_MODEL_DIR=/opt/lookahead/models
 WORKDIR /src
@@ -36,11 +43,12 @@ RUN groupadd --system --gid 10001 lookahead \
 COPY --from=build /opt/lookahead/models/SmolLM2-135M-Instruct.Q4_1.gguf \
     /opt/lookahead/models/
 COPY --from=build /out/verifysvc /usr/local/bin/verifysvc
+COPY --from=probe /out/grpc-health-probe /usr/local/bin/grpc_health_probe
 # verifysvc looks for its default model here (engine/gguf/model_files.cc).
 ENV LOOKAHEAD_MODEL_DIR=/opt/lookahead/models
 # Numeric, so that Kubernetes can verify runAsNonRoot.
 USER 10001:10001
-EXPOSE 50051 9090
+EXPOSE 50051 8000 9090
 # SIGTERM drains running streams for --shutdown_grace_ms; the binary handles
 # it as PID 1.
 ENTRYPOINT ["/usr/local/bin/verifysvc"]

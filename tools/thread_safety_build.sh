@@ -20,6 +20,7 @@ readonly TARGETS=(
   //engine/model:prefix_cache //engine/model:prefix_cache_test
   //tests:draftsvc_crash_test
   //verifysvc/api:generation_service
+  //verifysvc/api:api_keys //verifysvc/api:api_keys_test
   //verifysvc/draftsvc_client:draftsvc_sessions
   //verifysvc/serving:scheduler //verifysvc/serving:scheduler_unit_test
 )

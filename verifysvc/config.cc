@@ -334,6 +334,17 @@ absl::StatusOr<std::unique_ptr<engine::PrefixCache>> AttachPrefixCache(
   return cache;
 }
 
+std::string DescribeSecurity(const VerifysvcConfig& c) {
+  const ClientTlsFiles& d = c.draftsvc_tls;
+  return absl::StrCat(
+      c.tls.enabled() ? "gRPC over TLS" : "gRPC plaintext", ", ",
+      c.api_keys != nullptr ? "API keys required" : "no API keys",
+      ", draftsvc ",
+      !d.enabled()           ? "plaintext"
+      : !d.cert.path.empty() ? "over mutual TLS"
+                             : "over TLS");
+}
+
 void FitLimitsToModel(const engine::ModelConfig& model, RequestLimits* limits) {
   if (limits->max_context_tokens <= 0 ||
       (model.context_length > 0 &&

@@ -83,6 +83,10 @@ absl::StatusOr<engine::DraftSourceSet> ParseDraftSources(
 absl::StatusOr<std::unique_ptr<engine::PrefixCache>> AttachPrefixCache(
     const engine::LlamaModel& model, VerifysvcConfig* config);
 
+// "gRPC over TLS, API keys required, draftsvc over mutual TLS" or the
+// plaintext / no-keys words: what a start log line says about security.
+std::string DescribeSecurity(const VerifysvcConfig& config);
+
 // Caps the context at the model's, defaults the prompt limit to the context
 // less one, and sets the vocabulary size.
 void FitLimitsToModel(const engine::ModelConfig& model, RequestLimits* limits);

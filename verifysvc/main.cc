@@ -128,12 +128,9 @@ absl::Status Run(VerifysvcConfig c) {
   ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
                    StartGrpcServer(c.host, c.port, c.port_file,
                                    c.grpc_credentials, &service, &port));
-  std::printf("verifysvc: serving on %s:%d (draftsvc %s)\n", c.host.c_str(),
-              port, c.draftsvc.empty() ? "off" : c.draftsvc.c_str());
-  std::printf("verifysvc: gRPC %s, %s, draftsvc channels %s\n",
-              c.tls.enabled() ? "over TLS" : "plaintext",
-              c.api_keys != nullptr ? "API keys required" : "no API keys",
-              c.draftsvc_tls.enabled() ? "TLS" : "plaintext");
+  std::printf("verifysvc: serving on %s:%d (draftsvc %s; %s)\n", c.host.c_str(),
+              port, c.draftsvc.empty() ? "off" : c.draftsvc.c_str(),
+              DescribeSecurity(c).c_str());
   std::fflush(stdout);
 
   const int signal = shutdown.Wait();

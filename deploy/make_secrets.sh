@@ -11,9 +11,15 @@
 #   ca.crt ca.key                       the CA (keep ca.key out of the cluster)
 #   draftsvc.crt draftsvc.key           Secret draftsvc-tls: every shard's
 #                                       server certificate, SANs draftsvc,
-#                                       *.draftsvc, *.draftsvc.NAMESPACE.svc
+#                                       draftsvc-<i>.draftsvc for i below
+#                                       $SHARDS (default 2: the StatefulSet's
+#                                       replicas), *.draftsvc.NAMESPACE.svc
 #                                       (+ .cluster.local); usages server AND
-#                                       client auth (its probe presents it)
+#                                       client auth (its probe presents it).
+#                                       gRPC does not let *.draftsvc match
+#                                       draftsvc-0.draftsvc (a wildcard needs
+#                                       two labels after it), hence the list:
+#                                       reissue it when adding shards.
 #   verifysvc.crt verifysvc.key         Secret verifysvc-tls: both fronts'
 #                                       server certificate, SANs verifysvc,
 #                                       verifysvc-grpc and their .NAMESPACE.svc
@@ -66,9 +72,12 @@ issue() {
 }
 
 svc="$ns.svc"
-issue draftsvc draftsvc \
-  "DNS:draftsvc,DNS:*.draftsvc,DNS:*.draftsvc.$svc,DNS:*.draftsvc.$svc.cluster.local" \
-  "serverAuth,clientAuth"
+draftsvc_sans="DNS:draftsvc"
+for ((i = 0; i < ${SHARDS:-2}; ++i)); do
+  draftsvc_sans+=",DNS:draftsvc-$i.draftsvc"
+done
+draftsvc_sans+=",DNS:*.draftsvc.$svc,DNS:*.draftsvc.$svc.cluster.local"
+issue draftsvc draftsvc "$draftsvc_sans" "serverAuth,clientAuth"
 verifysvc_sans="DNS:verifysvc,DNS:verifysvc.$svc,DNS:verifysvc.$svc.cluster.local"
 verifysvc_sans+=",DNS:verifysvc-grpc,DNS:verifysvc-grpc.$svc"
 verifysvc_sans+=",DNS:verifysvc-grpc.$svc.cluster.local"

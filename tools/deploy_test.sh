@@ -3,8 +3,10 @@
 # deploy/overlays/{dev,gpu} with `kubectl kustomize`, then runs
 # deploy/policy_test.py on the result. It parses every object into its
 # Kubernetes API model and checks the policy (resources, probes, pinned
-# images, non-root pods, draftsvc's volume and NetworkPolicy, GPUs), and lets
-# the real draftsvc and verifysvc binaries parse the flagfiles.
+# images, non-root pods, draftsvc's shards, volumes and NetworkPolicy,
+# verifysvc's Services, Secrets, GPUs), lets the real draftsvc and verifysvc
+# binaries parse the flagfiles, and runs them with the certificates and keys
+# deploy/make_secrets.sh makes (deploy/secrets_test.py).
 #
 #   tools/deploy_test.sh                  # builds both binaries with Bazel
 #   tools/deploy_test.sh --no-binaries    # manifests only
@@ -45,3 +47,8 @@ fi
 
 DEPLOY_RENDERED_DIR="$rendered" DEPLOY_BIN_DIR="$bin_dir" \
   /usr/bin/python3 deploy/policy_test.py
+# The Secrets of deploy/make_secrets.sh against the real binaries: mutual TLS
+# to a shard by its pod name, the probes' certificates, verifysvc's names.
+if [[ -n "$bin_dir" ]]; then
+  DEPLOY_BIN_DIR="$bin_dir" /usr/bin/python3 deploy/secrets_test.py
+fi

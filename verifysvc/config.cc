@@ -168,6 +168,32 @@ ABSL_FLAG(std::string, draftsvc_client_key_file, "",
 // --- end keys and TLS ---
 ABSL_FLAG(int, shutdown_grace_ms, 10000,
           "On SIGTERM/SIGINT, running requests get this long to finish.");
+// --- the OpenAI-compatible HTTP front (H) ---
+ABSL_FLAG(int, http_port, 8000,
+          "Port of the OpenAI-compatible HTTP API (POST /v1/chat/completions, "
+          "POST /v1/completions, GET /v1/models, GET /health) on --host; 0 "
+          "picks a free one, -1 turns it off. HTTPS with --tls_cert_file/"
+          "--tls_key_file; Bearer keys with --api_keys_file. Serves 503 "
+          "while the model loads and while draining.");
+ABSL_FLAG(std::string, http_port_file, "",
+          "If set, the bound HTTP port is written here (before the model "
+          "loads).");
+ABSL_FLAG(int64_t, http_max_body_bytes, 4 << 20,
+          "Largest HTTP request body; larger is 413 (from Content-Length, "
+          "unread).");
+ABSL_FLAG(int, http_max_connections, 1024,
+          "Open HTTP connections at most; more are closed at once.");
+ABSL_FLAG(int, http_read_timeout_ms, 30000,
+          "An HTTP request's head and body must arrive within this, and one "
+          "write to a client may take at most this (idle keep-alive "
+          "connections close after it too).");
+ABSL_FLAG(int64_t, http_max_stream_buffer_bytes, 1 << 20,
+          "Bytes of server-sent events queued for one client that is not "
+          "reading; past it its generation is cancelled and the connection "
+          "closed.");
+ABSL_FLAG(int, http_send_buffer_bytes, 0,
+          "SO_SNDBUF of HTTP connections; 0 = the system's.");
+// --- end the OpenAI-compatible HTTP front ---
 
 namespace lookahead::verifysvc {
 namespace {
@@ -244,6 +270,28 @@ absl::StatusOr<engine::DraftSourceSet> ParseDraftSources(
   return set;
 }
 
+namespace {
+
+// The HTTP front's options; HttpFront::Start checks their ranges.
+void HttpFromFlags(VerifysvcConfig* c) {
+  c->http_port = absl::GetFlag(FLAGS_http_port);
+  c->http.host = c->host;
+  c->http.port = c->http_port;
+  c->http.port_file = absl::GetFlag(FLAGS_http_port_file);
+  c->http.max_body_bytes = absl::GetFlag(FLAGS_http_max_body_bytes);
+  c->http.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  c->http.read_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_http_read_timeout_ms));
+  c->http.max_stream_buffer_bytes =
+      absl::GetFlag(FLAGS_http_max_stream_buffer_bytes);
+  c->http.send_buffer_bytes = absl::GetFlag(FLAGS_http_send_buffer_bytes);
+  c->http.tls_cert_file = c->tls.cert.path;
+  c->http.tls_key_file = c->tls.key.path;
+  c->http.api_keys = c->api_keys.get();
+}
+
+}  // namespace
+
 absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   VerifysvcConfig c;
   c.host = absl::GetFlag(FLAGS_host);
@@ -318,6 +366,7 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
   c.shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms));
   RETURN_IF_ERROR(SecurityFromFlags(&c));
+  HttpFromFlags(&c);
   return c;
 }
 

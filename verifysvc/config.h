@@ -18,6 +18,7 @@
 #include "engine/model/threading.h"
 #include "engine/text/tokenizer.h"
 #include "verifysvc/api/api_keys.h"
+#include "verifysvc/api/http_front.h"
 #include "verifysvc/draftsvc_client/draftsvc_client.h"
 #include "verifysvc/draftsvc_client/draftsvc_sessions.h"
 #include "verifysvc/draftsvc_client/sharded_draft_source.h"
@@ -61,6 +62,10 @@ struct VerifysvcConfig {
   // TLS (draft_client.credentials is built from it).
   ClientTlsFiles draftsvc_tls;
   // --- end keys and TLS ---
+  // The OpenAI-compatible HTTP front (--http_*; host, TLS files and keys
+  // filled from the flags above). http_port -1: off.
+  int http_port = 8000;
+  HttpFrontOptions http;
 };
 
 // Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming

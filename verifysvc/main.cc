@@ -25,9 +25,9 @@
 #include "engine/model/device_options.h"
 #include "verifysvc/api/generation_service.h"
 #include "verifysvc/api/grpc_server.h"
+#include "verifysvc/api/http_front.h"
 #include "verifysvc/api/model_info.h"
 #include "verifysvc/config.h"
-#include "verifysvc/draftsvc_client/draftsvc_source.h"
 #include "verifysvc/draftsvc_client/sharded_draft_source.h"
 #include "verifysvc/serving/prometheus_observer.h"
 #include "verifysvc/serving/step_cost.h"
@@ -38,6 +38,15 @@ namespace {
 absl::Status Run(VerifysvcConfig c) {
   ShutdownSignal shutdown;  // Before any thread exists.
   RETURN_IF_ERROR(engine::ConfigureThreads(c.threads));
+  // The HTTP front first: it answers 503 "loading" until Attach below.
+  std::unique_ptr<HttpFront> http;
+  if (c.http_port >= 0) {
+    ASSIGN_OR_RETURN(http, HttpFront::Start(c.http));
+    std::printf("verifysvc: OpenAI API on %s://%s:%d/v1 (loading)\n",
+                c.tls.enabled() ? "https" : "http", c.host.c_str(),
+                http->port());
+    std::fflush(stdout);
+  }
 
   // The model, its tokenizer, and the limits they imply.
   const absl::Time load_start = absl::Now();
@@ -64,21 +73,12 @@ absl::Status Run(VerifysvcConfig c) {
   std::printf("verifysvc: forward ms by tokens %s\n",
               DescribeStepCost(cost).c_str());
 
-  // Draft sources: draftsvc's tries, one DraftsvcSource per --draftsvc
-  // shard behind the rendezvous router, unless --draftsvc is empty.
-  std::unique_ptr<ShardedDraftSource> trie_source;
+  // Draft sources: draftsvc's tries on the --draftsvc shards (none: none).
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardedDraftSource> trie_source,
+                   ConnectDraftsvcShards(c.draftsvc_shards, probe.vocab_size,
+                                         c.draft_client, c.draft_sessions));
   std::vector<DraftSource*> sources;
-  if (!c.draftsvc_shards.empty()) {
-    std::vector<ShardedDraftSource::Shard> shards;
-    for (const std::string& address : c.draftsvc_shards) {
-      shards.push_back(
-          {address, DraftsvcSource::Connect(address, probe.vocab_size,
-                                            c.draft_client, c.draft_sessions)});
-    }
-    ASSIGN_OR_RETURN(trie_source,
-                     ShardedDraftSource::Create(std::move(shards)));
-    sources.push_back(trie_source.get());
-  }
+  if (trie_source != nullptr) sources.push_back(trie_source.get());
   DraftMixer mixer(sources, probe.vocab_size);
 
   // Metrics, labelled with the model's name.
@@ -89,21 +89,7 @@ absl::Status Run(VerifysvcConfig c) {
   verifier_metrics->kv_cache_capacity_tokens->Set(
       double(c.scheduler.max_running) * c.limits.max_context_tokens);
   if (trie_source != nullptr) {
-    RETURN_IF_ERROR(registry.AddGaugeCallback(
-        "lookahead_draft_sessions_open",
-        "draftsvc sessions this verifier holds open.",
-        [s = trie_source.get()] { return double(s->Stats().open_sessions); }));
-    RETURN_IF_ERROR(registry.AddLabeledGaugeCallback(
-        "lookahead_draftsvc_shard_up",
-        "1 if this verifier's last call to the draftsvc shard succeeded (or "
-        "none was made), else 0: its namespaces decode without drafts.",
-        {"shard"}, [s = trie_source.get()] {
-          std::vector<metrics::LabeledValue> up;
-          for (const ShardedDraftSource::ShardHealth& shard : s->ShardStats()) {
-            up.push_back({{shard.address}, shard.stats.available ? 1.0 : 0.0});
-          }
-          return up;
-        }));
+    RETURN_IF_ERROR(AddDraftShardMetrics(&registry, trie_source.get()));
   }
   PrometheusObserver observer(verifier_metrics.get());
   c.scheduler.observer = &observer;
@@ -116,6 +102,11 @@ absl::Status Run(VerifysvcConfig c) {
       tokenizer.get(), scheduler.get(), c.limits,
       MakeModelInfo(*file, c.model_path, *model, *tokenizer, c.limits),
       c.api_keys.get());
+  if (http != nullptr) {
+    http->Attach({tokenizer.get(), scheduler.get(), c.limits,
+                  ModelName(*file, c.model_path),
+                  absl::ToUnixSeconds(load_start)});
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> metrics_server,
                    metrics::ServeMetrics(c.host, c.metrics_port,
                                          c.metrics_port_file, &registry));
@@ -137,10 +128,12 @@ absl::Status Run(VerifysvcConfig c) {
   std::printf("verifysvc: signal %d, finishing running requests\n", signal);
   std::fflush(stdout);
   server->GetHealthCheckService()->SetServingStatus(false);
+  if (http != nullptr) http->Drain();  // new HTTP requests: 503
   // New requests now get UNAVAILABLE; running ones finish within the grace.
   scheduler->Shutdown(c.shutdown_grace);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
+  if (http != nullptr) http->Stop();
   if (metrics_server != nullptr) metrics_server->Stop();
   std::printf("verifysvc: stopped after %s\n",
               Scheduler::Describe(scheduler->Stats()).c_str());

@@ -71,6 +71,8 @@ class Service:
         self.port_file = os.path.join(work, f"{name}.port")
         argv = argv + ["--host=127.0.0.1", "--port=0",
                        f"--port_file={self.port_file}", "--metrics_port=0"]
+        if name.startswith("verifysvc"):  # its HTTP front: a free port
+            argv = argv + ["--http_port=0"]
         with open(self.log_path, "w") as log:
             # Own session: a Ctrl-C reaches only us, and we stop the servers
             # in order (verifysvc drains before draftsvc goes).

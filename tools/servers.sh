@@ -1,6 +1,7 @@
 # Sourced by scripts that run the service pair on loopback (demo.sh,
 # client_test.sh). Servers log to $work/<name>.log and bind a free port,
-# which start_server waits for and leaves in $work/<name>.port.
+# which start_server waits for and leaves in $work/<name>.port (a verifysvc's
+# HTTP port in $work/<name>.http_port).
 #
 #   work=$(mktemp -d); source tools/servers.sh
 #   trap 'stop_servers; rm -rf "$work"' EXIT
@@ -13,9 +14,12 @@ server_pids=()
 start_server() {
   local name=$1
   shift
+  local http=()  # verifysvc's OpenAI HTTP front: a free port, never 8000
+  [[ $name == verifysvc* ]] &&
+    http=(--http_port=0 --http_port_file="$work/$name.http_port")
   "$@" --host=127.0.0.1 --port=0 --port_file="$work/$name.port" \
     --metrics_port=0 --metrics_port_file="$work/$name.metrics_port" \
-    >"$work/$name.log" 2>&1 &
+    "${http[@]}" >"$work/$name.log" 2>&1 &
   server_pids=("$!" "${server_pids[@]}")  # Stopped newest first.
   for _ in $(seq 1200); do
     [[ -s "$work/$name.port" ]] && return 0

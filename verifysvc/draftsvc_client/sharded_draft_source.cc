@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "proto/namespace_name.h"
+#include "verifysvc/draftsvc_client/draftsvc_source.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -260,6 +261,41 @@ std::vector<ShardedDraftSource::ShardHealth> ShardedDraftSource::ShardStats()
     health.push_back({shard.address, shard.source->Stats()});
   }
   return health;
+}
+
+absl::StatusOr<std::unique_ptr<ShardedDraftSource>> ConnectDraftsvcShards(
+    const std::vector<std::string>& addresses, int32_t vocab_size,
+    const DraftClientOptions& client_options,
+    const DraftSessionsOptions& session_options) {
+  if (addresses.empty()) return nullptr;
+  std::vector<ShardedDraftSource::Shard> shards;
+  for (const std::string& address : addresses) {
+    shards.push_back(
+        {address, DraftsvcSource::Connect(address, vocab_size, client_options,
+                                          session_options)});
+  }
+  return ShardedDraftSource::Create(std::move(shards));
+}
+
+absl::Status AddDraftShardMetrics(metrics::Registry* registry,
+                                  const ShardedDraftSource* source) {
+  absl::Status added = registry->AddGaugeCallback(
+      "lookahead_draft_sessions_open",
+      "draftsvc sessions this verifier holds open (all shards).",
+      [source] { return double(source->Stats().open_sessions); });
+  if (!added.ok()) return added;
+  return registry->AddLabeledGaugeCallback(
+      "lookahead_draftsvc_shard_up",
+      "1 if this verifier's last call to the draftsvc shard succeeded (or "
+      "none was made), else 0: its namespaces decode without drafts.",
+      {"shard"}, [source] {
+        std::vector<metrics::LabeledValue> up;
+        for (const ShardedDraftSource::ShardHealth& shard :
+             source->ShardStats()) {
+          up.push_back({{shard.address}, shard.stats.available ? 1.0 : 0.0});
+        }
+        return up;
+      });
 }
 
 }  // namespace lookahead::verifysvc

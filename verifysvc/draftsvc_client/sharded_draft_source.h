@@ -34,7 +34,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/metrics.h"
 #include "verifysvc/drafts/draft_source.h"
+#include "verifysvc/draftsvc_client/draftsvc_client.h"
+#include "verifysvc/draftsvc_client/draftsvc_sessions.h"
 
 namespace lookahead::verifysvc {
 
@@ -120,6 +123,22 @@ class ShardedDraftSource : public DraftSource {
   std::map<int64_t, Route> routes_;           // per open handle
   int64_t next_handle_ = 1;
 };
+
+// One DraftsvcSource per address (each with its own channel, sessions and
+// backoff) behind a ShardedDraftSource; null for no addresses (no drafts).
+// Connecting never waits: an absent shard only means no drafts for its
+// namespaces. INVALID_ARGUMENT as ShardedDraftSource::Create.
+absl::StatusOr<std::unique_ptr<ShardedDraftSource>> ConnectDraftsvcShards(
+    const std::vector<std::string>& addresses, int32_t vocab_size,
+    const DraftClientOptions& client_options,
+    const DraftSessionsOptions& session_options);
+
+// Registers `source`'s gauges in `registry`: lookahead_draft_sessions_open
+// (all shards) and lookahead_draftsvc_shard_up{shard=<address>} (1 while
+// the verifier's last call to it succeeded). `source` must outlive the
+// registry's scrapes.
+absl::Status AddDraftShardMetrics(metrics::Registry* registry,
+                                  const ShardedDraftSource* source);
 
 }  // namespace lookahead::verifysvc
 

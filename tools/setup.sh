@@ -2,7 +2,7 @@
 # Installs everything lookahead needs on a fresh Debian bookworm machine and
 # fetches the embedded default model. Idempotent: a second run changes nothing.
 #
-#   tools/setup.sh            # packages + model
+#   tools/setup.sh            # packages + model + the .venv (openai, httpx)
 #   tools/setup.sh --model    # model only
 #
 # The model cache is $LOOKAHEAD_MODEL_DIR, default ~/.cache/lookahead/models.
@@ -19,6 +19,7 @@ readonly PACKAGES=(
   python3 python3-pip python3-grpcio unzip ca-certificates
   python3-protobuf
   libcpp-httplib-dev libboost-dev prometheus python3-kubernetes python3-yaml curl
+  nlohmann-json3-dev libssl-dev python3-venv
   python3-matplotlib man-db
 )
 
@@ -75,6 +76,27 @@ fetch_model() {
   echo "setup: model at $MODEL_DIR/$MODEL_FILE"
 }
 
+# The project's virtual environment (.venv): Debian's python3 with its
+# packages visible (grpc, protobuf) plus the pinned PyPI packages the OpenAI
+# API tests and the load script use.
+readonly VENV_PACKAGES=("openai==1.109.1" "httpx==0.28.1")
+make_venv() {
+  local venv
+  venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+  if [[ ! -x $venv/bin/python ]]; then
+    echo "setup: creating $venv"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+  fi
+  if "$venv/bin/python" -c 'import importlib.metadata as m, sys
+sys.exit(0 if all(m.version(p.split("==")[0]) == p.split("==")[1]
+                  for p in sys.argv[1:]) else 1)' "${VENV_PACKAGES[@]}" 2>/dev/null; then
+    echo "setup: .venv has ${VENV_PACKAGES[*]}"
+    return
+  fi
+  echo "setup: installing ${VENV_PACKAGES[*]} into .venv"
+  "$venv/bin/python" -m pip install --quiet "${VENV_PACKAGES[@]}"
+}
+
 # nvcc compiles kernels/cuda in every build (no GPU needed to compile).
 check_cuda_toolkit() {
   [[ -x /usr/local/cuda/bin/nvcc ]] && return
@@ -85,6 +107,6 @@ check_cuda_toolkit() {
 
 case "${1:-}" in
   --model) fetch_model ;;
-  "") install_packages; check_cuda_toolkit; fetch_model ;;
+  "") install_packages; check_cuda_toolkit; fetch_model; make_venv ;;
   *) echo "usage: tools/setup.sh [--model]" >&2; exit 2 ;;
 esac

@@ -2,7 +2,8 @@
 # Runs every test: installs what is missing (tools/setup.sh), builds with
 # Bazel offline, runs the unit, integration, golden and fault tests (the
 # fault suite: //tests:fault_suite), the clients against the real service
-# pair (tools/client_test.sh), the metrics against
+# pair (tools/client_test.sh), the OpenAI-compatible HTTP front through the
+# `openai` package (tools/openai_test.sh), the metrics against
 # a real Prometheus (tools/metrics_test.sh), the Prometheus rules and the
 # dashboard (tools/rules_test.sh), the Kubernetes manifests' policy
 # (tools/deploy_test.sh), the benchmark suite's quick mode (identical
@@ -36,6 +37,7 @@ if ((status == 0)); then
   run_step /usr/bin/python3 tools/layering_test.py --bazel
   run_step tools/thread_safety_build.sh
   run_step tools/client_test.sh
+  run_step tools/openai_test.sh
   run_step tools/metrics_test.sh
   run_step tools/rules_test.sh
   run_step tools/deploy_test.sh

@@ -1,0 +1,563 @@
+"""verifysvc's OpenAI-compatible HTTP front, end to end, on loopback.
+
+    .venv/bin/python tests/openai_test.py      # tools/openai_test.sh runs it
+
+Starts draftsvc and verifysvc (the built binaries, or $DRAFTSVC_BINARY and
+$VERIFYSVC_BINARY) with the real model, and talks to the HTTP front through
+the official `openai` package (chat and completions, streaming and not,
+include_usage, greedy and seeded outputs identical to the gRPC front through
+clients/python's lookahead_client, every error through openai's exception
+types), and through raw sockets for what a well-behaved client never does
+(bodies over the cap, malformed and invalid UTF-8 bodies, half-open and
+stalled connections, disconnects, wrong paths and methods, requests while
+the model loads). A second verifysvc with --api_keys_file checks 401, 403 and
+429 with Retry-After.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+
+import httpx  # noqa: E402
+import openai  # noqa: E402
+from lookahead_client import Client  # noqa: E402
+
+DRAFTSVC = os.environ.get("DRAFTSVC_BINARY",
+                          os.path.join(ROOT, ".bazel/bin/draftsvc/draftsvc"))
+VERIFYSVC = os.environ.get(
+    "VERIFYSVC_BINARY", os.path.join(ROOT, ".bazel/bin/verifysvc/verifysvc"))
+
+# The main verifysvc's HTTP limits: small, so each bound is easy to reach.
+MAX_BODY = 256 << 10
+READ_TIMEOUT_MS = 1500
+STREAM_BUFFER = 16 << 10
+SEND_BUFFER = 16 << 10
+
+PROMPT = ("The GNU General Public License is a free, copyleft license for "
+          "software and other kinds of works. The GNU General Public License "
+          "is")
+CHAT = [{"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is a copyleft license?"}]
+KEY_A = "key-alpha-0123456789"
+KEY_SLOW = "key-slow-0123456789"
+
+
+class Server:
+    """One server process on loopback, its log and port files in `work`."""
+
+    def __init__(self, name, argv, work, http=False):
+        self.name = name
+        self.work = work
+        self.port_file = os.path.join(work, f"{name}.port")
+        self.http_file = os.path.join(work, f"{name}.http_port")
+        self.log_path = os.path.join(work, f"{name}.log")
+        argv = argv + ["--host=127.0.0.1", "--port=0",
+                       f"--port_file={self.port_file}", "--metrics_port=-1"]
+        if http:
+            argv += ["--http_port=0", f"--http_port_file={self.http_file}"]
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=log)
+
+    def wait_file(self, path, timeout=300.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(path) and os.path.getsize(path):
+                with open(path) as f:
+                    return int(f.read().strip())
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.005)
+        raise RuntimeError(f"{self.name} did not start:\n{self.log()}")
+
+    def grpc_port(self):
+        return self.wait_file(self.port_file)
+
+    def http_port(self):
+        return self.wait_file(self.http_file)
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def raw_request(port, data, read=True, timeout=30.0):
+    """Sends `data` on a fresh connection; returns (status, headers, body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        if not read:
+            return None
+        return parse_response(read_all(s))
+
+
+def read_all(s):
+    chunks = []
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_response(raw):
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1]) if lines and lines[0] else 0
+    headers = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(":")
+        headers[key.strip().lower()] = value.strip()
+    return status, headers, body
+
+
+def post(path, body, extra_headers=""):
+    if isinstance(body, str):
+        body = body.encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\n{extra_headers}"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+class OpenAiFrontTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="openai_test.")
+        cls.servers = []
+        draftsvc = Server("draftsvc", [DRAFTSVC,
+                                       f"--db_path={cls.work}/db"], cls.work)
+        cls.servers.append(draftsvc)
+        draftsvc_addr = f"127.0.0.1:{draftsvc.grpc_port()}"
+        cls.verifysvc = Server("verifysvc", [
+            VERIFYSVC, f"--draftsvc={draftsvc_addr}",
+            f"--http_max_body_bytes={MAX_BODY}",
+            f"--http_read_timeout_ms={READ_TIMEOUT_MS}",
+            f"--http_max_stream_buffer_bytes={STREAM_BUFFER}",
+            f"--http_send_buffer_bytes={SEND_BUFFER}",
+            "--max_stop_strings=16"], cls.work, http=True)
+        cls.servers.append(cls.verifysvc)
+        keys_file = os.path.join(cls.work, "keys")
+        with open(keys_file, "w") as f:
+            f.write(f"{KEY_A} team-a\n{KEY_SLOW} team-slow 0.2\n")
+        cls.keyed = Server("verifysvc_keys", [
+            VERIFYSVC, f"--draftsvc={draftsvc_addr}",
+            f"--api_keys_file={keys_file}"], cls.work, http=True)
+        cls.servers.append(cls.keyed)
+        cls.port = cls.verifysvc.http_port()
+        cls.grpc = Client(f"127.0.0.1:{cls.verifysvc.grpc_port()}")
+        cls.grpc.wait_ready(300)
+        cls.base_url = f"http://127.0.0.1:{cls.port}/v1"
+        cls.wait_serving(cls.port)
+        cls.client = openai.OpenAI(base_url=cls.base_url, api_key="unused",
+                                   max_retries=0, timeout=300)
+        cls.model = cls.client.models.list().data[0].id
+        cls.keyed_port = cls.keyed.http_port()
+        cls.wait_serving(cls.keyed_port)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.grpc.close()
+        for server in reversed(cls.servers):
+            server.stop()
+
+    @staticmethod
+    def wait_serving(port, timeout=300.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code \
+                        == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("verifysvc's HTTP front never became healthy")
+
+    def cancelled(self):
+        return self.grpc.stats().requests_cancelled
+
+    # --- the openai package: outputs -------------------------------------
+
+    def test_models_and_health(self):
+        models = self.client.models.list()
+        self.assertEqual(len(models.data), 1)
+        self.assertTrue(models.data[0].id)
+        health = httpx.get(f"http://127.0.0.1:{self.port}/health")
+        self.assertEqual(health.status_code, 200)
+        self.assertEqual(health.json(), {"status": "serving"})
+
+    def test_chat_greedy_matches_grpc(self):
+        reply = self.client.chat.completions.create(
+            model=self.model, messages=CHAT, max_tokens=24, temperature=0)
+        expected = self.grpc.complete(
+            chat=[(m["role"], m["content"]) for m in CHAT],
+            max_new_tokens=24, temperature=0)
+        self.assertEqual(reply.object, "chat.completion")
+        self.assertTrue(reply.id.startswith("chatcmpl-"))
+        self.assertEqual(reply.choices[0].message.role, "assistant")
+        self.assertEqual(reply.choices[0].message.content, expected.text)
+        self.assertEqual(reply.usage.completion_tokens,
+                         expected.usage.output_tokens)
+        self.assertEqual(reply.usage.prompt_tokens,
+                         expected.usage.prompt_tokens)
+        self.assertEqual(reply.usage.total_tokens,
+                         reply.usage.prompt_tokens +
+                         reply.usage.completion_tokens)
+        self.assertIn(reply.choices[0].finish_reason, ("stop", "length"))
+        lookahead = reply.usage.model_extra["lookahead"]
+        self.assertGreaterEqual(lookahead["edl"], 1.0)
+        self.assertGreater(lookahead["decoding_steps"], 0)
+
+    def test_chat_stream_with_usage(self):
+        plain = self.client.chat.completions.create(
+            model=self.model, messages=CHAT, max_tokens=32, temperature=0)
+        chunks = list(self.client.chat.completions.create(
+            model=self.model, messages=CHAT, max_tokens=32, temperature=0,
+            stream=True, stream_options={"include_usage": True}))
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        text = "".join(c.choices[0].delta.content or "" for c in chunks
+                       if c.choices)
+        self.assertEqual(text, plain.choices[0].message.content)
+        finishes = [c.choices[0].finish_reason for c in chunks
+                    if c.choices and c.choices[0].finish_reason]
+        self.assertEqual(finishes, [plain.choices[0].finish_reason])
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens,
+                         plain.usage.completion_tokens)
+        self.assertIn("sources", chunks[-1].usage.model_extra["lookahead"])
+        # Without include_usage no chunk has usage.
+        chunks = list(self.client.chat.completions.create(
+            model=self.model, messages=CHAT, max_tokens=8, temperature=0,
+            stream=True))
+        self.assertTrue(all(c.usage is None for c in chunks))
+
+    def test_completions_seeded_matches_grpc(self):
+        kwargs = dict(max_tokens=40, temperature=0.8, top_p=0.95, seed=7)
+        expected = self.grpc.complete(PROMPT, max_new_tokens=40,
+                                      temperature=0.8, top_p=0.95, seed=7)
+        reply = self.client.completions.create(model=self.model,
+                                               prompt=PROMPT, **kwargs)
+        self.assertEqual(reply.object, "text_completion")
+        self.assertEqual(reply.choices[0].text, expected.text)
+        streamed = "".join(
+            c.choices[0].text for c in self.client.completions.create(
+                model=self.model, prompt=PROMPT, stream=True, **kwargs)
+            if c.choices)
+        self.assertEqual(streamed, expected.text)
+        # Another seed, another text (the seed is really used).
+        other = self.client.completions.create(
+            model=self.model, prompt=PROMPT, max_tokens=40, temperature=0.8,
+            top_p=0.95, seed=8)
+        self.assertNotEqual(other.choices[0].text, expected.text)
+
+    def test_completions_greedy_token_ids_and_stop(self):
+        ids = self.grpc.tokenize(PROMPT)
+        expected = self.grpc.complete(tokens=list(ids), max_new_tokens=20,
+                                      temperature=0)
+        reply = self.client.completions.create(
+            model=self.model, prompt=list(ids), max_tokens=20, temperature=0)
+        self.assertEqual(reply.choices[0].text, expected.text)
+        self.assertEqual(reply.choices[0].finish_reason,
+                         "length" if expected.finish_reason ==
+                         "FINISH_REASON_LENGTH" else "stop")
+        # A stop string ends it early, without the stop string.
+        word = expected.text.split()[1]
+        stopped = self.client.completions.create(
+            model=self.model, prompt=list(ids), max_tokens=20, temperature=0,
+            stop=[word])
+        self.assertEqual(stopped.choices[0].finish_reason, "stop")
+        self.assertNotIn(word, stopped.choices[0].text)
+        self.assertTrue(expected.text.startswith(stopped.choices[0].text))
+
+    def test_lookahead_extension(self):
+        reply = self.client.chat.completions.create(
+            model=self.model, messages=CHAT, max_tokens=16, temperature=0,
+            extra_body={"lookahead": {"mode": "off"}})
+        self.assertEqual(reply.usage.model_extra["lookahead"]["draft_tokens"],
+                         0)
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(
+                model=self.model, messages=CHAT, max_tokens=4,
+                extra_body={"lookahead": {"decoding_length": 100000}})
+        self.assertEqual(e.exception.body["param"],
+                         "lookahead.decoding_length")
+
+    # --- the openai package: errors --------------------------------------
+
+    def assertBadRequest(self, param, message, **kwargs):
+        args = dict(model=self.model, messages=CHAT, max_tokens=4)
+        args.update(kwargs)
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(**args)
+        self.assertEqual(e.exception.status_code, 400)
+        self.assertEqual(e.exception.body["param"], param)
+        self.assertEqual(e.exception.body["type"], "invalid_request_error")
+        self.assertIn(message, e.exception.body["message"])
+
+    def test_bad_requests(self):
+        self.assertBadRequest("n", "n = 2 is not supported", n=2)
+        self.assertBadRequest("logprobs", "logprobs is not supported",
+                              logprobs=True)
+        self.assertBadRequest("top_logprobs", "not supported",
+                              top_logprobs=2)
+        self.assertBadRequest("max_tokens", "max_tokens = -1 must be >= 1",
+                              max_tokens=-1)
+        self.assertBadRequest("max_tokens", "max_tokens", max_tokens=10**15)
+        self.assertBadRequest("temperature", "temperature must be a number",
+                              temperature="hot")
+        self.assertBadRequest("stop", "stop has 10000 strings; use at most 16",
+                              stop=[f"s{i}" for i in range(10000)])
+        self.assertBadRequest("messages[0].role", "messages[0].role is",
+                              messages=[{"role": "tool", "content": "x"}])
+        self.assertBadRequest("messages", "messages is required",
+                              messages=None)
+        # Unknown fields are ignored, as OpenAI does.
+        reply = self.client.chat.completions.create(
+            model=self.model, messages=CHAT, max_tokens=2, temperature=0,
+            user="someone", extra_body={"not_a_field": [1, {"x": 2}]})
+        self.assertEqual(reply.usage.completion_tokens, 2)
+
+    def test_unknown_model_is_not_found(self):
+        with self.assertRaises(openai.NotFoundError) as e:
+            self.client.chat.completions.create(model="gpt-4", messages=CHAT)
+        self.assertEqual(e.exception.body["code"], "model_not_found")
+        self.assertIn(self.model, e.exception.body["message"])
+        with self.assertRaises(openai.NotFoundError):
+            self.client.completions.create(model="gpt-4", prompt="x")
+
+    # --- raw HTTP: what clients should not send --------------------------
+
+    def test_malformed_and_invalid_utf8_bodies(self):
+        for body, message in [
+                (b'{"model": ', b"not valid JSON"),
+                (b'{"model": "m", "prompt": "a\xff\xfe"}', b"not valid JSON"),
+                (b"[1, 2, 3]", b"must be a JSON object"),
+                (b'{"model": "x", "prompt": ' + b"[" * 200 + b"]" * 200 +
+                 b"}", b"nests deeper than 32")]:
+            status, headers, got = raw_request(
+                self.port, post("/v1/completions", body))
+            self.assertEqual(status, 400, got)
+            self.assertIn(message, got)
+            self.assertEqual(json.loads(got)["error"]["type"],
+                             "invalid_request_error")
+
+    def test_body_over_cap_is_413_before_it_is_read(self):
+        # Only the head is sent: the answer must come from Content-Length.
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+                f"Content-Length: {MAX_BODY * 40}\r\n\r\n").encode()
+        with socket.create_connection(("127.0.0.1", self.port),
+                                      timeout=10) as s:
+            s.sendall(head + b"{" * 1000)
+            status, headers, body = parse_response(read_all(s))
+        self.assertEqual(status, 413)
+        self.assertIn(str(MAX_BODY).encode(), body)
+        self.assertIn(b"--http_max_body_bytes", body)
+        self.assertEqual(headers.get("connection"), "close")
+        # A chunked body that grows past the cap: 413 too.
+        chunk = b"x" * 65536
+        data = (b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" +
+                (b"10000\r\n" + chunk + b"\r\n") * 5 + b"0\r\n\r\n")
+        with socket.create_connection(("127.0.0.1", self.port),
+                                      timeout=10) as s:
+            try:
+                s.sendall(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            status, _, _ = parse_response(read_all(s))
+        self.assertEqual(status, 413)
+
+    def test_paths_and_methods(self):
+        status, _, body = raw_request(
+            self.port, b"GET /v1/engines HTTP/1.1\r\nHost: t\r\n"
+            b"Connection: close\r\n\r\n")
+        self.assertEqual(status, 404)
+        self.assertEqual(json.loads(body)["error"]["type"], "not_found_error")
+        status, headers, body = raw_request(
+            self.port, b"GET /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+            b"Connection: close\r\n\r\n")
+        self.assertEqual(status, 405)
+        self.assertEqual(headers.get("allow"), "POST")
+        self.assertIn(b"use POST", body)
+        status, headers, _ = raw_request(
+            self.port, post("/health", "{}"))
+        self.assertEqual(status, 405)
+        self.assertEqual(headers.get("allow"), "GET")
+
+    def test_half_open_connections_are_closed(self):
+        start = time.monotonic()
+        with socket.create_connection(("127.0.0.1", self.port),
+                                      timeout=30) as idle, \
+                socket.create_connection(("127.0.0.1", self.port),
+                                         timeout=30) as partial:
+            partial.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
+                            b"Content-Length: 100\r\n\r\n{\"model\"")
+            self.assertEqual(idle.recv(100), b"")
+            self.assertEqual(partial.recv(100), b"")
+        elapsed = time.monotonic() - start
+        self.assertLess(elapsed, 15)
+        self.assertGreater(elapsed, READ_TIMEOUT_MS / 1000 * 0.5)
+        self.assertEqual(httpx.get(f"{self.base_url}/models").status_code,
+                         200)
+
+    def stream_request(self, max_tokens):
+        body = json.dumps({
+            "model": self.model, "prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,",
+            "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "lookahead": {"mode": "off"}})
+        return post("/v1/completions", body)
+
+    def test_client_disconnect_cancels_generation(self):
+        before = self.cancelled()
+        with socket.create_connection(("127.0.0.1", self.port),
+                                      timeout=60) as s:
+            s.sendall(self.stream_request(1500))
+            got = b""
+            while got.count(b"data: ") < 3:
+                got += s.recv(4096)
+            self.assertIn(b"200 OK", got)
+        deadline = time.monotonic() + 30
+        while self.cancelled() == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.cancelled(), before + 1)
+
+    def test_stalled_reader_is_cancelled_and_others_are_served(self):
+        before = self.cancelled()
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(60)
+        s.connect(("127.0.0.1", self.port))
+        try:
+            s.sendall(self.stream_request(1800))  # and never read
+            # Others are served meanwhile.
+            reply = self.client.completions.create(
+                model=self.model, prompt=PROMPT, max_tokens=8, temperature=0)
+            self.assertEqual(reply.usage.completion_tokens, 8)
+            deadline = time.monotonic() + 120
+            while self.cancelled() == before and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(self.cancelled(), before + 1)
+            # What was sent ends without [DONE]: the server closed it.
+            data = read_all(s)
+            self.assertIn(b"200 OK", data)
+            self.assertNotIn(b"[DONE]", data)
+        finally:
+            s.close()
+        self.assertEqual(self.grpc.stats().running_sequences, 0)
+
+    # --- keys ------------------------------------------------------------
+
+    def keyed_client(self, key):
+        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.keyed_port}/v1",
+                             api_key=key, max_retries=0, timeout=300)
+
+    def test_keys(self):
+        ok = self.keyed_client(KEY_A).chat.completions.create(
+            model=self.model, messages=CHAT, max_tokens=2, temperature=0)
+        self.assertEqual(ok.usage.completion_tokens, 2)
+        for key in ("wrong-key", ""):
+            with self.assertRaises(openai.AuthenticationError) as e:
+                self.keyed_client(key).chat.completions.create(
+                    model=self.model, messages=CHAT, max_tokens=2)
+            self.assertEqual(e.exception.status_code, 401)
+            self.assertNotIn(KEY_A, e.exception.body["message"])
+        with self.assertRaises(openai.PermissionDeniedError) as e:
+            self.keyed_client(KEY_A).chat.completions.create(
+                model=self.model, messages=CHAT, max_tokens=2,
+                extra_body={"lookahead": {"namespace": "team-b"}})
+        self.assertIn("team-b", e.exception.body["message"])
+        self.assertEqual(e.exception.body["param"], "lookahead.namespace")
+        slow = self.keyed_client(KEY_SLOW)
+        with self.assertRaises(openai.RateLimitError) as e:
+            for _ in range(3):
+                slow.chat.completions.create(
+                    model=self.model, messages=CHAT, max_tokens=1)
+        self.assertEqual(e.exception.status_code, 429)
+        self.assertGreaterEqual(
+            int(e.exception.response.headers["retry-after"]), 1)
+        # /health stays open for probes; /v1/models needs a key.
+        self.assertEqual(httpx.get(
+            f"http://127.0.0.1:{self.keyed_port}/health").status_code, 200)
+        with self.assertRaises(openai.AuthenticationError):
+            self.keyed_client("wrong-key").models.list()
+
+
+class LoadingTest(unittest.TestCase):
+    def test_503_while_loading_then_200(self):
+        work = tempfile.mkdtemp(prefix="openai_loading.")
+        server = Server("verifysvc", [VERIFYSVC, "--draftsvc="], work,
+                        http=True)
+        try:
+            port = server.http_port()
+            first = httpx.get(f"http://127.0.0.1:{port}/health")
+            self.assertEqual(first.status_code, 503, server.log())
+            self.assertEqual(first.json(), {"status": "loading"})
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1",
+                                   api_key="x", max_retries=0)
+            with self.assertRaises(openai.InternalServerError) as e:
+                client.completions.create(model="m", prompt="x")
+            self.assertEqual(e.exception.status_code, 503)
+            self.assertIn("loading", e.exception.body["message"])
+            self.assertEqual(e.exception.response.headers["retry-after"], "1")
+            OpenAiFrontTest.wait_serving(port)
+        finally:
+            server.stop()
+
+    def test_https_with_the_tls_flags(self):
+        work = tempfile.mkdtemp(prefix="openai_tls.")
+        cert, key = os.path.join(work, "cert.pem"), os.path.join(work, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048",
+                        "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", key, "-out", cert],
+                       check=True, capture_output=True)
+        server = Server("verifysvc", [
+            VERIFYSVC, "--draftsvc=", f"--tls_cert_file={cert}",
+            f"--tls_key_file={key}"], work, http=True)
+        try:
+            port = server.http_port()
+            url = f"https://127.0.0.1:{port}"
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if httpx.get(f"{url}/health", verify=cert).status_code == 200:
+                    break
+                time.sleep(0.05)
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="x",
+                                   max_retries=0,
+                                   http_client=httpx.Client(verify=cert))
+            model = client.models.list().data[0].id
+            reply = client.completions.create(model=model, prompt=PROMPT,
+                                              max_tokens=4, temperature=0)
+            self.assertEqual(reply.usage.completion_tokens, 4)
+            # Plaintext HTTP to the HTTPS port gets no answer.
+            with self.assertRaises(httpx.TransportError):
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+            # A client that does not trust the certificate is refused.
+            with self.assertRaises(httpx.ConnectError):
+                httpx.get(f"{url}/health")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

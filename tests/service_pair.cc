@@ -31,10 +31,6 @@ int ReadPort(const std::string& path) {
 }
 
 namespace v1 = ::lookahead::v1;
-// Whether verifysvc has the HTTP front's --http_port (then every verifysvc
-// gets --http_port=0 and a port file, so parallel tests never collide on
-// its default port 8000).
-constexpr bool kHttpFront = false;
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -228,16 +224,11 @@ absl::StatusOr<ServicePair::Ports> ServicePair::SpawnVerifysvc(
     addresses.push_back(draftsvc_address(shard));
   }
   std::vector<std::string> args = {
-      binary,
-      "--host=127.0.0.1",
-      "--port=0",
-      "--metrics_port=0",
+      binary, "--host=127.0.0.1", "--port=0", "--metrics_port=0",
       "--metrics_port_file=" + metrics_file,
+      // A free HTTP port each, so parallel tests never collide on 8000.
+      "--http_port=0", "--http_port_file=" + http_file,
       absl::StrCat("--draftsvc=", absl::StrJoin(addresses, ","))};
-  if (kHttpFront) {
-    args.push_back("--http_port=0");
-    args.push_back("--http_port_file=" + http_file);
-  }
   args.insert(args.end(), options_.verifysvc_flags.begin(),
               options_.verifysvc_flags.end());
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());

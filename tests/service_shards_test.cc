@@ -71,6 +71,16 @@ class ServiceShardsTest : public ::testing::Test {
                       pair_->draftsvc_address(0))});
     ASSERT_TRUE(b.ok()) << b.status();
     ASSERT_EQ(*b, kB);
+    // Each replica's HTTP front took a port of its own.
+    for (int replica : {kA, kB}) {
+      ASSERT_GT(pair_->http_port(replica), 0) << replica;
+      httplib::Client client("127.0.0.1", pair_->http_port(replica));
+      client.set_read_timeout(std::chrono::seconds(10));
+      httplib::Result health = client.Get("/health");
+      ASSERT_TRUE(health) << "replica " << replica << ": no HTTP /health";
+      EXPECT_EQ(health->status, 200) << health->body;
+    }
+    EXPECT_NE(pair_->http_port(kA), pair_->http_port(kB));
   }
   static void TearDownTestSuite() {
     delete pair_;

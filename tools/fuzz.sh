@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader (engine/gguf/gguf.cc + dequant.cc) with libFuzzer and
-# AddressSanitizer for a bounded time. Exits non-zero iff the build fails or
-# the fuzzer finds a crash (the reproducer is kept under $WORK/artifacts).
+# Fuzzes, with libFuzzer and AddressSanitizer for a bounded time split
+# between them, the GGUF reader (engine/gguf/gguf.cc + dequant.cc) and the
+# OpenAI JSON -> request mapping of verifysvc's HTTP front
+# (verifysvc/api/openai_api.cc, target verifysvc/api/fuzz/openai_fuzz.cc).
+# Exits non-zero iff a build fails or a fuzzer finds a crash (the reproducer
+# is kept under $WORK/artifacts or $WORK/openai/artifacts).
 #
-#   tools/fuzz.sh [SECONDS]        # default 60
+#   tools/fuzz.sh [SECONDS]        # default 60, half to each target
 #
 # Built directly with clang++ (no Bazel). The corpus starts from files made
 # by engine/testing/gguf_writer (every value type, every tensor type id) plus the
@@ -13,7 +16,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-readonly SECONDS_TO_RUN="${1:-60}"
+readonly TOTAL_SECONDS="${1:-60}"
+readonly SECONDS_TO_RUN=$(((TOTAL_SECONDS + 1) / 2))  # the GGUF target's
+readonly OPENAI_SECONDS=$((TOTAL_SECONDS / 2 > 0 ? TOTAL_SECONDS / 2 : 1))
 readonly WORK="${LOOKAHEAD_FUZZ_DIR:-${TMPDIR:-/tmp}/lookahead-gguf-fuzz}"
 readonly CXX="${CXX_FUZZ:-clang++}"
 readonly MODEL="${LOOKAHEAD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -55,4 +60,42 @@ if ((rc != 0)); then
   exit "$rc"
 fi
 grep '^stat::' "$WORK/fuzz.log" || true
-echo "fuzz: OK, no crash in ${SECONDS_TO_RUN}s"
+echo "fuzz: GGUF OK, no crash in ${SECONDS_TO_RUN}s"
+
+# --- the OpenAI JSON mapping ---
+readonly OWORK="$WORK/openai"
+mkdir -p "$OWORK/corpus" "$OWORK/seeds" "$OWORK/artifacts"
+OPENAI_LIBS_TEXT="$(pkg-config --libs absl_status absl_statusor absl_strings \
+  absl_str_format absl_cord absl_random_random)"
+read -r -a OPENAI_LIBS <<<"$OPENAI_LIBS_TEXT"
+echo "fuzz: building the OpenAI mapping target with $CXX"
+"$CXX" "${FLAGS[@]}" -fsanitize=fuzzer,address,undefined \
+  -fno-sanitize-recover=undefined \
+  verifysvc/api/fuzz/openai_fuzz.cc verifysvc/api/openai_api.cc \
+  "${OPENAI_LIBS[@]}" -o "$OWORK/openai_fuzz"
+# Seeds: the first byte picks the endpoint (even: chat, odd: completions).
+seed() { printf '%s%s' "$2" "$3" >"$OWORK/seeds/$1"; }
+seed chat 0 '{"model":"model","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":8,"temperature":0.7,"top_p":0.9,"seed":3,"stop":["a","b"],"n":1,"logprobs":false,"user":"u","stream":true,"stream_options":{"include_usage":true},"lookahead":{"sources":["trie","ngram","assistant"],"decoding_length":8,"branch_length":4,"mode":"parallel","namespace":"ns","lookahead_window":2}}'
+seed text 1 '{"model":"model","prompt":"hello","max_completion_tokens":4,"stop":"x","echo":false,"best_of":1,"suffix":""}'
+seed ids 1 '{"model":"model","prompt":[[1,2,3]],"max_tokens":null,"logprobs":0}'
+seed wrong_types 0 '{"model":7,"messages":"x","max_tokens":"8","n":2,"logprobs":true,"top_logprobs":3,"logit_bias":{"1":2},"tools":[{}]}'
+seed bad_model 0 '{"model":"gpt-4","messages":[]}'
+seed bad_json 1 '{"model":"model","prompt":["a","b"],"max_tokens":-1,'
+seed nested 0 '{"model":"model","x":[[[[[[[[[[{"a":[1e999]}]]]]]]]]]]}'
+printf '0{"model":"model","messages":[{"role":"user","content":"\xff\xfe"}]}' \
+  >"$OWORK/seeds/bad_utf8"
+echo "fuzz: running the OpenAI mapping for ${OPENAI_SECONDS}s (log $OWORK/fuzz.log)"
+rc=0
+"$OWORK/openai_fuzz" -max_total_time="$OPENAI_SECONDS" -max_len=4096 \
+  -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+  -artifact_prefix="$OWORK/artifacts/" \
+  "$OWORK/corpus" "$OWORK/seeds" >"$OWORK/fuzz.log" 2>&1 || rc=$?
+if ((rc != 0)); then
+  tail -n 80 "$OWORK/fuzz.log" >&2
+  echo "fuzz: OpenAI mapping FAILED (exit $rc); reproducers in $OWORK/artifacts:" >&2
+  ls -l "$OWORK/artifacts" >&2
+  echo "replay one with: $OWORK/openai_fuzz <file>" >&2
+  exit "$rc"
+fi
+grep '^stat::' "$OWORK/fuzz.log" || true
+echo "fuzz: OK, no crash in ${SECONDS_TO_RUN}s (GGUF) + ${OPENAI_SECONDS}s (OpenAI mapping)"

@@ -154,7 +154,8 @@ class OpenAiFrontTest(unittest.TestCase):
             f"--http_read_timeout_ms={READ_TIMEOUT_MS}",
             f"--http_max_stream_buffer_bytes={STREAM_BUFFER}",
             f"--http_send_buffer_bytes={SEND_BUFFER}",
-            "--max_stop_strings=16"], cls.work, http=True)
+            "--max_stop_strings=16", "--max_queued=400"], cls.work,
+            http=True)
         cls.servers.append(cls.verifysvc)
         keys_file = os.path.join(cls.work, "keys")
         with open(keys_file, "w") as f:
@@ -464,6 +465,34 @@ class OpenAiFrontTest(unittest.TestCase):
         finally:
             s.close()
         self.assertEqual(self.grpc.stats().running_sequences, 0)
+
+    def test_260_concurrent_streams(self):
+        """260 SSE streams open at once on the one I/O thread: every one
+        completes, each equal to the same request sent alone."""
+        import asyncio
+        prompts = [f"{PROMPT} ({i})" for i in range(8)]
+        alone = [self.client.completions.create(
+            model=self.model, prompt=p, max_tokens=6, temperature=0)
+            .choices[0].text for p in prompts]
+
+        async def one(client, i):
+            stream = await client.completions.create(
+                model=self.model, prompt=prompts[i % 8], max_tokens=6,
+                temperature=0, stream=True)
+            return "".join([c.choices[0].text async for c in stream
+                            if c.choices])
+
+        async def run():
+            limits = httpx.Limits(max_connections=300)
+            async with openai.AsyncOpenAI(
+                    base_url=self.base_url, api_key="x", max_retries=0,
+                    timeout=600,
+                    http_client=httpx.AsyncClient(limits=limits)) as client:
+                return await asyncio.gather(
+                    *(one(client, i) for i in range(260)))
+
+        texts = asyncio.run(run())
+        self.assertEqual(texts, [alone[i % 8] for i in range(260)])
 
     # --- keys ------------------------------------------------------------
 

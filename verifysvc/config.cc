@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -368,6 +370,30 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   RETURN_IF_ERROR(SecurityFromFlags(&c));
   HttpFromFlags(&c);
   return c;
+}
+
+absl::StatusOr<std::unique_ptr<HttpFront>> StartHttpFront(
+    const VerifysvcConfig& config) {
+  if (config.http_port < 0) return nullptr;
+  ASSIGN_OR_RETURN(std::unique_ptr<HttpFront> http,
+                   HttpFront::Start(config.http));
+  std::printf("verifysvc: OpenAI API on %s://%s:%d/v1 (loading)\n",
+              config.tls.enabled() ? "https" : "http", config.host.c_str(),
+              http->port());
+  std::fflush(stdout);
+  return http;
+}
+
+absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetricsServer(
+    const VerifysvcConfig& config, const metrics::Registry* registry) {
+  ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> server,
+                   metrics::ServeMetrics(config.host, config.metrics_port,
+                                         config.metrics_port_file, registry));
+  if (server != nullptr) {
+    std::printf("verifysvc: metrics on http://%s:%d/metrics\n",
+                config.host.c_str(), server->port());
+  }
+  return server;
 }
 
 absl::StatusOr<std::unique_ptr<engine::PrefixCache>> AttachPrefixCache(

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/metrics_http.h"
 #include "common/tls_files.h"
 #include "engine/gguf/model_config.h"
 #include "engine/model/draft_tree.h"
@@ -91,6 +92,17 @@ absl::StatusOr<std::unique_ptr<engine::PrefixCache>> AttachPrefixCache(
 // "gRPC over TLS, API keys required, draftsvc over mutual TLS" or the
 // plaintext / no-keys words: what a start log line says about security.
 std::string DescribeSecurity(const VerifysvcConfig& config);
+
+// The OpenAI HTTP front of config.http, started before the model loads (it
+// answers 503 until HttpFront::Attach), its address printed; null iff
+// --http_port=-1.
+absl::StatusOr<std::unique_ptr<HttpFront>> StartHttpFront(
+    const VerifysvcConfig& config);
+
+// /metrics of `registry` on --metrics_port (metrics::ServeMetrics), its
+// address printed; null iff --metrics_port=-1.
+absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetricsServer(
+    const VerifysvcConfig& config, const metrics::Registry* registry);
 
 // Caps the context at the model's, defaults the prompt limit to the context
 // less one, and sets the vocabulary size.

@@ -25,7 +25,6 @@
 #include "engine/model/device_options.h"
 #include "verifysvc/api/generation_service.h"
 #include "verifysvc/api/grpc_server.h"
-#include "verifysvc/api/http_front.h"
 #include "verifysvc/api/model_info.h"
 #include "verifysvc/config.h"
 #include "verifysvc/draftsvc_client/sharded_draft_source.h"
@@ -38,15 +37,7 @@ namespace {
 absl::Status Run(VerifysvcConfig c) {
   ShutdownSignal shutdown;  // Before any thread exists.
   RETURN_IF_ERROR(engine::ConfigureThreads(c.threads));
-  // The HTTP front first: it answers 503 "loading" until Attach below.
-  std::unique_ptr<HttpFront> http;
-  if (c.http_port >= 0) {
-    ASSIGN_OR_RETURN(http, HttpFront::Start(c.http));
-    std::printf("verifysvc: OpenAI API on %s://%s:%d/v1 (loading)\n",
-                c.tls.enabled() ? "https" : "http", c.host.c_str(),
-                http->port());
-    std::fflush(stdout);
-  }
+  ASSIGN_OR_RETURN(auto http, StartHttpFront(c));  // 503 until Attach
 
   // The model, its tokenizer, and the limits they imply.
   const absl::Time load_start = absl::Now();
@@ -102,18 +93,10 @@ absl::Status Run(VerifysvcConfig c) {
       tokenizer.get(), scheduler.get(), c.limits,
       MakeModelInfo(*file, c.model_path, *model, *tokenizer, c.limits),
       c.api_keys.get());
-  if (http != nullptr) {
+  if (http)
     http->Attach({tokenizer.get(), scheduler.get(), c.limits,
-                  ModelName(*file, c.model_path),
-                  absl::ToUnixSeconds(load_start)});
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> metrics_server,
-                   metrics::ServeMetrics(c.host, c.metrics_port,
-                                         c.metrics_port_file, &registry));
-  if (metrics_server != nullptr) {
-    std::printf("verifysvc: metrics on http://%s:%d/metrics\n", c.host.c_str(),
-                metrics_server->port());
-  }
+                  ModelName(*file, c.model_path)});
+  ASSIGN_OR_RETURN(auto metrics_server, StartMetricsServer(c, &registry));
 
   int port = 0;
   ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
@@ -128,12 +111,11 @@ absl::Status Run(VerifysvcConfig c) {
   std::printf("verifysvc: signal %d, finishing running requests\n", signal);
   std::fflush(stdout);
   server->GetHealthCheckService()->SetServingStatus(false);
-  if (http != nullptr) http->Drain();  // new HTTP requests: 503
+  if (http) http->Drain();  // new HTTP requests: 503
   // New requests now get UNAVAILABLE; running ones finish within the grace.
   scheduler->Shutdown(c.shutdown_grace);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
-  if (http != nullptr) http->Stop();
   if (metrics_server != nullptr) metrics_server->Stop();
   std::printf("verifysvc: stopped after %s\n",
               Scheduler::Describe(scheduler->Stats()).c_str());

@@ -75,6 +75,8 @@ class HttpFront::Impl {
   }
   void Attach(HttpBackend backend) {
     backend.limits = FitLimitsToTokenizer(backend.limits, *backend.tokenizer);
+    if (backend.created == 0)
+      backend.created = absl::ToUnixSeconds(absl::Now());
     asio::post(io_, [this, backend = std::move(backend)]() mutable {
       backend_ = std::move(backend);
       if (state_ == FrontState::kLoading) state_ = FrontState::kServing;

@@ -60,13 +60,14 @@ struct HttpFrontOptions {
 };
 
 // What requests are served with, once the model is loaded. Not owned; all
-// must outlive the HttpFront.
+// must outlive the HttpFront, and the scheduler must be shut down (every
+// sink finished) before the HttpFront is destroyed.
 struct HttpBackend {
   const engine::Tokenizer* tokenizer = nullptr;
   Scheduler* scheduler = nullptr;
   RequestLimits limits;  // fitted to the tokenizer by Attach
   std::string model_name;
-  int64_t created = 0;  // the model's "created" (Unix seconds)
+  int64_t created = 0;  // /v1/models' "created" (Unix seconds); 0 = now
 };
 
 class HttpFront {

@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -531,7 +532,9 @@ class OpenAiFrontTest(unittest.TestCase):
             self.keyed_client("wrong-key").models.list()
 
 
-class LoadingTest(unittest.TestCase):
+class LifecycleTest(unittest.TestCase):
+    """Separate verifysvc processes: loading, draining, HTTPS."""
+
     def test_503_while_loading_then_200(self):
         work = tempfile.mkdtemp(prefix="openai_loading.")
         server = Server("verifysvc", [VERIFYSVC, "--draftsvc="], work,
@@ -552,6 +555,62 @@ class LoadingTest(unittest.TestCase):
         finally:
             server.stop()
 
+    def drain_server(self, grace_ms):
+        work = tempfile.mkdtemp(prefix="openai_drain.")
+        server = Server("verifysvc", [VERIFYSVC, "--draftsvc=",
+                                      f"--shutdown_grace_ms={grace_ms}"],
+                        work, http=True)
+        port = server.http_port()
+        OpenAiFrontTest.wait_serving(port)
+        model = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()
+        body = json.dumps({"model": model["data"][0]["id"],
+                           "prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,",
+                           "max_tokens": 400, "temperature": 0,
+                           "stream": True})
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        s.sendall(post("/v1/completions", body))
+        got = b""
+        while got.count(b"data: ") < 2:
+            got += s.recv(4096)
+        server.process.send_signal(signal.SIGTERM)
+        return server, port, s, got
+
+    def test_drain_finishes_running_streams_and_refuses_new_ones(self):
+        server, port, s, got = self.drain_server(grace_ms=60000)
+        try:
+            deadline = time.monotonic() + 30
+            health = None
+            while time.monotonic() < deadline:
+                health = httpx.get(f"http://127.0.0.1:{port}/health")
+                if health.status_code == 503:
+                    break
+                time.sleep(0.01)
+            self.assertEqual(health.json(), {"status": "draining"})
+            refused = httpx.post(f"http://127.0.0.1:{port}/v1/completions",
+                                 json={"model": "m", "prompt": "x"})
+            self.assertEqual(refused.status_code, 503)
+            self.assertIn("draining", refused.json()["error"]["message"])
+            got += read_all(s)
+            self.assertIn(b'"finish_reason":"length"', got)
+            self.assertTrue(got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"),
+                            got[-200:])
+            self.assertEqual(server.process.wait(timeout=60), 0)
+        finally:
+            s.close()
+            server.stop()
+
+    def test_error_after_the_stream_began_is_an_error_event(self):
+        server, port, s, got = self.drain_server(grace_ms=1)
+        try:
+            got += read_all(s)
+            last = got.rstrip(b"\r\n0").split(b"data: ")[-1]
+            error = json.loads(last.split(b"\r\n")[0])["error"]
+            self.assertEqual(error["type"], "service_unavailable")
+            self.assertNotIn(b"[DONE]", got)
+        finally:
+            s.close()
+            server.stop()
+
     def test_https_with_the_tls_flags(self):
         work = tempfile.mkdtemp(prefix="openai_tls.")
         cert, key = os.path.join(work, "cert.pem"), os.path.join(work, "key.pem")
@@ -566,14 +625,15 @@ class LoadingTest(unittest.TestCase):
         try:
             port = server.http_port()
             url = f"https://127.0.0.1:{port}"
+            trust = ssl.create_default_context(cafile=cert)
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
-                if httpx.get(f"{url}/health", verify=cert).status_code == 200:
+                if httpx.get(f"{url}/health", verify=trust).status_code == 200:
                     break
                 time.sleep(0.05)
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="x",
                                    max_retries=0,
-                                   http_client=httpx.Client(verify=cert))
+                                   http_client=httpx.Client(verify=trust))
             model = client.models.list().data[0].id
             reply = client.completions.create(model=model, prompt=PROMPT,
                                               max_tokens=4, temperature=0)

@@ -41,6 +41,8 @@ constexpr uint32_t kMaxHeaderBytes = 16 << 10;
 // Bytes a client may send ahead (a pipelined request) while its generation
 // runs; past it the server stops watching the socket until it answers.
 constexpr size_t kMaxReadAheadBytes = 64 << 10;
+// How long Stop lets answers in flight finish before closing them.
+constexpr std::chrono::seconds kStopLinger(2);
 
 enum class FrontState { kLoading, kServing, kDraining };
 
@@ -94,6 +96,9 @@ class HttpFront::Impl {
   void Accept();
   template <class Stream>
   void StartConnection(Stream stream);
+  // Stop's second half, on the I/O thread: closes connections as they go
+  // idle, all of them at stop_deadline_, then stops the loop.
+  void CloseWhenIdle();
 
   tcp::acceptor acceptor_;
   ssl::context tls_;
@@ -102,6 +107,7 @@ class HttpFront::Impl {
   asio::steady_timer accept_retry_{io_};
   std::thread thread_;
   bool stopped_ = false;  // guarded by being touched only by Stop's caller
+  std::chrono::steady_clock::time_point stop_deadline_;  // I/O thread
 
  public:
   // I/O thread only.
@@ -116,6 +122,9 @@ class HttpFront::Impl::ConnectionBase {
  public:
   virtual ~ConnectionBase() = default;
   virtual void Close() = 0;
+  // Whether it is answering: a generation runs or a response is being
+  // written (Stop lets these finish for a moment).
+  virtual bool Busy() const = 0;
   virtual void OnOutput(GenerationOutput output) = 0;
   virtual void OnFinish(absl::Status status) = 0;
 };
@@ -195,6 +204,8 @@ class HttpFront::Impl::Connection final
     Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
     Lowest().close();
   }
+
+  bool Busy() const override { return generating_ || writing_; }
 
   void OnOutput(GenerationOutput output) override {
     if (closed_ || !responder_.has_value()) return;
@@ -651,11 +662,23 @@ void HttpFront::Impl::Stop() {
     error_code ignored;
     acceptor_.close(ignored);
     accept_retry_.cancel();
-    std::vector<ConnectionBase*> open(connections_.begin(), connections_.end());
-    for (ConnectionBase* c : open) c->Close();
-    io_.stop();
+    stop_deadline_ = std::chrono::steady_clock::now() + kStopLinger;
+    CloseWhenIdle();
   });
   thread_.join();
+}
+
+void HttpFront::Impl::CloseWhenIdle() {
+  // Idle connections close now; answers in flight (a drained stream's last
+  // events) get until the deadline.
+  std::vector<ConnectionBase*> open(connections_.begin(), connections_.end());
+  const bool late = std::chrono::steady_clock::now() >= stop_deadline_;
+  for (ConnectionBase* c : open) {
+    if (late || !c->Busy()) c->Close();
+  }
+  if (connections_.empty()) return io_.stop();
+  accept_retry_.expires_after(std::chrono::milliseconds(10));
+  accept_retry_.async_wait([this](error_code) { CloseWhenIdle(); });
 }
 
 absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(

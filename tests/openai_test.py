@@ -555,6 +555,31 @@ class LifecycleTest(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_connection_cap(self):
+        work = tempfile.mkdtemp(prefix="openai_cap.")
+        server = Server("verifysvc", [VERIFYSVC, "--draftsvc=",
+                                      "--http_max_connections=3"],
+                        work, http=True)
+        try:
+            port = server.http_port()
+            OpenAiFrontTest.wait_serving(port)
+            held = [socket.create_connection(("127.0.0.1", port), timeout=10)
+                    for _ in range(3)]
+            time.sleep(0.2)  # accepted, each waiting for its request
+            with socket.create_connection(("127.0.0.1", port),
+                                          timeout=10) as extra:
+                start = time.monotonic()
+                self.assertEqual(read_all(extra), b"")  # closed at once
+                self.assertLess(time.monotonic() - start, 5)
+            held.pop().close()
+            time.sleep(0.2)
+            self.assertEqual(httpx.get(
+                f"http://127.0.0.1:{port}/health").status_code, 200)
+            for s in held:
+                s.close()
+        finally:
+            server.stop()
+
     def drain_server(self, grace_ms):
         work = tempfile.mkdtemp(prefix="openai_drain.")
         server = Server("verifysvc", [VERIFYSVC, "--draftsvc=",

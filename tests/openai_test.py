@@ -492,8 +492,27 @@ class OpenAiFrontTest(unittest.TestCase):
                 return await asyncio.gather(
                     *(one(client, i) for i in range(260)))
 
-        texts = asyncio.run(run())
+        import threading
+        tasks = f"/proc/{self.verifysvc.process.pid}/task"
+        threads_before = len(os.listdir(tasks))
+        most = [threads_before]
+        done = threading.Event()
+
+        def sample():
+            while not done.wait(0.01):
+                most[0] = max(most[0], len(os.listdir(tasks)))
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            texts = asyncio.run(run())
+        finally:
+            done.set()
+            sampler.join()
         self.assertEqual(texts, [alone[i % 8] for i in range(260)])
+        # No thread per connection or stream.
+        self.assertLessEqual(most[0], threads_before + 2,
+                             (threads_before, most[0]))
 
     # --- keys ------------------------------------------------------------
 

@@ -9,10 +9,21 @@
 # services cleanly (SIGTERM: verifysvc drains, draftsvc flushes).
 #
 #   tools/demo.sh ["another question"]
+#   tools/demo.sh --http ["another question"]  # through the OpenAI API
 #   LOOKAHEAD_DEMO_SOURCES=trie,ngram tools/demo.sh   # choose the sources
+#
+# With --http the same job goes through verifysvc's OpenAI-compatible HTTP
+# front with the official `openai` package (clients/python/examples/
+# rag_openai.py): EDL from the response's usage.lookahead, times from the
+# client's clock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+front=grpc
+if [[ ${1:-} == --http ]]; then
+  front=http
+  shift
+fi
 readonly QUESTION="${1:-What may you add as a Front-Cover Text to a Modified Version?}"
 
 tools/setup.sh
@@ -36,9 +47,17 @@ echo "verifysvc on $verifysvc"
 grep -m2 -E "model|forward ms" "$work/verifysvc.log" || true
 echo
 
-/usr/bin/python3 clients/python/examples/rag.py --server="$verifysvc" \
-  --question="$QUESTION" --stats \
-  ${LOOKAHEAD_DEMO_SOURCES:+--sources="$LOOKAHEAD_DEMO_SOURCES"}
+if [[ $front == http ]]; then
+  base_url="http://127.0.0.1:$(cat "$work/verifysvc.http_port")/v1"
+  echo "OpenAI API on $base_url"
+  .venv/bin/python clients/python/examples/rag_openai.py \
+    --base_url="$base_url" --question="$QUESTION" --stats \
+    ${LOOKAHEAD_DEMO_SOURCES:+--sources="$LOOKAHEAD_DEMO_SOURCES"}
+else
+  /usr/bin/python3 clients/python/examples/rag.py --server="$verifysvc" \
+    --question="$QUESTION" --stats \
+    ${LOOKAHEAD_DEMO_SOURCES:+--sources="$LOOKAHEAD_DEMO_SOURCES"}
+fi
 
 echo
 stop_servers  # Shows their clean shutdown lines.

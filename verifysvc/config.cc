@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/listen_host.h"
 #include "common/status_macros.h"
@@ -145,7 +146,7 @@ ABSL_FLAG(int, prefix_cache_mib, 512,
 ABSL_FLAG(int, prefix_cache_block_tokens, 32,
           "Prefix cache granularity: a prefix is reused up to its last whole "
           "block of this many tokens.");
-// --- keys and TLS (K) ---
+// --- keys and TLS ---
 ABSL_FLAG(std::string, api_keys_file, "",
           "API keys, one \"<key> <namespace> [<requests_per_second>]\" per "
           "line ('#' comments): every gRPC and HTTP request then needs "
@@ -170,7 +171,7 @@ ABSL_FLAG(std::string, draftsvc_client_key_file, "",
 // --- end keys and TLS ---
 ABSL_FLAG(int, shutdown_grace_ms, 10000,
           "On SIGTERM/SIGINT, running requests get this long to finish.");
-// --- the OpenAI-compatible HTTP front (H) ---
+// --- the OpenAI-compatible HTTP front ---
 ABSL_FLAG(int, http_port, 8000,
           "Port of the OpenAI-compatible HTTP API (POST /v1/chat/completions, "
           "POST /v1/completions, GET /v1/models, GET /health) on --host; 0 "
@@ -195,6 +196,10 @@ ABSL_FLAG(int64_t, http_max_stream_buffer_bytes, 1 << 20,
           "closed.");
 ABSL_FLAG(int, http_send_buffer_bytes, 0,
           "SO_SNDBUF of HTTP connections; 0 = the system's.");
+ABSL_FLAG(std::string, served_model_name, "",
+          "The model id of the HTTP API (GET /v1/models; a request's "
+          "\"model\" must equal it). Empty: the model file's name without "
+          "\".gguf\" (e.g. SmolLM2-135M-Instruct.Q4_1).");
 // --- end the OpenAI-compatible HTTP front ---
 
 namespace lookahead::verifysvc {
@@ -301,6 +306,13 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.port_file = absl::GetFlag(FLAGS_port_file);
   c.model_path = absl::GetFlag(FLAGS_model);
   if (c.model_path.empty()) c.model_path = engine::DefaultModelPath();
+  c.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (c.served_model_name.empty()) {
+    absl::string_view file = c.model_path;
+    file.remove_prefix(file.rfind('/') + 1);  // npos + 1 == 0
+    absl::ConsumeSuffix(&file, ".gguf");
+    c.served_model_name = std::string(file);
+  }
   c.tokenizer.parse_special_in_content =
       absl::GetFlag(FLAGS_parse_special_in_content);
   c.draftsvc = absl::GetFlag(FLAGS_draftsvc);

@@ -49,7 +49,7 @@ struct VerifysvcConfig {
   int metrics_port = 0;  // -1: no /metrics
   std::string metrics_port_file;
   absl::Duration shutdown_grace;
-  // --- keys and TLS (K) ---
+  // --- keys and TLS ---
   // --api_keys_file's keys, shared by the gRPC and HTTP fronts; null = no
   // keys (every request is served, in any namespace).
   std::shared_ptr<ApiKeys> api_keys;
@@ -67,6 +67,9 @@ struct VerifysvcConfig {
   // filled from the flags above). http_port -1: off.
   int http_port = 8000;
   HttpFrontOptions http;
+  // The HTTP API's model id (--served_model_name; default: the model
+  // file's name without ".gguf").
+  std::string served_model_name;
 };
 
 // Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT naming

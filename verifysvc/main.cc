@@ -93,9 +93,10 @@ absl::Status Run(VerifysvcConfig c) {
       tokenizer.get(), scheduler.get(), c.limits,
       MakeModelInfo(*file, c.model_path, *model, *tokenizer, c.limits),
       c.api_keys.get());
-  if (http)
+  if (http != nullptr) {
     http->Attach({tokenizer.get(), scheduler.get(), c.limits,
-                  ModelName(*file, c.model_path)});
+                  c.served_model_name});
+  }
   ASSIGN_OR_RETURN(auto metrics_server, StartMetricsServer(c, &registry));
 
   int port = 0;
@@ -111,7 +112,7 @@ absl::Status Run(VerifysvcConfig c) {
   std::printf("verifysvc: signal %d, finishing running requests\n", signal);
   std::fflush(stdout);
   server->GetHealthCheckService()->SetServingStatus(false);
-  if (http) http->Drain();  // new HTTP requests: 503
+  if (http != nullptr) http->Drain();  // new HTTP requests: 503
   // New requests now get UNAVAILABLE; running ones finish within the grace.
   scheduler->Shutdown(c.shutdown_grace);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

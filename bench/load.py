@@ -109,51 +109,59 @@ class Tally:
         }
 
 
+class Stream:
+    """One streamed answer as it arrives: text, time to first text, the
+    gaps between later texts, and the completion tokens usage reports."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.text, self.ttft, self.last, self.gaps, self.tokens = (
+            [], None, None, [], 0)
+
+    def add(self, text):
+        now = time.perf_counter()
+        if not text:
+            return
+        self.text.append(text)
+        if self.ttft is None:
+            self.ttft = now - self.start
+        else:
+            self.gaps.append(now - self.last)
+        self.last = now
+
+    def result(self):
+        return "".join(self.text), self.ttft, self.gaps, self.tokens
+
+
+def sampling(r):
+    return {k: r[k] for k in ("temperature", "top_p", "seed") if k in r}
+
+
 async def http_one(client, model, r):
     """Streams request `r` through the OpenAI API; (text, ttft, gaps,
     completion tokens)."""
-    start = time.perf_counter()
-    kwargs = {k: r[k] for k in ("temperature", "top_p", "seed") if k in r}
+    s = Stream()
     stream = await client.chat.completions.create(
         model=model, messages=r["messages"], max_tokens=r["max_tokens"],
-        stream=True, stream_options={"include_usage": True}, **kwargs)
-    text, ttft, last, gaps, tokens = [], None, None, [], 0
+        stream=True, stream_options={"include_usage": True}, **sampling(r))
     async for chunk in stream:
-        now = time.perf_counter()
         if chunk.usage is not None:
-            tokens = chunk.usage.completion_tokens
-        if not chunk.choices or not chunk.choices[0].delta.content:
-            continue
-        text.append(chunk.choices[0].delta.content)
-        if ttft is None:
-            ttft = now - start
-        else:
-            gaps.append(now - last)
-        last = now
-    return "".join(text), ttft, gaps, tokens
+            s.tokens = chunk.usage.completion_tokens
+        s.add(chunk.choices[0].delta.content if chunk.choices else None)
+    return s.result()
 
 
 async def grpc_one(stub, r):
     """Streams request `r` through the gRPC front; as http_one."""
     from lookahead_client.client import build_request
-    kwargs = {k: r[k] for k in ("temperature", "top_p", "seed") if k in r}
     request = build_request(chat=r["messages"], max_new_tokens=r["max_tokens"],
-                            **kwargs)
-    start = time.perf_counter()
-    text, ttft, last, gaps, tokens = [], None, None, [], 0
+                            **sampling(r))
+    s = Stream()
     async for message in stub.Generate(request):
-        now = time.perf_counter()
         if message.HasField("usage"):
-            tokens = message.usage.output_tokens
-        if not message.text:
-            continue
-        text.append(message.text)
-        if ttft is None:
-            ttft = now - start
-        else:
-            gaps.append(now - last)
-        last = now
-    return "".join(text), ttft, gaps, tokens
+            s.tokens = message.usage.output_tokens
+        s.add(message.text)
+    return s.result()
 
 
 async def drive(one, requests, references, streams, seconds, tally):

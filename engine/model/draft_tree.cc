@@ -4,6 +4,20 @@
 
 namespace lookahead::engine {
 
+const char* DraftSourceName(DraftSourceTag tag) {
+  switch (tag) {
+    case DraftSourceTag::kTrie:
+      return "trie";
+    case DraftSourceTag::kNgram:
+      return "ngram";
+    case DraftSourceTag::kAssistant:
+      return "assistant";
+    case DraftSourceTag::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
 void TrimDraft(DraftTree* tree, int max_nodes) {
   max_nodes = std::max(max_nodes, 0);
   if (tree->size() <= max_nodes) return;

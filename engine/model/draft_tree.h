@@ -21,6 +21,10 @@ enum class DraftSourceTag : uint8_t {
 };
 constexpr int kNumDraftSourceTags = 4;
 
+// "trie", "ngram", "assistant" or "unknown": the tag's name in metrics
+// labels and API responses.
+const char* DraftSourceName(DraftSourceTag tag);
+
 // A set of DraftSourceTags: bit (1 << tag) for each member.
 using DraftSourceSet = uint32_t;
 constexpr DraftSourceSet SourceBit(DraftSourceTag tag) {

@@ -445,24 +445,10 @@ const char* FinishName(FinishReason finish) {
   return finish == FinishReason::kLength ? "length" : "stop";
 }
 
-const char* SourceName(engine::DraftSourceTag source) {
-  switch (source) {
-    case engine::DraftSourceTag::kTrie:
-      return "trie";
-    case engine::DraftSourceTag::kNgram:
-      return "ngram";
-    case engine::DraftSourceTag::kAssistant:
-      return "assistant";
-    case engine::DraftSourceTag::kUnknown:
-      break;
-  }
-  return "unknown";
-}
-
 json UsageJson(const Usage& u) {
   json sources = json::array();
   for (const SourceUsage& s : u.sources) {
-    sources.push_back({{"source", SourceName(s.source)},
+    sources.push_back({{"source", engine::DraftSourceName(s.source)},
                        {"draft_tokens", s.draft_tokens},
                        {"accepted_draft_tokens", s.accepted_draft_tokens}});
   }

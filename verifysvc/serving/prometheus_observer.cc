@@ -108,7 +108,8 @@ absl::Status AddTokenSeries(const Series& s, int max_position,
           "them (a node several sources proposed counts for each).",
           {"model", "source"}));
   for (int t = 0; t < engine::kNumDraftSourceTags; ++t) {
-    const char* label = SourceLabel(static_cast<engine::DraftSourceTag>(t));
+    const char* label =
+        engine::DraftSourceName(static_cast<engine::DraftSourceTag>(t));
     m->draft_tokens_per_source.push_back(
         drafts_per_source->WithLabels({s.model, label}));
     m->accepted_tokens_per_source.push_back(
@@ -202,20 +203,6 @@ absl::Status AddPrefixCacheSeries(const Series& s, VerifierMetrics* m) {
 }
 
 }  // namespace
-
-const char* SourceLabel(engine::DraftSourceTag source) {
-  switch (source) {
-    case engine::DraftSourceTag::kTrie:
-      return "trie";
-    case engine::DraftSourceTag::kNgram:
-      return "ngram";
-    case engine::DraftSourceTag::kAssistant:
-      return "assistant";
-    case engine::DraftSourceTag::kUnknown:
-      break;
-  }
-  return "unknown";
-}
 
 absl::StatusOr<std::unique_ptr<VerifierMetrics>> VerifierMetrics::Create(
     metrics::Registry* registry, const std::string& model, int max_position) {

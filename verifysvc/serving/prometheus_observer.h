@@ -26,10 +26,6 @@
 
 namespace lookahead::verifysvc {
 
-// The `source` label value of a draft source tag: "unknown", "trie",
-// "ngram", "assistant".
-const char* SourceLabel(engine::DraftSourceTag source);
-
 struct VerifierMetrics {
   // Registers every series in `registry` (not owned; must outlive this).
   // `max_position`: deepest draft position with its own acceptance series.

@@ -12,6 +12,7 @@
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "common/port_file.h"
+#include "common/tcp_listen.h"
 
 namespace lookahead::metrics {
 namespace {
@@ -188,25 +189,7 @@ void MetricsServer::Impl::Stop() {
 }
 
 absl::Status MetricsServer::Impl::Bind(const std::string& host, int port) {
-  boost::system::error_code ec;
-  tcp::resolver resolver(io_);
-  const tcp::resolver::results_type endpoints =
-      resolver.resolve(host, std::to_string(port), ec);
-  if (!ec && !endpoints.empty()) {
-    const tcp::endpoint endpoint = endpoints.begin()->endpoint();
-    acceptor_.open(endpoint.protocol(), ec);
-    // SO_REUSEADDR allows a quick restart; no SO_REUSEPORT, which would let
-    // a second process bind the same port and steal half the scrapes.
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  }
-  if (ec || endpoints.empty()) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot bind the metrics server to ", host, ":", port,
-        "; is the port in use or the host not local? (", ec.message(), ")"));
-  }
-  return absl::OkStatus();
+  return Listen(&acceptor_, host, port, "the metrics server", "--metrics_port");
 }
 
 void MetricsServer::Impl::Accept() {

@@ -23,6 +23,7 @@
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
 #include "common/port_file.h"
+#include "common/tcp_listen.h"
 #include "verifysvc/api/openai_api.h"
 #include "verifysvc/serving/output.h"
 
@@ -601,21 +602,10 @@ absl::Status HttpFront::Impl::Init() {
     }
     use_tls_ = true;
   }
-  error_code ec;
-  tcp::resolver resolver(io_);
-  const tcp::resolver::results_type endpoints =
-      resolver.resolve(o.host, std::to_string(o.port), ec);
-  if (!ec && !endpoints.empty()) {
-    const tcp::endpoint endpoint = endpoints.begin()->endpoint();
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  }
-  if (ec || endpoints.empty()) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot bind the HTTP front to ", o.host, ":", o.port,
-        " (--http_port); is the port in use? (", ec.message(), ")"));
+  if (absl::Status s =
+          Listen(&acceptor_, o.host, o.port, "the HTTP front", "--http_port");
+      !s.ok()) {
+    return s;
   }
   port_ = acceptor_.local_endpoint().port();
   return absl::OkStatus();

@@ -33,6 +33,25 @@ read -r -a ABSL_LIBS <<<"$ABSL_LIBS_TEXT"
 readonly SRCS=(engine/gguf/gguf.cc engine/gguf/dequant.cc)
 readonly FLAGS=(-std=c++17 -O1 -g -I. -Wno-deprecated-declarations)
 
+# run_fuzzer NAME DIR SECONDS MAX_LEN: runs DIR/NAME on DIR/corpus and
+# DIR/seeds; on a crash prints the log's tail and the reproducers and exits.
+run_fuzzer() {
+  local name=$1 dir=$2 seconds=$3 max_len=$4 rc=0
+  echo "fuzz: running $name for ${seconds}s (log $dir/fuzz.log)"
+  "$dir/$name" -max_total_time="$seconds" -max_len="$max_len" \
+    -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$dir/artifacts/" \
+    "$dir/corpus" "$dir/seeds" >"$dir/fuzz.log" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    tail -n 80 "$dir/fuzz.log" >&2
+    echo "fuzz: $name FAILED (exit $rc); reproducers in $dir/artifacts:" >&2
+    ls -l "$dir/artifacts" >&2
+    echo "replay one with: $dir/$name <file>" >&2
+    exit "$rc"
+  fi
+  grep '^stat::' "$dir/fuzz.log" || true
+}
+
 echo "fuzz: building seed writer and fuzz target with $CXX"
 "$CXX" "${FLAGS[@]}" -DLOOKAHEAD_GGUF_FUZZ_SEEDS \
   engine/fuzz/gguf_fuzz.cc engine/testing/gguf_writer.cc "${SRCS[@]}" \
@@ -46,20 +65,7 @@ if [[ -f "$MODEL" ]]; then
   head -c 4096 "$MODEL" >"$WORK/seeds/model_header.gguf"
 fi
 
-echo "fuzz: running for ${SECONDS_TO_RUN}s (work dir $WORK, log $WORK/fuzz.log)"
-rc=0
-"$WORK/gguf_fuzz" -max_total_time="$SECONDS_TO_RUN" -max_len=8192 \
-  -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
-  -artifact_prefix="$WORK/artifacts/" \
-  "$WORK/corpus" "$WORK/seeds" >"$WORK/fuzz.log" 2>&1 || rc=$?
-if ((rc != 0)); then
-  tail -n 80 "$WORK/fuzz.log" >&2
-  echo "fuzz: FAILED (exit $rc); reproducers in $WORK/artifacts:" >&2
-  ls -l "$WORK/artifacts" >&2
-  echo "replay one with: $WORK/gguf_fuzz <file>" >&2
-  exit "$rc"
-fi
-grep '^stat::' "$WORK/fuzz.log" || true
+run_fuzzer gguf_fuzz "$WORK" "$SECONDS_TO_RUN" 8192
 echo "fuzz: GGUF OK, no crash in ${SECONDS_TO_RUN}s"
 
 # --- the OpenAI JSON mapping ---
@@ -85,18 +91,5 @@ seed bad_json 1 '{"model":"model","prompt":["a","b"],"max_tokens":-1,'
 seed nested 0 '{"model":"model","x":[[[[[[[[[[{"a":[1e999]}]]]]]]]]]]}'
 printf '0{"model":"model","messages":[{"role":"user","content":"\xff\xfe"}]}' \
   >"$OWORK/seeds/bad_utf8"
-echo "fuzz: running the OpenAI mapping for ${OPENAI_SECONDS}s (log $OWORK/fuzz.log)"
-rc=0
-"$OWORK/openai_fuzz" -max_total_time="$OPENAI_SECONDS" -max_len=4096 \
-  -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
-  -artifact_prefix="$OWORK/artifacts/" \
-  "$OWORK/corpus" "$OWORK/seeds" >"$OWORK/fuzz.log" 2>&1 || rc=$?
-if ((rc != 0)); then
-  tail -n 80 "$OWORK/fuzz.log" >&2
-  echo "fuzz: OpenAI mapping FAILED (exit $rc); reproducers in $OWORK/artifacts:" >&2
-  ls -l "$OWORK/artifacts" >&2
-  echo "replay one with: $OWORK/openai_fuzz <file>" >&2
-  exit "$rc"
-fi
-grep '^stat::' "$OWORK/fuzz.log" || true
+run_fuzzer openai_fuzz "$OWORK" "$OPENAI_SECONDS" 4096
 echo "fuzz: OK, no crash in ${SECONDS_TO_RUN}s (GGUF) + ${OPENAI_SECONDS}s (OpenAI mapping)"

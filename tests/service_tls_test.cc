@@ -46,18 +46,25 @@ class ServiceTlsTest : public ::testing::Test {
     certs_ = *certs;
   }
 
+  // A draftsvc named `name` that requires client certificates from the
+  // test CA; *port gets its port (0 if it did not start).
+  std::unique_ptr<ServerProcess> StartMutualTlsDraftsvc(const std::string& name,
+                                                        int* port) {
+    return StartServer("DRAFTSVC_BINARY", dir_, name,
+                       {absl::StrCat("--db_path=", dir_, "/", name, "_db"),
+                        "--tls_cert_file=" + certs_.server_cert,
+                        "--tls_key_file=" + certs_.server_key,
+                        "--tls_client_ca_file=" + certs_.ca},
+                       port);
+  }
+
   std::string dir_;
   TestCerts certs_;
 };
 
 TEST_F(ServiceTlsTest, MutualTlsBetweenServicesAndTlsFront) {
   int draft_port = 0;
-  auto draftsvc = StartServer("DRAFTSVC_BINARY", dir_, "draftsvc",
-                              {absl::StrCat("--db_path=", dir_, "/db"),
-                               "--tls_cert_file=" + certs_.server_cert,
-                               "--tls_key_file=" + certs_.server_key,
-                               "--tls_client_ca_file=" + certs_.ca},
-                              &draft_port);
+  auto draftsvc = StartMutualTlsDraftsvc("draftsvc", &draft_port);
   ASSERT_GT(draft_port, 0) << draftsvc->Log();
   EXPECT_THAT(draftsvc->Log(), HasSubstr("mutual TLS"));
 
@@ -155,12 +162,7 @@ TEST_F(ServiceTlsTest, MutualTlsBetweenServicesAndTlsFront) {
 
 TEST_F(ServiceTlsTest, VerifierWithForeignCertificateGetsNoDrafts) {
   int draft_port = 0;
-  auto draftsvc = StartServer("DRAFTSVC_BINARY", dir_, "draftsvc_foreign",
-                              {absl::StrCat("--db_path=", dir_, "/db_foreign"),
-                               "--tls_cert_file=" + certs_.server_cert,
-                               "--tls_key_file=" + certs_.server_key,
-                               "--tls_client_ca_file=" + certs_.ca},
-                              &draft_port);
+  auto draftsvc = StartMutualTlsDraftsvc("draftsvc_foreign", &draft_port);
   ASSERT_GT(draft_port, 0) << draftsvc->Log();
   int port = 0;
   auto verifysvc =

@@ -25,23 +25,29 @@ INSTRUCTION = ("Read the passage and answer the question with the exact words "
                "of the passage.")
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--server", default="127.0.0.1:50051",
-                        help="verifysvc host:port (default %(default)s)")
+def add_retrieval_args(parser):
+    """The arguments rag.py and rag_openai.py share: the documents, the
+    question, the passage size and the draft sources."""
     parser.add_argument("--docs", default="/usr/share/common-licenses",
                         help="folder of text files to index (default %(default)s)")
     parser.add_argument("--question",
                         default="What does the Apache License say about patent grants?")
-    parser.add_argument("--max_new_tokens", type=int, default=160)
-    parser.add_argument("--namespace", default="",
-                        help="draftsvc namespace (default: the server's)")
     parser.add_argument("--passage_words", type=int, default=250,
                         help="most words per passage (default %(default)s)")
     parser.add_argument("--sources", default="",
                         help="draft sources, comma-separated: trie, ngram, "
                              "assistant (default: the server's)")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", default="127.0.0.1:50051",
+                        help="verifysvc host:port (default %(default)s)")
+    add_retrieval_args(parser)
+    parser.add_argument("--max_new_tokens", type=int, default=160)
+    parser.add_argument("--namespace", default="",
+                        help="draftsvc namespace (default: the server's)")
     parser.add_argument("--stats", action="store_true",
                         help="rerun with drafts off; check identical tokens; "
                              "print EDL, tokens/s and speedup")

@@ -28,14 +28,8 @@ def parse_args(argv):
         "LOOKAHEAD_API_KEY", "none"),
         help="the key, if verifysvc has --api_keys_file "
              "(default: $LOOKAHEAD_API_KEY)")
-    parser.add_argument("--docs", default="/usr/share/common-licenses")
-    parser.add_argument("--question",
-                        default="What does the Apache License say about patent grants?")
+    rag.add_retrieval_args(parser)
     parser.add_argument("--max_tokens", type=int, default=160)
-    parser.add_argument("--passage_words", type=int, default=250)
-    parser.add_argument("--sources", default="",
-                        help="draft sources, comma-separated: trie, ngram, "
-                             "assistant (default: the server's)")
     parser.add_argument("--stats", action="store_true",
                         help="rerun with drafts off; check identical text; "
                              "print EDL and speedup")

@@ -303,6 +303,19 @@ class OpenAiFrontTest(unittest.TestCase):
                 extra_body={"lookahead": {"decoding_length": 100000}})
         self.assertEqual(e.exception.body["param"],
                          "lookahead.decoding_length")
+        # An explicit window of 0 is no window for this request; null is the
+        # server's default; past --max_lookahead_window names the field.
+        for window in (0, None):
+            reply = self.client.chat.completions.create(
+                model=self.model, messages=CHAT, max_tokens=4, temperature=0,
+                extra_body={"lookahead": {"lookahead_window": window}})
+            self.assertGreaterEqual(reply.usage.completion_tokens, 1)
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(
+                model=self.model, messages=CHAT, max_tokens=4,
+                extra_body={"lookahead": {"lookahead_window": 100000}})
+        self.assertEqual(e.exception.body["param"],
+                         "lookahead.lookahead_window")
 
     # --- the openai package: errors --------------------------------------
 

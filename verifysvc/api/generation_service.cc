@@ -89,7 +89,10 @@ RawDraftParams DraftFromProto(const v1::DraftParams& draft) {
     }
     raw.sources.push_back(source);
   }
-  raw.lookahead_window = draft.lookahead_window();
+  // Unset = the server default; an explicit 0 turns the window off.
+  if (draft.has_lookahead_window()) {
+    raw.lookahead_window = draft.lookahead_window();
+  }
   raw.lookahead_ngram = draft.lookahead_ngram();
   raw.lookahead_guess = draft.lookahead_guess();
   return raw;

@@ -341,7 +341,6 @@ absl::Status ParseLookahead(const json& body, RawDraftParams* draft) {
   for (const IntField& f :
        {IntField{"decoding_length", &draft->decoding_length},
         IntField{"branch_length", &draft->branch_length},
-        IntField{"lookahead_window", &draft->lookahead_window},
         IntField{"lookahead_ngram", &draft->lookahead_ngram},
         IntField{"lookahead_guess", &draft->lookahead_guess}}) {
     int64_t value = 0;
@@ -349,6 +348,13 @@ absl::Status ParseLookahead(const json& body, RawDraftParams* draft) {
                            std::numeric_limits<int32_t>::max(), &value));
     *f.out = static_cast<int>(value);
   }
+  // Absent or null = the server default; 0 turns the window off.
+  int64_t window = 0;
+  bool window_set = false;
+  RETURN_IF_ERROR(GetInt(*la, "lookahead.lookahead_window", "lookahead_window",
+                         0, std::numeric_limits<int32_t>::max(), &window,
+                         &window_set));
+  if (window_set) draft->lookahead_window = static_cast<int>(window);
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "engine/testing/byte_tokenizer.h"
 #include "gmock/gmock.h"
@@ -196,6 +197,33 @@ TEST(OpenAiParseTest, WrongTypesNameTheParam) {
       "messages[0].content[0]", "only text content is supported");
 }
 
+TEST(OpenAiParseTest, LookaheadWindowZeroIsSetAbsentOrNullIsUnset) {
+  absl::StatusOr<OpenAiRequest> off =
+      Chat(ChatBody(R"("lookahead": {"lookahead_window": 0})"));
+  ASSERT_TRUE(off.ok()) << off.status();
+  ASSERT_TRUE(off->raw.draft.lookahead_window.has_value());
+  EXPECT_EQ(*off->raw.draft.lookahead_window, 0);
+  absl::StatusOr<OpenAiRequest> three = Chat(ChatBody(
+      R"("lookahead": {"lookahead_window": 3, "lookahead_ngram": 4,
+                       "lookahead_guess": 2})"));
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->raw.draft.lookahead_window, 3);
+  EXPECT_EQ(three->raw.draft.lookahead_ngram, 4);
+  EXPECT_EQ(three->raw.draft.lookahead_guess, 2);
+  for (const char* unset :
+       {"", R"("lookahead": {})", R"("lookahead": {"lookahead_window": null})",
+        R"("lookahead": null)"}) {
+    SCOPED_TRACE(unset);
+    absl::StatusOr<OpenAiRequest> r = Chat(ChatBody(unset));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->raw.draft.lookahead_window.has_value());
+  }
+  ExpectBadParam(ChatBody(R"("lookahead": {"lookahead_window": -1})"),
+                 "lookahead.lookahead_window", "must be an integer in [0, ");
+  ExpectBadParam(ChatBody(R"("lookahead": {"lookahead_window": "0"})"),
+                 "lookahead.lookahead_window", "must be an integer");
+}
+
 TEST(OpenAiParseTest, MaxTokensRange) {
   ExpectBadParam(ChatBody(R"("max_tokens": -1)"), "max_tokens",
                  "max_tokens = -1 must be >= 1");
@@ -301,6 +329,31 @@ TEST_F(OpenAiBuildTest, BuildRequestErrorsUseOpenAiNames) {
             OpenAiEndpoint::kCompletions);
   EXPECT_EQ(OpenAiParam(s), "prompt") << s;
   EXPECT_EQ(HttpStatusOf(s), 400);
+}
+
+TEST_F(OpenAiBuildTest, LookaheadWindowZeroTurnsADefaultWindowOff) {
+  limits_.default_lookahead_window = 5;  // --lookahead_window=5
+  auto window = [&](const std::string& lookahead) -> absl::StatusOr<int> {
+    absl::StatusOr<OpenAiRequest> parsed = Chat(ChatBody(lookahead));
+    if (!parsed.ok()) return parsed.status();
+    absl::StatusOr<GenerationRequest> built =
+        BuildRequest(parsed->raw, *tokenizer_, limits_);
+    if (!built.ok()) return ToOpenAiError(built.status());
+    return built->draft.lookahead_window;
+  };
+  EXPECT_EQ(window(R"("lookahead": {"lookahead_window": 0})").value_or(-1), 0);
+  EXPECT_EQ(window(R"("lookahead": {"lookahead_window": 3})").value_or(-1), 3);
+  EXPECT_EQ(window(R"("lookahead": {"sources": ["ngram"]})").value_or(-1), 5);
+  EXPECT_EQ(window(R"("lookahead": {"lookahead_window": null})").value_or(-1),
+            5);
+  const absl::StatusOr<int> wide =
+      window(R"("lookahead": {"lookahead_window": 17})");
+  ASSERT_FALSE(wide.ok());
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenAiParam(wide.status()), "lookahead.lookahead_window")
+      << wide.status();
+  EXPECT_THAT(wide.status().message(),
+              HasSubstr("lookahead.lookahead_window = 17 is outside [0, 16]"));
 }
 
 TEST_F(OpenAiBuildTest, TenThousandStopStrings) {

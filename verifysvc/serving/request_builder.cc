@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -79,7 +80,21 @@ absl::StatusOr<engine::DraftSourceSet> Sources(const RawDraftParams& draft,
   return set;
 }
 
-// One of W, N, G: 0 = the default, else within [min_set, max].
+// The window W: unset = the default; set, within [0, max] (0 = no window,
+// whatever the default).
+absl::StatusOr<int> LookaheadWindow(std::optional<int> value,
+                                    const RequestLimits& limits) {
+  if (!value.has_value()) return limits.default_lookahead_window;
+  if (*value < 0 || *value > limits.max_lookahead_window) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "draft.lookahead_window = ", *value, " is outside [0, ",
+        limits.max_lookahead_window,
+        "] (0 = no window; unset = server default; --max_lookahead_window)"));
+  }
+  return *value;
+}
+
+// N or G: 0 = the default, else within [min_set, max].
 absl::StatusOr<int> LookaheadParam(const char* field, int value, int min_set,
                                    int max, int default_value) {
   if (value != 0 && (value < min_set || value > max)) {
@@ -125,9 +140,7 @@ absl::StatusOr<DraftPolicy> Draft(const RawDraftParams& draft,
                                                   : draft.branch_length;
   ASSIGN_OR_RETURN(policy.sources, Sources(draft, limits));
   ASSIGN_OR_RETURN(policy.lookahead_window,
-                   LookaheadParam("lookahead_window", draft.lookahead_window, 1,
-                                  limits.max_lookahead_window,
-                                  limits.default_lookahead_window));
+                   LookaheadWindow(draft.lookahead_window, limits));
   ASSIGN_OR_RETURN(policy.lookahead_ngram,
                    LookaheadParam("lookahead_ngram", draft.lookahead_ngram, 2,
                                   limits.max_lookahead_ngram,

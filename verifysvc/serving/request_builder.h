@@ -10,6 +10,7 @@
 #define LOOKAHEAD_VERIFYSVC_SERVING_REQUEST_BUILDER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,9 @@ struct RequestLimits {
   // Draft sources when a request names none (--draft_sources; bits of
   // engine::DraftSourceTag; 0 = the draft service's defaults).
   engine::DraftSourceSet default_draft_sources = 0;
-  // Jacobi lookahead window (W, N, G) when a request leaves them 0
-  // (--lookahead_window/_ngram/_guess), and the most a request may ask for
-  // (--max_lookahead_window/_ngram/_guess). N is 0 or >= 2.
+  // Jacobi lookahead window (W, N, G) when a request leaves W unset or N, G
+  // 0 (--lookahead_window/_ngram/_guess), and the most a request may ask
+  // for (--max_lookahead_window/_ngram/_guess). N is 0 or >= 2.
   int default_lookahead_window = 5;
   int default_lookahead_ngram = 3;
   int default_lookahead_guess = 5;
@@ -73,7 +74,8 @@ struct RawPrompt {
   std::vector<int32_t> token_ids;
 };
 
-// The draft policy as the client gave it; 0 / empty mean the default.
+// The draft policy as the client gave it; 0 / empty / unset mean the
+// default.
 struct RawDraftParams {
   enum class Mode {
     kUnspecified,
@@ -95,8 +97,9 @@ struct RawDraftParams {
     int wire = 0;  // the client's value, for the kUnsupported message
   };
   std::vector<Source> sources;
-  int lookahead_window = 0;  // 0 = the server default
-  int lookahead_ngram = 0;
+  // Unset = the server default; 0 = no window for this request.
+  std::optional<int> lookahead_window;
+  int lookahead_ngram = 0;  // 0 = the server default, as is guess's
   int lookahead_guess = 0;
 };
 

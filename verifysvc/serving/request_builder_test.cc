@@ -394,14 +394,46 @@ TEST_F(RequestBuilderTest, LookaheadWindowDefaultsAndCarries) {
   EXPECT_EQ(built->draft.lookahead_guess, 1);
 }
 
+TEST_F(RequestBuilderTest, ExplicitZeroWindowIsOffUnderADefaultWindow) {
+  limits_.default_lookahead_window = 5;  // --lookahead_window=5
+  RawRequest raw = TokensRequest(3);
+  auto built = Build(raw);  // unset: the server's window
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.lookahead_window, 5);
+  raw.draft.lookahead_window = 0;  // set to 0: no window, whatever the default
+  built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.lookahead_window, 0);
+  // N and G keep their defaults: only W says off.
+  EXPECT_EQ(built->draft.lookahead_ngram, limits_.default_lookahead_ngram);
+  EXPECT_EQ(built->draft.lookahead_guess, limits_.default_lookahead_guess);
+  raw.draft.lookahead_window = 3;
+  built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.lookahead_window, 3);
+  // A server whose default is no window gives no window to unset requests.
+  limits_.default_lookahead_window = 0;
+  raw.draft.lookahead_window.reset();
+  built = Build(raw);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->draft.lookahead_window, 0);
+  // Nor may a request exceed a max of 0, but it may ask for 0.
+  limits_.max_lookahead_window = 0;
+  raw.draft.lookahead_window = 0;
+  EXPECT_TRUE(Build(raw).ok());
+  raw.draft.lookahead_window = 1;
+  ExpectInvalid(raw, {"draft.lookahead_window = 1 is outside [0, 0]"});
+}
+
 TEST_F(RequestBuilderTest, LookaheadWindowOutOfRangeIsRejected) {
   for (int bad : {-1, 17}) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.draft.lookahead_window = bad;
     ExpectInvalid(raw, {absl::StrCat("draft.lookahead_window = ", bad,
-                                     " is outside [0, 16] (0 = server "
-                                     "default; --max_lookahead_window)")});
+                                     " is outside [0, 16] (0 = no window; "
+                                     "unset = server default; "
+                                     "--max_lookahead_window)")});
     raw = TokensRequest(3);
     raw.draft.lookahead_guess = bad;
     ExpectInvalid(raw, {absl::StrCat("draft.lookahead_guess = ", bad,

@@ -22,24 +22,31 @@ MODES = {"plain": "off", "trie-hierarchical": "hierarchical",
 
 # The Jacobi window (W, N, G) of the source ablation's jacobi and mixed modes.
 JACOBI_WINDOW = (5, 3, 5)
+# No window, whatever the server's --lookahead_window: W = 0 is sent and
+# turns the window off (lookahead_client.NO_WINDOW, here without grpc).
+NO_WINDOW = (0, 0, 0)
 
 # The draft-source ablation (run.py --source_modes): Client.generate's
-# draft arguments per mode, each a DraftParams.sources choice. "ngram" is the
-# n-gram pool fed by recycled predictions only: verifysvc runs with
-# --lookahead_window=0 (a request's 0 means the server's default, so only
-# the server can turn the window off), and "jacobi" turns the window on
-# explicitly. A source the draft service does not run fails its requests
+# draft arguments per mode, each a DraftParams.sources choice and a Jacobi
+# window. Every mode but "jacobi" and "mixed" asks for no window itself, so
+# the ablation holds whatever verifysvc's default: "ngram" is the n-gram
+# pool fed by recycled predictions only, and "jacobi" the same pool with the
+# window on. A source the draft service does not run fails its requests
 # with FAILED_PRECONDITION, which the ablation reports per mode.
 SOURCE_MODES = {
-    "plain": {"draft_mode": "off"},
-    "trie": {"draft_mode": "hierarchical", "sources": ("trie",)},
-    "ngram": {"draft_mode": "hierarchical", "sources": ("ngram",)},
+    "plain": {"draft_mode": "off", "lookahead": NO_WINDOW},
+    "trie": {"draft_mode": "hierarchical", "sources": ("trie",),
+             "lookahead": NO_WINDOW},
+    "ngram": {"draft_mode": "hierarchical", "sources": ("ngram",),
+              "lookahead": NO_WINDOW},
     "jacobi": {"draft_mode": "hierarchical", "sources": ("ngram",),
                "lookahead": JACOBI_WINDOW},
-    "assistant": {"draft_mode": "hierarchical", "sources": ("assistant",)},
+    "assistant": {"draft_mode": "hierarchical", "sources": ("assistant",),
+                  "lookahead": NO_WINDOW},
     # The tries and the recycled n-grams: draftsvc's default sources, the
     # mix that costs no model work beyond the verify pass.
-    "default": {"draft_mode": "hierarchical", "sources": ("trie", "ngram")},
+    "default": {"draft_mode": "hierarchical", "sources": ("trie", "ngram"),
+                "lookahead": NO_WINDOW},
     "mixed": {"draft_mode": "hierarchical",
               "sources": ("trie", "ngram", "assistant"),
               "lookahead": JACOBI_WINDOW},
@@ -178,10 +185,10 @@ def token_latencies(arrivals):
 
 def measure(connection, prompt, draft_mode, namespace, max_new_tokens,
             timeout, *, decoding_length=0, branch_length=0, sources=(),
-            lookahead=(0, 0, 0)):
+            lookahead=None):
     """Runs `prompt` once; its usage, output token ids and per-token
-    latencies (token_latencies). `sources` and `lookahead` (W, N, G) as
-    Client.generate's."""
+    latencies (token_latencies). `sources` and `lookahead` (W, N, G; None =
+    the server's window, W = 0 none) as Client.generate's."""
     arrivals, token_ids, usage = [], [], None
     for message in connection.generate(
             prompt.request, draft_mode=draft_mode, namespace=namespace,

@@ -763,12 +763,12 @@ def source_ablation_lines(section):
     lines = ["## Draft sources", "",
              "Each mode is a DraftParams.sources choice (bench/harness.py "
              "SOURCE_MODES): trie = the prompt and output tries, ngram = the "
-             "n-gram pool from recycled predictions (verifysvc "
-             f"--lookahead_window=0), jacobi = the pool with a Jacobi window "
-             f"W={w} N={n} G={g}, assistant = draftsvc's assistant model, "
-             "default = trie and ngram (draftsvc's default sources), mixed = all "
-             "of them (with the window). Speedup: plain's summed seconds over the "
-             "mode's on the same prompts.", ""]
+             "n-gram pool from recycled predictions, jacobi = the pool with a "
+             f"Jacobi window W={w} N={n} G={g}, assistant = draftsvc's "
+             "assistant model, default = trie and ngram (draftsvc's default "
+             "sources), mixed = all of them; only jacobi and mixed run the "
+             "window, the others ask for none (W=0). Speedup: plain's summed "
+             "seconds over the mode's on the same prompts.", ""]
     groups = defaultdict(lambda: defaultdict(list))
     for r in section.get("records", []):
         groups[r["workload"]][r["mode"]].append(r)

@@ -250,8 +250,10 @@ def parse_args(argv):
         args.source_modes = ["plain"] + args.source_modes
     if (args.source_modes and not args.verifysvc and sweeps.effective_flag(
             args.verifysvc_flag, "lookahead_window", None) is None):
-        # "ngram" is recycled predictions alone: no Jacobi window unless a
-        # mode asks for one (a request's 0 means the server's default).
+        # No Jacobi window unless a mode asks for one. Each mode sends its
+        # window itself (W = 0: none, whatever the server's default); the
+        # flag keeps the server's default window off as well, which the
+        # report lists with the other server flags.
         args.verifysvc_flag = args.verifysvc_flag + ["--lookahead_window=0"]
     args.ablations = (list(sweeps.ABLATIONS) if args.ablations == "all" else
                       [a for a in args.ablations.split(",") if a])
@@ -350,7 +352,7 @@ def run_source_ablation(connection, workload, namespace_prefix, args):
                 connection, prompt, spec["draft_mode"], namespace.get(mode, ""),
                 args.max_new_tokens, args.timeout,
                 sources=spec.get("sources", ()),
-                lookahead=spec.get("lookahead", (0, 0, 0)))
+                lookahead=spec["lookahead"])
         except grpc.RpcError as e:
             if mode == "plain":
                 raise  # the baseline: nothing to compare without it

@@ -19,6 +19,13 @@ except ImportError as e:  # pragma: no cover - depends on the checkout
     raise ImportError(
         "lookahead_client.proto is missing or stale: run "
         "clients/python/gen_protos.sh (needs python3-grpc-tools)") from e
+# Modules generated before DraftParams.lookahead_window became optional would
+# drop an explicit 0 (no window) and leave the request on the server's window.
+if generation_pb2.DraftParams.DESCRIPTOR.fields_by_name[
+        "lookahead_window"].containing_oneof is None:  # pragma: no cover
+    raise ImportError(
+        "lookahead_client.proto is stale (DraftParams.lookahead_window is not "
+        "optional): run clients/python/gen_protos.sh")
 
 # Names accepted for `draft_mode`; None leaves the server's default
 # (trie-hierarchical).
@@ -72,6 +79,15 @@ def format_source_usage(usage) -> str:
 
 # A chat turn: {"role": ..., "content": ...} or (role, content).
 ChatTurn = Union[Mapping[str, str], Tuple[str, str]]
+
+# The Jacobi lookahead window (W, N, G) of a request (DraftParams
+# lookahead_window/_ngram/_guess). W None = the server's window
+# (--lookahead_window), W 0 = no window for this request even when the server
+# runs one by default, W > 0 = that many positions; N or G 0 = the server's.
+Lookahead = Tuple[Optional[int], int, int]
+
+# `lookahead` for a request that must run without a window.
+NO_WINDOW: Lookahead = (0, 0, 0)
 
 
 @dataclasses.dataclass
@@ -155,7 +171,7 @@ class Client:
                  namespace: str = "",
                  decoding_length: int = 0,
                  sources: Sequence[str] = (),
-                 lookahead: Tuple[int, int, int] = (0, 0, 0),
+                 lookahead: Optional[Lookahead] = None,
                  timeout: Optional[float] = None,
                  ) -> Iterator["generation_pb2.GenerateResponse"]:
         """Streams GenerateResponse messages, one per decoding step; the last
@@ -166,8 +182,10 @@ class Client:
         server's defaults; temperature 0 is greedy. `draft_mode` is one of
         DRAFT_MODES' keys or None. `sources` are DRAFT_SOURCES' keys (empty:
         the server's); a source the server does not run fails the call with
-        FAILED_PRECONDITION. `lookahead` is the Jacobi window (W, N, G), 0 =
-        the server's. `timeout` is the whole call's deadline in seconds.
+        FAILED_PRECONDITION. `lookahead` is the Jacobi window (W, N, G), see
+        Lookahead: None leaves all three to the server, W = 0 (NO_WINDOW)
+        turns the window off for this call. `timeout` is the whole call's
+        deadline in seconds.
         Closing the iterator early cancels the call on the server.
         """
         request = build_request(
@@ -296,7 +314,7 @@ def build_request(prompt: Optional[str] = None, *,
                   namespace: str = "",
                   decoding_length: int = 0,
                   sources: Sequence[str] = (),
-                  lookahead: Tuple[int, int, int] = (0, 0, 0),
+                  lookahead: Optional[Lookahead] = None,
                   ) -> "generation_pb2.GenerateRequest":
     """The GenerateRequest for Client.generate's arguments. The server checks
     the values; this only checks what the message cannot express."""
@@ -309,7 +327,7 @@ def build_request(prompt: Optional[str] = None, *,
         if source not in DRAFT_SOURCES:
             raise ValueError(f"draft source {source!r} is not one of "
                              f"{sorted(DRAFT_SOURCES)}")
-    window, ngram, guess = lookahead
+    window, ngram, guess = lookahead if lookahead is not None else (None, 0, 0)
     request = generation_pb2.GenerateRequest(
         max_new_tokens=max_new_tokens,
         sampling=generation_pb2.SamplingParams(
@@ -320,9 +338,10 @@ def build_request(prompt: Optional[str] = None, *,
             decoding_length=decoding_length,
             namespace=namespace,
             sources=[DRAFT_SOURCES[source] for source in sources],
-            lookahead_window=window,
             lookahead_ngram=ngram,
             lookahead_guess=guess))
+    if window is not None:  # sent even when 0: 0 turns the window off
+        request.draft.lookahead_window = window
     if chat is not None:
         request.chat.CopyFrom(chat_messages(chat))
     elif tokens is not None:

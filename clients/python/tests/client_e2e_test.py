@@ -118,6 +118,20 @@ class ClientEndToEndTest(unittest.TestCase):
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("draft.lookahead_ngram = 1", caught.exception.details())
 
+    def test_window_zero_is_served_and_too_wide_names_the_field(self):
+        from lookahead_client.client import NO_WINDOW
+        # W = 0 is sent and means no window, whatever --lookahead_window.
+        done = self.client.complete(PROMPT, max_new_tokens=4,
+                                    lookahead=NO_WINDOW, timeout=TIMEOUT_S)
+        self.assertGreaterEqual(len(done.token_ids), 1)
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.client.complete(PROMPT, max_new_tokens=4,
+                                 lookahead=(100000, 0, 0), timeout=TIMEOUT_S)
+        self.assertEqual(caught.exception.code(),
+                         grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("draft.lookahead_window = 100000",
+                      caught.exception.details())
+
     def test_unknown_source_name_is_a_value_error(self):
         with self.assertRaises(ValueError):
             self.client.complete(PROMPT, sources=["tree"], timeout=TIMEOUT_S)

@@ -56,6 +56,7 @@ _VERIFYSVC_COUNTERS = [
     "lookahead_spec_decode_num_accepted_tokens_per_pos_total",
     "lookahead_spec_decode_num_draft_tokens_per_source_total",
     "lookahead_spec_decode_num_accepted_tokens_per_source_total",
+    "lookahead_cost_gate_steps_total",
     "lookahead_draft_rpc_failures_total",
     "lookahead_plain_equivalent_seconds_total",
     "lookahead_decode_seconds_total",

@@ -554,6 +554,22 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       reactor->Finish(ToGrpcStatus(sampling.status()));
       return reactor;
     }
+    // Sources named that this server cannot serve fail the open, before
+    // anything is stored, as Step would fail every entry of the session:
+    // the client hears it before its request produced a token.
+    absl::StatusOr<uint32_t> sources =
+        SourcesFromProto(request->sources(), options_.default_sources,
+                         options_.index.ngram_enabled, assistant_ != nullptr);
+    if (sources.ok() && !request->sources().empty() &&
+        (*sources & SourceBit(DraftSource::kAssistant)) != 0) {
+      absl::Status vocabulary =
+          assistant_->model().CheckVocabulary(request->vocab_size());
+      if (!vocabulary.ok()) sources = vocabulary;
+    }
+    if (!sources.ok()) {
+      reactor->Finish(ToGrpcStatus(sources.status()));
+      return reactor;
+    }
     absl::StatusOr<OpenResult> opened = index_.OpenSession(
         request->session_id(), request->namespace_(), request->vocab_size(),
         request->prompt_tokens(), request->branch_length());

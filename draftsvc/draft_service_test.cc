@@ -705,6 +705,40 @@ TEST_F(DraftServiceTest, SourcesTheServerDoesNotRunFailNamingTheFlag) {
     EXPECT_THAT(response.drafts(0).message(), HasSubstr(flag));
     EXPECT_THAT(response.drafts(0).message(),
                 HasSubstr(v1::DraftSource_Name(source)));
+    // Named at the open, the source fails the open, and nothing is kept:
+    // the id is not open, and opens without the source succeed.
+    v1::OpenSessionRequest open;
+    open.set_session_id("b");
+    open.set_namespace_("ns");
+    open.set_vocab_size(kVocab);
+    open.add_prompt_tokens(1);
+    open.add_sources(v1::DRAFT_SOURCE_PROMPT);
+    open.add_sources(source);
+    v1::OpenSessionResponse opened;
+    grpc::ClientContext context;
+    const grpc::Status refused = h->stub->OpenSession(&context, open, &opened);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(refused.error_message(), HasSubstr(flag));
+    EXPECT_THAT(refused.error_message(),
+                HasSubstr(v1::DraftSource_Name(source)));
+    EXPECT_EQ(h->StepOne("b", {}, 0).code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::OpenSessionRequest open;
+    open.set_session_id("b");
+    open.set_namespace_("ns");
+    open.set_vocab_size(kVocab);
+    open.add_prompt_tokens(1);
+    open.add_sources(static_cast<v1::DraftSource>(9));
+    v1::OpenSessionResponse opened;
+    grpc::ClientContext context;
+    const grpc::Status unknown = h->stub->OpenSession(&context, open, &opened);
+    EXPECT_EQ(unknown.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(unknown.error_message(), HasSubstr("sources[0] is 9"));
+    open.set_sources(0, v1::DRAFT_SOURCE_OUTPUT);
+    grpc::ClientContext again;
+    EXPECT_TRUE(h->stub->OpenSession(&again, open, &opened).ok());
+    ASSERT_TRUE(h->Close("b").ok());
   }
   v1::StepRequest request;
   v1::SessionStep* step = request.add_steps();
@@ -996,6 +1030,21 @@ TEST_F(AssistantServiceTest, AnotherVocabularyCannotAskForTheAssistant) {
       SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kAssistant);
   auto h = StartOrDie(options);
   ASSERT_NE(h, nullptr);
+  // Named at the open, the assistant fails it (a session of another
+  // vocabulary could never draft from it); the id stays free.
+  v1::OpenSessionRequest open;
+  open.set_session_id("small");
+  open.set_namespace_("other");
+  open.set_vocab_size(500);
+  open.add_prompt_tokens(1);
+  open.add_sources(v1::DRAFT_SOURCE_ASSISTANT);
+  v1::OpenSessionResponse opened;
+  grpc::ClientContext context;
+  const grpc::Status refused = h->stub->OpenSession(&context, open, &opened);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("500"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("1000"));
+  // Opened without naming it, the session only fails the entries that do.
   ASSERT_TRUE(h->Open("small", "other", {1, 2, 3, 1, 2}, /*vocab=*/500).ok());
   const v1::SessionDraft named = StepSources(
       *h, "small", {3}, {v1::DRAFT_SOURCE_PROMPT, v1::DRAFT_SOURCE_ASSISTANT});
@@ -1012,7 +1061,13 @@ TEST_F(AssistantServiceTest, AnotherVocabularyCannotAskForTheAssistant) {
     EXPECT_EQ(set & kAssistantWireBit, 0u);
   }
   EXPECT_EQ(h->draft->assistant_stats().sessions, 0);
-  // A session of the model's vocabulary uses it by default.
+  // A session of the model's vocabulary may name it at the open.
+  open.set_session_id("named");
+  open.set_namespace_("ns");
+  open.set_vocab_size(kVocab);
+  grpc::ClientContext named_context;
+  EXPECT_TRUE(h->stub->OpenSession(&named_context, open, &opened).ok());
+  // And uses it by default.
   ASSERT_TRUE(h->Open("full", "ns", {1, 2, 3}).ok());
   const v1::SessionDraft full = StepSources(*h, "full", {4}, {});
   ASSERT_EQ(full.code(), 0) << full.message();

@@ -4,11 +4,14 @@
 //
 //   * A request for a source draftsvc does not run fails with
 //     FAILED_PRECONDITION carrying draftsvc's message (naming the source),
-//     never silently without drafts; the service goes on serving.
+//     never silently without drafts, and before its stream carried any
+//     token (draftsvc refuses the session's open); the service goes on
+//     serving.
 //   * Every source choice (the tries, the n-gram pool fed by the verifier's
-//     recycled predictions, both, the pool fed by a Jacobi window too) gives exactly plain decoding's tokens,
-//     greedy and with seeded sampling, and Usage.sources accounts for the
-//     draft tokens per source (only sources that were asked for).
+//     recycled predictions, both, the pool fed by a Jacobi window too) gives
+//     exactly plain decoding's tokens, greedy and with seeded sampling, and
+//     Usage.sources accounts for the draft tokens per source (only sources that
+//     were asked for).
 //   * Bad sources and Jacobi windows are INVALID_ARGUMENT naming the field.
 #include <cstdio>
 #include <map>
@@ -66,6 +69,10 @@ TEST_F(ServiceSourcesTest, UnservedSourceIsFailedPreconditionFromDraftsvc) {
       << pair_->Logs();
   ExpectMentions(failed.status.error_message(),
                  {"draftsvc", "DRAFT_SOURCE_ASSISTANT|assistant"});
+  // Nothing reached the client before the error: not even the prefill's
+  // token.
+  EXPECT_EQ(failed.messages, 0) << TokensToString(failed.tokens);
+  EXPECT_TRUE(failed.tokens.empty()) << TokensToString(failed.tokens);
   EXPECT_FALSE(failed.has_usage);
   // Only the request failed: the same request on the tries is served.
   const Generation served =

@@ -104,6 +104,14 @@ absl::Status DraftMixer::Failure(int64_t handle) const {
   return absl::OkStatus();
 }
 
+void DraftMixer::WaitOpened(int64_t handle, absl::Time deadline) const {
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return;
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    if (it->second[s] != 0) sources_[s]->WaitOpened(it->second[s], deadline);
+  }
+}
+
 std::vector<engine::DraftTree> DraftMixer::Propose(
     absl::Span<const DraftAsk> asks, bool* called) {
   *called = false;

@@ -56,6 +56,8 @@ class DraftMixer {
                      absl::Span<const std::vector<int32_t>> ngrams);
   // The first source failure of the sequence (DraftSource::Failure), or OK.
   absl::Status Failure(int64_t handle) const;
+  // DraftSource::WaitOpened of every source of the sequence, one deadline.
+  void WaitOpened(int64_t handle, absl::Time deadline) const;
   // One valid tree per ask within ask.budget. Sets *called iff some source
   // did work worth timing.
   std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/model/draft_tree.h"
 #include "gmock/gmock.h"
@@ -146,8 +147,13 @@ class FakeSource : public DraftSource {
     auto it = failures.find(handle);
     return it == failures.end() ? absl::OkStatus() : it->second;
   }
+  void WaitOpened(int64_t handle, absl::Time deadline) const override {
+    waited.push_back({handle, deadline});
+  }
 
   bool wants_predictions = false;
+  // Every WaitOpened: (handle, deadline).
+  mutable std::vector<std::pair<int64_t, absl::Time>> waited;
   std::map<int64_t, absl::Status> failures;
   // Every ObserveVerified: (handle, top tokens).
   std::vector<std::pair<int64_t, std::vector<int32_t>>> verified;
@@ -283,6 +289,13 @@ TEST(DraftMixerTest, PredictionsAndFailuresPassThroughPerSource) {
   ngram.failures[1] = absl::FailedPreconditionError("not served");
   EXPECT_EQ(mixer.Failure(h), absl::FailedPreconditionError("not served"));
   EXPECT_TRUE(mixer.Failure(h + 100).ok());
+
+  // Every source of the sequence waits for its open, to one deadline.
+  const absl::Time deadline = absl::UnixEpoch() + absl::Seconds(7);
+  mixer.WaitOpened(h, deadline);
+  mixer.WaitOpened(h + 100, deadline);  // unknown: nothing waits
+  EXPECT_THAT(trie.waited, ElementsAre(std::make_pair(int64_t{1}, deadline)));
+  EXPECT_THAT(ngram.waited, ElementsAre(std::make_pair(int64_t{1}, deadline)));
 }
 
 TEST(MergeDraftTreesTest, PriorityDecidesWhoseNodesFitAndWhoseTagSticks) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/model/draft_tree.h"
 #include "verifysvc/drafts/draft_policy.h"
@@ -100,10 +101,17 @@ class DraftSource {
 
   // OK, or why the sequence can never be drafted as its policy asks (e.g.
   // FAILED_PRECONDITION: a requested source is not served); then the
-  // scheduler ends the request with this status. Set by Propose.
+  // scheduler ends the request with this status. Set by Propose, or by the
+  // source's answer to Open.
   virtual absl::Status Failure(int64_t handle) const {
     return absl::OkStatus();
   }
+
+  // Blocks until what Open started has answered whether the source serves
+  // the sequence as asked (so that Failure reports a refusal), or until
+  // `deadline`. The scheduler calls it before a sequence's first token,
+  // only for requests that named their sources. Default: returns at once.
+  virtual void WaitOpened(int64_t handle, absl::Time deadline) const {}
 
   // Returns one tree per ask (empty when the source has nothing, fails or
   // was not asked for tokens), each of at most ask.budget tokens, to verify

@@ -63,11 +63,13 @@ class DraftClient {
                                              DraftClientOptions options);
 
   // `sampling`: the request's (default: greedy), for model-based drafts.
-  absl::Status OpenSession(absl::string_view session_id,
-                           absl::string_view name_space, int32_t vocab_size,
-                           absl::Span<const int32_t> prompt_tokens,
-                           int32_t branch_length,
-                           const lookahead::v1::DraftSampling& sampling = {});
+  // `sources`: what the session's drafts may use (empty: draftsvc's
+  // defaults); FAILED_PRECONDITION if draftsvc does not run one of them.
+  absl::Status OpenSession(
+      absl::string_view session_id, absl::string_view name_space,
+      int32_t vocab_size, absl::Span<const int32_t> prompt_tokens,
+      int32_t branch_length, const lookahead::v1::DraftSampling& sampling = {},
+      absl::Span<const lookahead::v1::DraftSource> sources = {});
 
   // Returns one entry per request, in order: the session's draft tree, or
   // its error (NOT_FOUND: reopen the session). The outer status is the RPC's.

@@ -228,6 +228,15 @@ absl::Status DraftSessions::Failure(int64_t handle) const {
   return it == sessions_.end() ? absl::OkStatus() : it->second.failure;
 }
 
+void DraftSessions::WaitOpened(int64_t handle, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto answered = [this, handle]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = sessions_.find(handle);
+    return it == sessions_.end() || it->second.state != State::kOpening;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&answered), deadline);
+}
+
 DraftSessionsStats DraftSessions::Stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
@@ -244,8 +253,14 @@ void DraftSessions::WorkerLoop() {
           },
           this));
       if (tasks_.empty()) return;  // Stopping with nothing left to do.
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
+      // Opens first: a sequence may be waiting for its answer (WaitOpened),
+      // while a close only reports tokens. The tasks of one handle never
+      // pass each other: a close is queued only once its open answered.
+      auto next = std::find_if(tasks_.begin(), tasks_.end(),
+                               [](const Task& t) { return !t.close; });
+      if (next == tasks_.end()) next = tasks_.begin();
+      task = std::move(*next);
+      tasks_.erase(next);
     }
     if (task.close) {
       RunClose(task);
@@ -259,6 +274,7 @@ void DraftSessions::RunOpen(const Task& task) {
   std::string id, name_space;
   int32_t branch_length = 0;
   lookahead::v1::DraftSampling sampling;
+  std::vector<lookahead::v1::DraftSource> sources;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(task.handle);
@@ -272,13 +288,14 @@ void DraftSessions::RunOpen(const Task& task) {
     name_space = it->second.name_space;
     branch_length = it->second.branch_length;
     sampling = it->second.sampling;
+    sources = it->second.sources;
   }
   absl::Span<const int32_t> prompt = task.tokens;
   if (static_cast<int>(prompt.size()) > options_.max_reopen_tokens) {
     prompt.remove_prefix(prompt.size() - options_.max_reopen_tokens);
   }
-  absl::Status opened = client_->OpenSession(id, name_space, vocab_size_,
-                                             prompt, branch_length, sampling);
+  absl::Status opened = client_->OpenSession(
+      id, name_space, vocab_size_, prompt, branch_length, sampling, sources);
   // ALREADY_EXISTS: an earlier open went through after its deadline.
   const bool ok = opened.ok() || absl::IsAlreadyExists(opened);
 
@@ -303,9 +320,17 @@ void DraftSessions::RunOpen(const Task& task) {
     return;
   }
   if (!absl::IsUnavailable(opened) && !absl::IsDeadlineExceeded(opened)) {
+    session.state = State::kFailed;
+    if (absl::IsFailedPrecondition(opened) && !session.sources.empty()) {
+      // Sources the session named that draftsvc cannot serve: the
+      // client's configuration error, for its request to fail with (as
+      // a refused Step entry in Step()).
+      session.failure = absl::FailedPreconditionError(
+          absl::StrCat("draftsvc: ", opened.message()));
+      return;
+    }
     std::fprintf(stderr, "verifysvc: draft session %s gets no drafts: %s\n",
                  id.c_str(), opened.ToString().c_str());
-    session.state = State::kFailed;
     return;
   }
   session.state = State::kClosed;  // Step() retries after the backoff.

@@ -17,10 +17,12 @@
 // effort: predictions go out with the Step that reports their root's token,
 // n-grams with the next Step; both are dropped when that Step fails, the
 // session is not open, or (predictions) their root is held back.
-// A Step entry that draftsvc refuses with FAILED_PRECONDITION while the
-// session asked for explicit sources (a source it does not run) marks the
-// session failed: Failure() returns that status and no further drafts are
-// asked for it.
+// An open or a Step entry that draftsvc refuses with FAILED_PRECONDITION
+// while the session asked for explicit sources (a source it does not run)
+// marks the session failed: Failure() returns that status and no further
+// drafts are asked for it. Opens carry the sources, so the refusal comes
+// before the sequence's first token; WaitOpened() lets the caller wait for
+// it. Opens go to draftsvc before queued closes.
 //
 // Thread-safety: all methods are safe to call concurrently; Step() is meant
 // for the one scheduler thread.
@@ -113,6 +115,12 @@ class DraftSessions {
   // OK, or the FAILED_PRECONDITION draftsvc answered for the session's
   // explicit sources (see the class comment). OK for unknown handles.
   absl::Status Failure(int64_t handle) const;
+
+  // Blocks until draftsvc answered the session's first open (or the open
+  // failed to reach it, or the handle is unknown or closing) or until
+  // `deadline`, whichever comes first. Failure() then says whether draftsvc
+  // refused the session's sources.
+  void WaitOpened(int64_t handle, absl::Time deadline) const;
 
  private:
   // kClosed: the open failed for a transient reason (retried after the

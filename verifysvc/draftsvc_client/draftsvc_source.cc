@@ -105,6 +105,10 @@ absl::Status DraftsvcSource::Failure(int64_t handle) const {
   return sessions_->Failure(handle);
 }
 
+void DraftsvcSource::WaitOpened(int64_t handle, absl::Time deadline) const {
+  sessions_->WaitOpened(handle, deadline);
+}
+
 std::vector<engine::DraftTree> DraftsvcSource::Propose(
     absl::Span<const DraftAsk> asks, bool* called) {
   *called = false;

@@ -2,8 +2,9 @@
 // server: recycled predictions go out as PredictionTrees whose root_after
 // points at their root among the reported tokens (across steps, capped);
 // the request's sources and sampling reach draftsvc; a FAILED_PRECONDITION
-// for requested sources becomes the sequence's Failure; wire trees map their
-// sources to engine tags.
+// for requested sources, at the open or at a Step, becomes the sequence's
+// Failure (WaitOpened waits for the open's answer, up to its deadline);
+// opens pass queued closes; wire trees map their sources to engine tags.
 
 #include "verifysvc/draftsvc_client/draftsvc_source.h"
 
@@ -34,9 +35,11 @@ using ::testing::IsEmpty;
 
 constexpr int32_t kVocab = 100;
 
-// Records every request; answers each Step entry with a one-node tree from
-// the n-gram pool, or with `refuse_code`/`refuse_message` for entries that
-// name sources while it is set.
+// Records every request (and the order of opens and closes); answers each
+// Step entry with a one-node tree from the n-gram pool, or with
+// `refuse_code`/`refuse_message` for entries that name sources while it is
+// set. Opens are refused with `refuse_open_code` while that is set, and
+// wait while held.
 class ScriptedDraftService final : public v1::DraftService::Service {
  public:
   grpc::Status OpenSession(grpc::ServerContext*,
@@ -44,6 +47,13 @@ class ScriptedDraftService final : public v1::DraftService::Service {
                            v1::OpenSessionResponse*) override {
     absl::MutexLock lock(&mu_);
     opens_.push_back(*request);
+    events_.push_back(absl::StrCat("open ", request->session_id()));
+    mu_.Await(absl::Condition(
+        +[](bool* held) { return !*held; }, &hold_opens_));
+    if (refuse_open_code_ != 0) {
+      return grpc::Status(static_cast<grpc::StatusCode>(refuse_open_code_),
+                          refuse_message_);
+    }
     return grpc::Status::OK;
   }
   grpc::Status Step(grpc::ServerContext*, const v1::StepRequest* request,
@@ -69,8 +79,10 @@ class ScriptedDraftService final : public v1::DraftService::Service {
     return grpc::Status::OK;
   }
   grpc::Status CloseSession(grpc::ServerContext*,
-                            const v1::CloseSessionRequest*,
+                            const v1::CloseSessionRequest* request,
                             v1::CloseSessionResponse*) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(absl::StrCat("close ", request->session_id()));
     return grpc::Status::OK;
   }
 
@@ -78,6 +90,20 @@ class ScriptedDraftService final : public v1::DraftService::Service {
     absl::MutexLock lock(&mu_);
     refuse_code_ = code;
     refuse_message_ = std::move(message);
+  }
+  void RefuseOpens(int code, std::string message) {
+    absl::MutexLock lock(&mu_);
+    refuse_open_code_ = code;
+    refuse_message_ = std::move(message);
+  }
+  void HoldOpens(bool hold) {
+    absl::MutexLock lock(&mu_);
+    hold_opens_ = hold;
+  }
+  // "open <session id>" and "close <session id>", in arrival order.
+  std::vector<std::string> events() const {
+    absl::MutexLock lock(&mu_);
+    return events_;
   }
   std::vector<v1::OpenSessionRequest> opens() const {
     absl::MutexLock lock(&mu_);
@@ -92,8 +118,11 @@ class ScriptedDraftService final : public v1::DraftService::Service {
   mutable absl::Mutex mu_;
   std::vector<v1::OpenSessionRequest> opens_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SessionStep> steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
   int refuse_code_ ABSL_GUARDED_BY(mu_) = 0;
+  int refuse_open_code_ ABSL_GUARDED_BY(mu_) = 0;
   std::string refuse_message_ ABSL_GUARDED_BY(mu_);
+  bool hold_opens_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class DraftsvcSourceTest : public ::testing::Test {
@@ -294,6 +323,9 @@ TEST_F(DraftsvcSourceTest, SourcesAndSamplingReachDraftsvc) {
   EXPECT_FLOAT_EQ(opens[0].sampling().top_p(), 0.9f);
   EXPECT_EQ(opens[0].sampling().top_k(), 7);
   EXPECT_EQ(opens[0].sampling().seed(), 1234u);
+  EXPECT_THAT(opens[0].sources(),
+              ElementsAre(v1::DRAFT_SOURCE_PROMPT, v1::DRAFT_SOURCE_OUTPUT,
+                          v1::DRAFT_SOURCE_ASSISTANT));
   const v1::SessionStep step = service_.steps().back();
   EXPECT_THAT(step.sources(),
               ElementsAre(v1::DRAFT_SOURCE_PROMPT, v1::DRAFT_SOURCE_OUTPUT,
@@ -329,6 +361,83 @@ TEST_F(DraftsvcSourceTest, UnservedSourceBecomesTheSequencesFailure) {
   EXPECT_THAT(steps.back().sources(), IsEmpty());
   source_->Close(handle);
   source_->Close(defaults);
+}
+
+TEST_F(DraftsvcSourceTest, OpenRefusalOfNamedSourcesIsTheFailureAtOnce) {
+  const std::string message =
+      "sources[0] is DRAFT_SOURCE_ASSISTANT, which this server does not run "
+      "(start it with --assistant_model or --self_draft)";
+  service_.RefuseOpens(static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION),
+                       message);
+  const int64_t defaults = source_->Open(Policy(), {1, 2});
+  const int64_t handle = source_->Open(
+      Policy(engine::SourceBit(engine::DraftSourceTag::kAssistant)), {1, 2});
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  source_->WaitOpened(defaults, deadline);
+  source_->WaitOpened(handle, deadline);
+  EXPECT_LT(absl::Now(), deadline);  // the answers, not the deadline
+
+  // Refused with the sources it named: the sequence's failure, before any
+  // Step. Refused without any (e.g. another vocabulary in its namespace):
+  // only no drafts, as before.
+  const absl::Status failure = source_->Failure(handle);
+  EXPECT_EQ(failure.code(), absl::StatusCode::kFailedPrecondition) << failure;
+  EXPECT_EQ(failure.message(), absl::StrCat("draftsvc: ", message));
+  EXPECT_TRUE(source_->Failure(defaults).ok());
+  const std::vector<v1::OpenSessionRequest> opens = service_.opens();
+  ASSERT_EQ(opens.size(), 2u);
+  EXPECT_THAT(opens[0].sources(), IsEmpty());
+  EXPECT_THAT(opens[1].sources(), ElementsAre(v1::DRAFT_SOURCE_ASSISTANT));
+  // Neither session exists on draftsvc: no Step goes out for them.
+  source_->Observe(handle, {7});
+  bool called = false;
+  source_->Propose({DraftAsk{handle, 4}, DraftAsk{defaults, 4}}, &called);
+  EXPECT_THAT(service_.steps(), IsEmpty());
+  source_->Close(handle);
+  source_->Close(defaults);
+}
+
+TEST_F(DraftsvcSourceTest, WaitOpenedEndsAtItsDeadline) {
+  service_.HoldOpens(true);
+  const int64_t handle = source_->Open(
+      Policy(engine::SourceBit(engine::DraftSourceTag::kAssistant)), {1, 2});
+  const absl::Time start = absl::Now();
+  source_->WaitOpened(handle, start + absl::Milliseconds(50));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_GE(waited, absl::Milliseconds(50));
+  EXPECT_LT(waited, absl::Seconds(5));
+  EXPECT_TRUE(source_->Failure(handle).ok());  // no answer yet
+  // The answer comes later: WaitOpened returns with it.
+  service_.RefuseOpens(static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION),
+                       "not run here");
+  service_.HoldOpens(false);
+  source_->WaitOpened(handle, absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(source_->Failure(handle).code(),
+            absl::StatusCode::kFailedPrecondition);
+  source_->Close(handle);
+}
+
+TEST_F(DraftsvcSourceTest, OpensGoBeforeQueuedCloses) {
+  const int64_t first = source_->Open(Policy(), {1, 2});
+  ProposeOnceOpen(first);
+  // The worker is busy with a held open while a close and another open
+  // queue up behind it: the open goes first.
+  service_.HoldOpens(true);
+  const int64_t held = source_->Open(Policy(), {3, 4});
+  for (int i = 0; i < 5000 && service_.opens().size() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(service_.opens().size(), 2u);
+  source_->Close(first);
+  const int64_t next = source_->Open(Policy(), {5, 6});
+  service_.HoldOpens(false);
+  source_->WaitOpened(next, absl::Now() + absl::Seconds(10));
+  source_->Close(held);
+  source_->Close(next);
+  source_.reset();  // Finishes the queued closes.
+  EXPECT_THAT(service_.events(),
+              ElementsAre("open test/1", "open test/2", "open test/3",
+                          "close test/1", "close test/2", "close test/3"));
 }
 
 TEST(DraftTreeFromProtoTest, SourcesMapToEngineTags) {

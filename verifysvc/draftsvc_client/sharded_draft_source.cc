@@ -182,6 +182,12 @@ absl::Status ShardedDraftSource::Failure(int64_t handle) const {
                       : shards_[r->shard].source->Failure(r->inner);
 }
 
+void ShardedDraftSource::WaitOpened(int64_t handle, absl::Time deadline) const {
+  if (const Route* r = Find(handle)) {
+    shards_[r->shard].source->WaitOpened(r->inner, deadline);
+  }
+}
+
 std::vector<engine::DraftTree> ShardedDraftSource::Propose(
     absl::Span<const DraftAsk> asks, bool* called) {
   *called = false;

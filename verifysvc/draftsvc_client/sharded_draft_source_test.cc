@@ -184,6 +184,9 @@ class RecordingSource : public DraftSource {
     return handle == fail_handle ? absl::FailedPreconditionError("refused")
                                  : absl::OkStatus();
   }
+  void WaitOpened(int64_t handle, absl::Time) const override {
+    waited.push_back(handle);
+  }
   std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,
                                          bool* called) override {
     *called = true;
@@ -207,6 +210,7 @@ class RecordingSource : public DraftSource {
   std::vector<int64_t> closed;
   int calls = 0;
   int64_t fail_handle = -1;
+  mutable std::vector<int64_t> waited;
   DraftSourceStats stats;
 
  private:
@@ -311,6 +315,10 @@ TEST_F(ShardedDraftSourceTest, RoutesEachNamespaceToItsShard) {
   fakes_[1]->fail_handle = 1;
   EXPECT_FALSE(source_->Failure(b).ok());
   EXPECT_TRUE(source_->Failure(a).ok());
+  source_->WaitOpened(b, absl::InfiniteFuture());
+  source_->WaitOpened(12345, absl::InfiniteFuture());  // unknown: ignored
+  EXPECT_TRUE(fakes_[0]->waited.empty());
+  EXPECT_THAT(fakes_[1]->waited, ElementsAre(1));
 
   source_->Close(a);
   source_->Close(b);

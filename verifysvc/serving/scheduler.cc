@@ -743,6 +743,22 @@ void Scheduler::CommitPrefill(const StepPlan& plan,
     seq->prefilled += plan.chunk[i];
     const int prompt = static_cast<int>(seq->request.prompt.size());
     if (seq->prefilled < prompt) continue;
+    if (seq->draft_handle != 0) {
+      // A request its sources refused at the open (a named source the
+      // draft service does not run) ends before its first token. The open
+      // runs beside the prefill; a request that named sources waits for
+      // its answer, at most the draft client's open deadline after
+      // admission (a later refusal ends it at its first draft step).
+      constexpr absl::Duration kOpenAnswerWait = absl::Milliseconds(500);
+      if (seq->request.draft.sources != 0) {
+        drafts_->WaitOpened(seq->draft_handle, seq->admitted + kOpenAnswerWait);
+      }
+      absl::Status failure = drafts_->Failure(seq->draft_handle);
+      if (!failure.ok()) {
+        End(seq, std::move(failure));
+        continue;
+      }
+    }
     if (options_.prefix_cache != nullptr) CachePrompt(*seq);
     const int32_t first = SelectToken(last[0], seq->request.sampling, prompt);
     seq->first_token = absl::Now();

@@ -300,7 +300,10 @@ absl::Status AssistantDrafter::RunTokens(Session* s,
   }
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(torch::Tensor logits, model.Prefill(s->cache.get(), tokens));
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const absl::Duration took = absl::Now() - start;
+  const double seconds = absl::ToDoubleSeconds(took);
+  s->unreported_ns.fetch_add(absl::ToInt64Nanoseconds(took),
+                             std::memory_order_relaxed);
   torch::Tensor row = logits.to(torch::kCPU).contiguous();
   const float* data = row.data_ptr<float>();
   s->logits.assign(data, data + row.numel());
@@ -539,6 +542,18 @@ void AssistantDrafter::WorkerLoop() {
       queue_.push_back(id);
     }
   }
+}
+
+double AssistantDrafter::TakeSeconds(absl::string_view session_id) {
+  std::shared_ptr<Session> s;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return 0;
+    s = it->second.session;
+  }
+  return 1e-9 * static_cast<double>(
+                    s->unreported_ns.exchange(0, std::memory_order_relaxed));
 }
 
 AssistantDrafterStats AssistantDrafter::stats() const {

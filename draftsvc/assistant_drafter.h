@@ -144,6 +144,12 @@ class AssistantDrafter {
   // it). NOT_FOUND for an unknown session.
   absl::Status Close(absl::string_view session_id);
 
+  // Seconds of model passes run for the session since the previous call
+  // (drafting, catch-up and pre-drafting alike), and resets them: what the
+  // session's drafts cost, for the verifier's gate. Never waits for a pass
+  // in progress (it is counted by the next call). 0 for an unknown session.
+  double TakeSeconds(absl::string_view session_id);
+
   // Blocks until no pre-draft work is queued or running (tests; shutdown).
   void WaitForPredraftIdle();
 
@@ -178,6 +184,9 @@ class AssistantDrafter {
     // them rather than start another pass (it would win the lock again
     // microseconds after releasing it, and starve a Step).
     std::atomic<int> waiting{0};
+    // Nanoseconds of passes not yet taken by TakeSeconds (atomic, so a
+    // Step reads it without waiting for a pass that holds `mu`).
+    std::atomic<int64_t> unreported_ns{0};
 
     absl::Mutex mu;
     bool closed ABSL_GUARDED_BY(mu) = false;

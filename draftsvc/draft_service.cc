@@ -171,6 +171,30 @@ void ToProto(const TrieDraft& tree, v1::DraftTree* out) {
   }
 }
 
+// SessionStep.withheld_sources as a SourceBit set; values this server does
+// not know are ignored (withholding them changes nothing).
+uint32_t WithheldSources(const google::protobuf::RepeatedField<int>& sources) {
+  uint32_t out = 0;
+  for (int source : sources) {
+    switch (source) {
+      case v1::DRAFT_SOURCE_PROMPT:
+      case v1::DRAFT_SOURCE_OUTPUT:
+        out |=
+            SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+        break;
+      case v1::DRAFT_SOURCE_NGRAM:
+        out |= SourceBit(DraftSource::kNgram);
+        break;
+      case v1::DRAFT_SOURCE_ASSISTANT:
+        out |= SourceBit(DraftSource::kAssistant);
+        break;
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
 // The entry's retrieval sources as a SourceBit set (empty: `defaults`):
 // INVALID_ARGUMENT for values this server does not know, FAILED_PRECONDITION
 // naming the flag for sources it does not run.
@@ -426,6 +450,19 @@ class AssistantSource {
     }
   }
 
+  // Seconds of assistant passes for session `id` since the last call
+  // (AssistantDrafter::TakeSeconds); 0 if it has no drafter session.
+  double TakeSeconds(absl::string_view id) {
+    std::string drafter_id;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = sessions_.find(id);
+      if (it == sessions_.end() || !it->second.opened) return 0;
+      drafter_id = DrafterId(it->second.serial);
+    }
+    return drafter_->TakeSeconds(drafter_id);
+  }
+
   // The assistant's candidates (at most `budget` nodes, drafted until
   // `deadline`) below the session's last token; none on any error.
   CandidateTree Draft(const std::string& drafter_id, int budget,
@@ -653,6 +690,7 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       absl::StatusOr<uint32_t> sources =
           SourcesFromProto(step.sources(), options_.default_sources,
                            options_.index.ngram_enabled, assistant_ != nullptr);
+      if (sources.ok()) *sources &= ~WithheldSources(step.withheld_sources());
       // Whether this entry drafts from the assistant.
       bool use_assistant = false;
       if (sources.ok() && (*sources & SourceBit(DraftSource::kAssistant))) {
@@ -692,6 +730,12 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       absl::StatusOr<std::string> assistant_session =
           use_assistant ? assistant_->Acquire(step.session_id())
                         : absl::NotFoundError("not asked for");
+      // Whether or not this entry drafts: the passes run for it since the
+      // last Step (its drafting then, pre-drafts and catch-up since).
+      if (assistant_ != nullptr) {
+        draft->set_assistant_seconds(
+            assistant_->TakeSeconds(step.session_id()));
+      }
       if (*mode == DraftMode::kOff || step.decoding_length() == 0) continue;
       const absl::Time start = absl::Now();
       RetrieveRequest retrieve;

@@ -46,6 +46,11 @@ struct DraftTree {
   std::vector<DraftSourceTag> sources;
   std::vector<DraftSourceSet> source_sets;
   std::vector<float> scores;
+  // Seconds of model passes the sources ran for this sequence since its
+  // previous tree (an assistant's drafting, catch-up and pre-drafting): the
+  // draft's cost beyond the verify pass, which the verifier charges against
+  // the source's accepted tokens. 0 for sources that do no model work.
+  double source_seconds = 0;
 
   // The sources of node i (REQUIRES: 0 <= i < size()): source_sets[i] if
   // set, else the bit of sources[i], else kUnknown's.

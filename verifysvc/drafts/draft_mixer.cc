@@ -11,6 +11,7 @@ engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
   // (parent in `out`, token) -> node in `out`; parent -1 is the root.
   std::map<std::pair<int32_t, int32_t>, int32_t> children;
   for (const engine::DraftTree& tree : trees) {
+    out.source_seconds += tree.source_seconds;
     // Node of `tree` -> node of `out` (-2: not taken, nor its subtree).
     std::vector<int32_t> placed(tree.tokens.size(), -2);
     for (size_t i = 0; i < tree.tokens.size(); ++i) {

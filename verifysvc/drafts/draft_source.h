@@ -52,6 +52,9 @@ struct DraftAsk {
   int64_t handle = 0;  // from Open
   int budget = 0;      // most draft tokens; 0 = none wanted this step
   DraftMode mode = DraftMode::kTrieHierarchical;
+  // Sources that must not draft this step (the scheduler's cost gate);
+  // bits of engine::DraftSourceTag.
+  engine::DraftSourceSet withheld = 0;
 };
 
 // What the verify pass computed at a verified tree (Token Recycling): the

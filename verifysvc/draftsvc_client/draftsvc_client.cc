@@ -64,6 +64,9 @@ DraftClient::Step(absl::Span<const DraftRequest> requests, int32_t vocab_size) {
     step->set_branch_length(r.branch_length);
     step->set_mode(r.mode);
     for (v1::DraftSource source : r.sources) step->add_sources(source);
+    for (v1::DraftSource source : r.withheld_sources) {
+      step->add_withheld_sources(source);
+    }
     for (const v1::PredictionTree& p : r.predictions) {
       *step->add_predictions() = p;
     }
@@ -89,6 +92,9 @@ DraftClient::Step(absl::Span<const DraftRequest> requests, int32_t vocab_size) {
                                    draft.message()));
     } else {
       trees.push_back(DraftTreeFromProto(draft.tree(), vocab_size));
+      if (trees.back().ok()) {
+        trees.back()->source_seconds = draft.assistant_seconds();
+      }
     }
   }
   return trees;

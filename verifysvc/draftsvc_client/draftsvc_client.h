@@ -48,6 +48,8 @@ struct DraftRequest {
   lookahead::v1::DraftMode mode = lookahead::v1::DRAFT_MODE_TRIE_HIERARCHICAL;
   // Sources the draft may use; empty = draftsvc's --draft_sources.
   std::vector<lookahead::v1::DraftSource> sources;
+  // Sources this step's draft must not use (SessionStep.withheld_sources).
+  std::vector<lookahead::v1::DraftSource> withheld_sources;
   // The verifier's predictions at the trees verified since the last Step
   // (root_after relative to accepted_tokens), oldest first.
   std::vector<lookahead::v1::PredictionTree> predictions;

@@ -105,6 +105,7 @@ std::vector<engine::DraftTree> DraftSessions::Step(
       request.branch_length = session.branch_length;
       request.mode = entries[i].mode;
       request.sources = session.sources;
+      request.withheld_sources = SourcesToProto(entries[i].withheld);
       for (const lookahead::v1::PredictionTree& p : entries[i].predictions) {
         // Only trees whose root is among the tokens reported now.
         const size_t root_after = held_back + p.root_after();

@@ -101,6 +101,8 @@ class DraftSessions {
     // Jacobi n-grams harvested since the previous Step (best effort, like
     // predictions).
     std::vector<std::vector<int32_t>> ngrams;
+    // Sources this step's draft must not use.
+    engine::DraftSourceSet withheld = 0;
   };
   // Reports every entry's tokens and returns its draft tree (empty if the
   // session is not open, draftsvc failed, or it had nothing to propose).

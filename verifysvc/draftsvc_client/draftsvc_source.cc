@@ -141,6 +141,7 @@ std::vector<engine::DraftTree> DraftsvcSource::Propose(
     it->second.ngrams.clear();
     entry.decoding_length = asks[i].budget;
     entry.mode = WireMode(asks[i].mode);
+    entry.withheld = asks[i].withheld;
     entries.push_back(std::move(entry));
     which.push_back(i);
   }

@@ -928,6 +928,50 @@ class AssistantServiceTest : public DraftServiceTest {
 constexpr uint32_t kAssistantWireBit = uint32_t{1}
                                        << v1::DRAFT_SOURCE_ASSISTANT;
 
+// A withheld assistant drafts nothing and runs no pass for the session;
+// every entry reports the pass time spent for it since its last Step, once.
+TEST_F(AssistantServiceTest, WithheldAssistantDoesNoWorkAndSecondsAreReported) {
+  auto h = StartOrDie(AssistantOptions("assistant_withheld"));
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->Open("w", "ns", {5, 17, 250, 999, 3, 42}).ok());
+  const auto step = [&](int32_t token, bool withhold) {
+    v1::StepRequest request;
+    v1::SessionStep* entry = request.add_steps();
+    entry->set_session_id("w");
+    entry->add_accepted_tokens(token);
+    entry->set_decoding_length(6);
+    entry->add_sources(v1::DRAFT_SOURCE_ASSISTANT);
+    if (withhold) entry->add_withheld_sources(v1::DRAFT_SOURCE_ASSISTANT);
+    v1::StepResponse response;
+    grpc::Status status = h->Step(request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.drafts_size() == 1 ? response.drafts(0)
+                                       : v1::SessionDraft();
+  };
+  // Drafted: its passes (prefill and chain) are reported by the next entry
+  // (this one took them before drafting, when there were none yet).
+  const v1::SessionDraft drafted = step(7, /*withhold=*/false);
+  ASSERT_EQ(drafted.code(), 0) << drafted.message();
+  EXPECT_GT(drafted.tree().tokens_size(), 0);
+  const int64_t passes = h->draft->assistant_stats().forward_passes;
+  ASSERT_GT(passes, 0);
+  const v1::SessionDraft withheld = step(8, /*withhold=*/true);
+  ASSERT_EQ(withheld.code(), 0) << withheld.message();
+  EXPECT_EQ(withheld.tree().tokens_size(), 0);
+  EXPECT_GT(withheld.assistant_seconds(), 0);
+  EXPECT_EQ(h->draft->assistant_stats().forward_passes, passes);
+  // Nothing ran since: nothing more to report.
+  const v1::SessionDraft again = step(9, /*withhold=*/true);
+  ASSERT_EQ(again.code(), 0) << again.message();
+  EXPECT_EQ(again.assistant_seconds(), 0);
+  EXPECT_EQ(h->draft->assistant_stats().forward_passes, passes);
+  // Asked again, it catches up and drafts.
+  const v1::SessionDraft back = step(10, /*withhold=*/false);
+  ASSERT_EQ(back.code(), 0) << back.message();
+  EXPECT_GT(back.tree().tokens_size(), 0);
+  EXPECT_GT(h->draft->assistant_stats().forward_passes, passes);
+}
+
 TEST_F(AssistantServiceTest, AssistantDraftsTheModelsGreedyContinuation) {
   DraftServerOptions options = AssistantOptions("assistant_drafts");
   metrics::Registry registry;

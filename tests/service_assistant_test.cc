@@ -36,7 +36,10 @@ class ServiceAssistantTest : public SharedPairTest<ServiceAssistantTest> {
     // leave some Steps with only pre-drafts) and the verifier's wait for
     // the Step (default 20 ms, less than a few passes of this assistant).
     options.draftsvc_flags = {"--self_draft", "--assistant_deadline_ms=200"};
-    options.verifysvc_flags = {"--draft_deadline_ms=10000"};
+    // The assistant drafts every step it is asked to, so its path is
+    // checked whatever its cost gate would decide on this machine.
+    options.verifysvc_flags = {"--draft_deadline_ms=10000",
+                               "--cost_gates=false"};
     return options;
   }
 
@@ -146,6 +149,69 @@ TEST_F(ServiceAssistantTest, DraftsvcExportsTheAssistantsSeries) {
                    "lookahead_assistant_drafted_tokens_total");
   ASSERT_TRUE(drafted.ok());
   EXPECT_GT(*drafted, 0);
+}
+
+// The same services with the verifier's cost gates on (the default): the
+// Jacobi window and the assistant run only on the steps their gates allow,
+// and every mix stays exactly plain decoding. The gates' decisions are
+// counted in lookahead_cost_gate_steps_total and printed (which way they go
+// depends on this machine's cost curve).
+class ServiceCostGateTest : public SharedPairTest<ServiceCostGateTest> {
+ public:  // Read by SharedPairTest.
+  static PairOptions Options() {
+    PairOptions options;
+    options.name = "gates";
+    options.draftsvc_flags = {"--self_draft", "--assistant_deadline_ms=200"};
+    options.verifysvc_flags = {"--draft_deadline_ms=10000"};
+    return options;
+  }
+};
+
+TEST_F(ServiceCostGateTest, GatedMixIsLosslessAndCountsEveryDecision) {
+  for (bool sampled : {false, true}) {
+    SCOPED_TRACE(sampled ? "sampled" : "greedy");
+    v1::GenerateRequest request = ChatRequest(
+        "Write three short sentences about the sea and the sky.", kNewTokens);
+    SetDraftMode(&request, v1::DRAFT_MODE_TRIE_HIERARCHICAL);
+    for (v1::DraftSource source :
+         {v1::DRAFT_SOURCE_PROMPT, v1::DRAFT_SOURCE_NGRAM,
+          v1::DRAFT_SOURCE_ASSISTANT}) {
+      request.mutable_draft()->add_sources(source);
+    }
+    request.mutable_draft()->set_lookahead_window(5);
+    request.mutable_draft()->set_lookahead_ngram(3);
+    request.mutable_draft()->set_lookahead_guess(5);
+    request.mutable_draft()->set_namespace_("gates");
+    if (sampled) SetSeededSampling(&request, 4711);
+    const Generation plain = pair_->Reference(request);
+    const Generation fast = pair_->Generate(request);
+    ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+    ASSERT_TRUE(fast.status.ok()) << fast.status.error_message();
+    EXPECT_EQ(fast.tokens, plain.tokens)
+        << "drafts: " << TokensToString(fast.tokens)
+        << "\ndrafts off: " << TokensToString(plain.tokens);
+    ASSERT_TRUE(fast.has_usage);
+  }
+  // Both requests decoded with both mechanisms asked for: every sequence
+  // step with a draft session counted one decision per mechanism.
+  double decisions[2] = {0, 0};
+  int m = 0;
+  for (const char* mechanism : {"jacobi_window", "assistant"}) {
+    std::string line;
+    for (const char* decision : {"run", "skip"}) {
+      absl::StatusOr<double> value = ScrapeMetricSum(
+          pair_->verifysvc_metrics_port(), "lookahead_cost_gate_steps_total",
+          {absl::StrCat("mechanism=\"", mechanism, "\""),
+           absl::StrCat("decision=\"", decision, "\"")});
+      ASSERT_TRUE(value.ok()) << value.status();
+      decisions[m] += *value;
+      absl::StrAppend(&line, " ", decision, " ", *value);
+    }
+    std::printf("cost gate %s:%s\n", mechanism, line.c_str());
+    ++m;
+  }
+  EXPECT_GT(decisions[0], 0);
+  EXPECT_EQ(decisions[0], decisions[1]);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -127,6 +128,32 @@ absl::StatusOr<double> ScrapeMetric(int port, const std::string& name) {
     }
   }
   return absl::NotFoundError(absl::StrCat(name, " not in /metrics"));
+}
+
+absl::StatusOr<double> ScrapeMetricSum(int port, const std::string& name,
+                                       const std::vector<std::string>& labels) {
+  absl::StatusOr<std::string> page = HttpGet(port, "/metrics");
+  if (!page.ok()) return page.status();
+  double sum = 0;
+  for (absl::string_view line : absl::StrSplit(*page, '\n')) {
+    if (!absl::ConsumePrefix(&line, name) || !absl::ConsumePrefix(&line, "{")) {
+      continue;
+    }
+    const size_t close = line.find("} ");
+    if (close == absl::string_view::npos) continue;
+    const absl::string_view set = line.substr(0, close);
+    bool all = true;
+    for (const std::string& label : labels) {
+      all = all && absl::StrContains(set, label);
+    }
+    double value = 0;
+    if (all &&
+        absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(close + 2)),
+                         &value)) {
+      sum += value;
+    }
+  }
+  return sum;
 }
 
 absl::StatusOr<std::unique_ptr<LoneDraftsvc>> LoneDraftsvc::Start(

@@ -30,6 +30,11 @@ int64_t RssBytes(pid_t pid);
 // The value of the unlabeled sample `name` in the /metrics page served on
 // 127.0.0.1:`port`; NOT_FOUND if absent, UNAVAILABLE if the scrape fails.
 absl::StatusOr<double> ScrapeMetric(int port, const std::string& name);
+// The sum of the samples of the labeled series `name` whose labels include
+// every one of `labels` (each as exposed, e.g. `decision="run"`); 0 if none
+// match, UNAVAILABLE if the scrape fails.
+absl::StatusOr<double> ScrapeMetricSum(int port, const std::string& name,
+                                       const std::vector<std::string>& labels);
 
 // A real draftsvc (env DRAFTSVC_BINARY) on free loopback ports with a fresh
 // database below $TEST_TMPDIR/<name>, plus a stub to it.

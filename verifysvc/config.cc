@@ -87,9 +87,25 @@ ABSL_FLAG(int, draft_ask_tokens, 8,
           "tree that comes back is cut to the prefix whose nodes' own "
           "acceptance estimates pay for their rows. 0 = ask exactly the "
           "budget and verify the whole tree.");
+ABSL_FLAG(bool, cost_gates, true,
+          "Run the draft mechanisms that cost time of their own (the Jacobi "
+          "window's rows, the assistant's passes) for a sequence only while "
+          "what they add pays for what they cost, probing them again at "
+          "doubling intervals when they do not. false: every mechanism a "
+          "request asks for runs every step.");
+ABSL_FLAG(double, assistant_cost_share, 1.0,
+          "Share of draftsvc's assistant pass seconds (reported per session) "
+          "charged against the assistant's accepted tokens by its cost gate, "
+          "in [0, 1]: 1 when draftsvc runs on this verifier's cores (its "
+          "passes take them from the verify pass), 0 when it has cores of "
+          "its own (then only its Step latency counts). The assistant drafts "
+          "for a sequence only while it pays.");
 ABSL_FLAG(int, lookahead_window, 0,
-          "Jacobi lookahead window W of a request that sets 0; 0 = no window "
-          "unless the request asks for one. Off by default: on a CPU its "
+          "Jacobi lookahead window W of a request that leaves it unset (a "
+          "request's explicit 0 turns it off); 0 = no window unless the "
+          "request asks for one. Where it runs, its cost gate (--cost_gates) "
+          "still skips it on steps it cannot pay for. Off by default: on a "
+          "CPU its "
           "W x (N - 1) extra rows per step cost more than its n-grams gain "
           "(bench/results: 0.2-0.5x of plain decoding alone); worth trying "
           "where a pass of ~16-64 rows costs what one row does (a GPU).");
@@ -362,6 +378,14 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--draft_ask_tokens=", c.scheduler.draft_ask_tokens,
                      " is outside [0, 256]"));
+  }
+  c.scheduler.gate.enabled = absl::GetFlag(FLAGS_cost_gates);
+  c.scheduler.assistant_cost_share = absl::GetFlag(FLAGS_assistant_cost_share);
+  if (!(c.scheduler.assistant_cost_share >= 0 &&
+        c.scheduler.assistant_cost_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--assistant_cost_share=", c.scheduler.assistant_cost_share,
+        " is outside [0, 1]"));
   }
   if (c.scheduler.prediction_k < 0 || c.scheduler.prediction_k > 64) {
     return absl::InvalidArgumentError(

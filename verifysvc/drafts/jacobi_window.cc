@@ -234,4 +234,20 @@ absl::Status JacobiWindow::Skip(absl::Span<const int32_t> emitted) {
   return absl::OkStatus();
 }
 
+int NgramCredit(absl::Span<const JacobiNgram> ngrams, int32_t root,
+                absl::Span<const int32_t> accepted) {
+  int best = 0;
+  for (const JacobiNgram& ngram : ngrams) {
+    if (ngram.empty() || ngram[0] != root) continue;
+    int k = 0;
+    while (k < static_cast<int>(accepted.size()) &&
+           k + 1 < static_cast<int>(ngram.size()) &&
+           ngram[k + 1] == accepted[k]) {
+      ++k;
+    }
+    best = std::max(best, k);
+  }
+  return best;
+}
+
 }  // namespace lookahead::verifysvc

@@ -176,6 +176,14 @@ class JacobiWindow {
   int64_t root_position_ = 0;
 };
 
+// The tokens of `accepted` (a step's accepted draft tokens, in order after
+// `root`) that one of `ngrams` foresaw: the largest k such that some n-gram
+// reads root, accepted[0], ..., accepted[k - 1]. The window's credit for the
+// step (its CostGate): an estimate, since another source may have proposed
+// the same tokens.
+int NgramCredit(absl::Span<const JacobiNgram> ngrams, int32_t root,
+                absl::Span<const int32_t> accepted);
+
 }  // namespace lookahead::verifysvc
 
 #endif  // LOOKAHEAD_VERIFYSVC_DRAFTS_JACOBI_WINDOW_H_

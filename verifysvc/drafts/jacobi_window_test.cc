@@ -450,5 +450,16 @@ TEST_F(JacobiWindowTest, SkipShiftsByEmittedTokens) {
   EXPECT_EQ(still->token(1, 3), t);
 }
 
+TEST(NgramCreditTest, LongestPrefixOfTheAcceptedTokensAnNgramForesaw) {
+  const std::vector<JacobiNgram> ngrams = {{7, 1, 2}, {7, 1, 3, 4}, {9, 5}};
+  EXPECT_EQ(NgramCredit(ngrams, 7, {1, 3, 4, 8}), 3);
+  EXPECT_EQ(NgramCredit(ngrams, 7, {1, 2}), 2);
+  EXPECT_EQ(NgramCredit(ngrams, 7, {1, 5}), 1);
+  EXPECT_EQ(NgramCredit(ngrams, 7, {}), 0);
+  EXPECT_EQ(NgramCredit(ngrams, 9, {6}), 0);     // key matches, token does not
+  EXPECT_EQ(NgramCredit(ngrams, 5, {1, 2}), 0);  // no n-gram keyed on 5
+  EXPECT_EQ(NgramCredit({}, 7, {1}), 0);
+}
+
 }  // namespace
 }  // namespace lookahead::verifysvc

@@ -115,6 +115,20 @@ absl::Status AddTokenSeries(const Series& s, int max_position,
     m->accepted_tokens_per_source.push_back(
         accepted_per_source->WithLabels({s.model, label}));
   }
+  ASSIGN_OR_RETURN(
+      metrics::CounterFamily * gate_steps,
+      s.registry->AddCounter(
+          "lookahead_cost_gate_steps_total",
+          "Sequence steps in which a draft mechanism that costs time of its "
+          "own (the Jacobi window's rows, the assistant's passes) ran or was "
+          "skipped by its cost gate.",
+          {"model", "mechanism", "decision"}));
+  for (int g = 0; g < kNumGatedMechanisms; ++g) {
+    const char* label = GatedMechanismName(static_cast<GatedMechanism>(g));
+    m->cost_gate_steps.push_back(
+        {gate_steps->WithLabels({s.model, label, "skip"}),
+         gate_steps->WithLabels({s.model, label, "run"})});
+  }
 
   return absl::OkStatus();
 }
@@ -268,6 +282,10 @@ void PrometheusObserver::OnDraftSourceVerified(engine::DraftSourceTag source,
   if (t >= m_->draft_tokens_per_source.size()) return;
   m_->draft_tokens_per_source[t]->Increment(verified);
   m_->accepted_tokens_per_source[t]->Increment(accepted);
+}
+
+void PrometheusObserver::OnCostGate(GatedMechanism mechanism, bool ran) {
+  m_->cost_gate_steps[static_cast<size_t>(mechanism)][ran ? 1 : 0]->Increment();
 }
 
 void PrometheusObserver::OnDraftCall(double seconds, int64_t new_failures,

@@ -16,6 +16,7 @@
 #ifndef LOOKAHEAD_VERIFYSVC_SERVING_PROMETHEUS_OBSERVER_H_
 #define LOOKAHEAD_VERIFYSVC_SERVING_PROMETHEUS_OBSERVER_H_
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,8 @@ struct VerifierMetrics {
   // `tag` proposed (label source="unknown", "trie", "ngram", "assistant").
   std::vector<metrics::Counter*> draft_tokens_per_source;
   std::vector<metrics::Counter*> accepted_tokens_per_source;
+  // [mechanism][ran]: lookahead_cost_gate_steps_total.
+  std::vector<std::array<metrics::Counter*, 2>> cost_gate_steps;
 
   metrics::Histogram* step_seconds = nullptr;
   metrics::Histogram* forward_seconds = nullptr;
@@ -93,6 +96,7 @@ class PrometheusObserver : public SchedulerObserver {
   void OnDraftVerified(int verified, int accepted) override;
   void OnDraftSourceVerified(engine::DraftSourceTag source, int verified,
                              int accepted) override;
+  void OnCostGate(GatedMechanism mechanism, bool ran) override;
   void OnDraftCall(double seconds, int64_t new_failures,
                    bool available) override;
   void OnStep(const StepReport& step) override;

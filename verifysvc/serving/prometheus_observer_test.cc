@@ -69,5 +69,26 @@ TEST(PrometheusObserverTest, ExportsDraftTokensPerSource) {
                               "\"} 0\n"));
 }
 
+TEST(PrometheusObserverTest, ExportsCostGateDecisions) {
+  metrics::Registry registry;
+  auto m = VerifierMetrics::Create(&registry, "m", 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  PrometheusObserver observer(m->get());
+  observer.OnCostGate(GatedMechanism::kJacobiWindow, false);
+  observer.OnCostGate(GatedMechanism::kJacobiWindow, false);
+  observer.OnCostGate(GatedMechanism::kAssistant, true);
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("lookahead_cost_gate_steps_total{model=\"m\","
+                              "mechanism=\"jacobi_window\",decision=\"skip\"} "
+                              "2\n"));
+  EXPECT_THAT(text, HasSubstr("lookahead_cost_gate_steps_total{model=\"m\","
+                              "mechanism=\"assistant\",decision=\"run\"} "
+                              "1\n"));
+  // Every combination from the start, at 0.
+  EXPECT_THAT(text, HasSubstr("lookahead_cost_gate_steps_total{model=\"m\","
+                              "mechanism=\"assistant\",decision=\"skip\"} "
+                              "0\n"));
+}
+
 }  // namespace
 }  // namespace lookahead::verifysvc

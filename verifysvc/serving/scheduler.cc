@@ -43,11 +43,14 @@ void CountSources(const engine::DraftTree& tree, int node,
 
 struct Scheduler::Sequence {
   Sequence(GenerationRequest r, GenerationSink* k,
-           const engine::Tokenizer* tokenizer, const DraftPacerOptions& pacing)
+           const engine::Tokenizer* tokenizer, const DraftPacerOptions& pacing,
+           const CostGateOptions& gate)
       : request(std::move(r)),
         sink(k),
         output(tokenizer, request.stop, request.max_new_tokens),
-        pacer(pacing) {}
+        pacer(pacing),
+        window_gate(gate),
+        assistant_gate(gate) {}
 
   GenerationRequest request;
   GenerationSink* sink;
@@ -64,6 +67,15 @@ struct Scheduler::Sequence {
   std::unique_ptr<JacobiWindow> jacobi;
   bool window_failed = false;
   bool window_runs = false;
+  // Whether the window and the assistant run this step (CostGate), and the
+  // window's recent n-grams, for its credit.
+  CostGate window_gate;
+  CostGate assistant_gate;
+  bool assistant_runs = false;
+  // The request names the assistant, or its drafts or costs have shown up
+  // (a request on default sources may or may not have one).
+  bool assistant_seen = false;
+  std::vector<JacobiNgram> window_ngrams;
   // Recent accepted draft tokens and what the trees' scores predicted for
   // them (moving averages over drafted steps): the sequence's correction
   // of its namespace-wide calibration, for TrimByScore.
@@ -310,8 +322,9 @@ void Scheduler::Admit() {
 }
 
 std::unique_ptr<Scheduler::Sequence> Scheduler::Start(Pending pending) {
-  auto seq = std::make_unique<Sequence>(
-      std::move(pending.request), pending.sink, tokenizer_, options_.pacing);
+  auto seq =
+      std::make_unique<Sequence>(std::move(pending.request), pending.sink,
+                                 tokenizer_, options_.pacing, options_.gate);
   seq->admitted = absl::Now();
   if (seq->sink->Cancelled()) {
     End(seq.get(), absl::CancelledError("cancelled by the client"));
@@ -332,6 +345,14 @@ std::unique_ptr<Scheduler::Sequence> Scheduler::Start(Pending pending) {
   if (options_.prefix_cache != nullptr) RestorePrefix(seq.get());
   if (drafts_ != nullptr && request.draft.enabled()) {
     seq->draft_handle = drafts_->Open(request.draft, request.prompt);
+    seq->assistant_seen =
+        (request.draft.sources &
+         engine::SourceBit(engine::DraftSourceTag::kAssistant)) != 0;
+    auto verdict = gate_verdicts_.find(request.draft.name_space);
+    if (verdict != gate_verdicts_.end()) {
+      seq->window_gate.Inherit(verdict->second.window);
+      seq->assistant_gate.Inherit(verdict->second.assistant);
+    }
   }
   return seq;
 }
@@ -421,10 +442,13 @@ void Scheduler::Draft(StepPlan* plan) {
   }
   // Jacobi windows ride in the same pass: their rows are charged to the
   // step before the drafts are sized.
+  const int roots =
+      static_cast<int>(plan->decoding.size()) + plan->prefill_tokens;
   int window_rows = 0;
-  for (Sequence* seq : plan->decoding) window_rows += WindowRows(seq);
-  const int base = static_cast<int>(plan->decoding.size()) +
-                   plan->prefill_tokens + window_rows;
+  for (Sequence* seq : plan->decoding) {
+    window_rows += WindowRows(seq, roots + window_rows);
+  }
+  const int base = roots + window_rows;
   const std::vector<int> budget = AllocateDraftTokens(
       cost_, base, candidates, std::max(0, options_.max_step_tokens - base),
       drafts_->cost());
@@ -442,7 +466,11 @@ void Scheduler::Draft(StepPlan* plan) {
             ? budget[i]
             : std::max(budget[i],
                        std::min(candidates[i].cap, options_.draft_ask_tokens));
-    asks.push_back({seq->draft_handle, ask, seq->request.draft.mode});
+    DraftAsk a{seq->draft_handle, ask, seq->request.draft.mode};
+    if (!AssistantRuns(plan->decoding[i], candidates[i].cap)) {
+      a.withheld = engine::SourceBit(engine::DraftSourceTag::kAssistant);
+    }
+    asks.push_back(a);
     which.push_back(i);
   }
   if (asks.empty()) return;
@@ -578,11 +606,22 @@ int Scheduler::WindowRowsOf(const DraftPolicy& policy) {
   return policy.lookahead_window * (policy.lookahead_ngram - 1);
 }
 
-int Scheduler::WindowRows(Sequence* seq) {
+double Scheduler::SecondsPerToken() const {
+  return seconds_per_token_ > 0 ? seconds_per_token_ : cost_.Seconds(1);
+}
+
+int Scheduler::WindowRows(Sequence* seq, int base) {
   seq->window_runs = false;
   const DraftPolicy& policy = seq->request.draft;
   const int rows = WindowRowsOf(policy);
   if (rows == 0 || seq->draft_handle == 0 || seq->window_failed) return 0;
+  // Its rows' cost on the cost curve, against the most its n-grams can add
+  // (N - 1 tokens a step) and then what they were measured to add.
+  const bool runs = seq->window_gate.Decide(
+      SecondsPerToken(), cost_.Seconds(base + rows) - cost_.Seconds(base),
+      policy.lookahead_ngram - 1);
+  observer_->OnCostGate(GatedMechanism::kJacobiWindow, runs);
+  if (!runs) return 0;
   if (seq->jacobi == nullptr) {
     std::vector<int32_t> context = seq->request.prompt;
     const std::vector<int32_t>& out = seq->output.tokens();
@@ -611,10 +650,17 @@ int Scheduler::WindowRows(Sequence* seq) {
 }
 
 void Scheduler::AdvanceWindow(Sequence* seq, const torch::Tensor& logits,
-                              absl::Span<const int32_t> emitted) {
-  if (seq->jacobi == nullptr) return;
+                              int32_t root, absl::Span<const int32_t> emitted) {
   const bool ran = seq->window_runs;
   seq->window_runs = false;
+  if (WindowRowsOf(seq->request.draft) > 0 && !emitted.empty()) {
+    seq->window_gate.Record(
+        ran,
+        NgramCredit(seq->window_ngrams, root,
+                    emitted.first(emitted.size() - 1)),
+        /*cost=*/0);  // charged by the cost curve in WindowRows
+  }
+  if (seq->jacobi == nullptr) return;
   if (!ran) {
     absl::Status skipped = seq->jacobi->Skip(emitted);
     if (!skipped.ok()) {
@@ -630,7 +676,56 @@ void Scheduler::AdvanceWindow(Sequence* seq, const torch::Tensor& logits,
                  ngrams.status().ToString().c_str());
     return;
   }
-  if (!ngrams->empty()) drafts_->ObserveNgrams(seq->draft_handle, *ngrams);
+  if (ngrams->empty()) return;
+  drafts_->ObserveNgrams(seq->draft_handle, *ngrams);
+  // The credit looks back over about the pool's reach of recent n-grams.
+  constexpr size_t kCreditNgrams = 64;
+  seq->window_ngrams.insert(seq->window_ngrams.end(), ngrams->begin(),
+                            ngrams->end());
+  if (seq->window_ngrams.size() > kCreditNgrams) {
+    seq->window_ngrams.erase(
+        seq->window_ngrams.begin(),
+        seq->window_ngrams.end() - static_cast<ptrdiff_t>(kCreditNgrams));
+  }
+}
+
+bool Scheduler::AssistantRuns(Sequence* seq, int cap) {
+  seq->assistant_runs = false;
+  if (!seq->request.draft.MayUse(engine::DraftSourceTag::kAssistant)) {
+    return false;
+  }
+  // Only default sources, and no sign of an assistant yet: nothing to gate
+  // (draftsvc may run none).
+  if (!seq->assistant_seen) return seq->assistant_runs = true;
+  // Its cost is only known once measured (draftsvc reports its passes).
+  seq->assistant_runs =
+      seq->assistant_gate.Decide(SecondsPerToken(), /*known_cost=*/-1, cap);
+  observer_->OnCostGate(GatedMechanism::kAssistant, seq->assistant_runs);
+  return seq->assistant_runs;
+}
+
+void Scheduler::RecordAssistant(Sequence* seq, const engine::DraftTree& tree,
+                                absl::Span<const int32_t> path, int hits) {
+  if (!seq->request.draft.MayUse(engine::DraftSourceTag::kAssistant)) return;
+  const engine::DraftSourceSet alone =
+      engine::SourceBit(engine::DraftSourceTag::kAssistant);
+  if (!seq->assistant_seen) {
+    bool proposed = tree.source_seconds > 0;
+    for (int j = 0; j < tree.size() && !proposed; ++j) {
+      proposed = (tree.SourcesOf(j) & alone) != 0;
+    }
+    if (!proposed) return;
+    seq->assistant_seen = true;  // its gate decides from the next step on
+  }
+  // Credit: accepted tokens no other source proposed.
+  int credit = 0;
+  for (int m = 1; m <= hits && m < static_cast<int>(path.size()); ++m) {
+    if (tree.SourcesOf(path[m] - 1) == alone) ++credit;
+  }
+  seq->assistant_gate.Record(
+      seq->assistant_runs, credit,
+      tree.source_seconds * options_.assistant_cost_share);
+  seq->assistant_runs = false;
 }
 
 void Scheduler::RecyclePredictions(Sequence* seq, int asked,
@@ -695,7 +790,10 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
     }
     // Before Emit, whose Observe reports the step's tokens after the tree.
     RecyclePredictions(seq, plan.asked[i], tree, tree_logits, plan_ptr);
-    AdvanceWindow(seq, logits[i], accepted->tokens);
+    AdvanceWindow(seq, logits[i], in.tokens[0], accepted->tokens);
+    if (seq->draft_handle != 0) {
+      RecordAssistant(seq, tree, accepted->path, hits);
+    }
     // Counted before Emit, whose last output carries the usage.
     seq->draft_tokens += verified;
     SourceCounts source_verified{};
@@ -783,6 +881,14 @@ void Scheduler::Record(const StepPlan& plan, const StepTally& tally) {
   }
   report.step_seconds = absl::ToDoubleSeconds(absl::Now() - plan.start);
   observer_->OnStep(report);
+  // The gates' price of a token: decoding steps only (a prefill chunk's
+  // time buys no output tokens).
+  if (plan.prefill_tokens == 0 && tally.decode_emitted > 0) {
+    const double seconds = report.step_seconds / tally.decode_emitted;
+    seconds_per_token_ = seconds_per_token_ == 0
+                             ? seconds
+                             : 0.9 * seconds_per_token_ + 0.1 * seconds;
+  }
   ++steps_run_;
   if (options_.log_every_steps > 0 &&
       steps_run_ % options_.log_every_steps == 0) {
@@ -869,10 +975,28 @@ Usage Scheduler::UsageOf(const Sequence& seq, FinishReason finish) const {
   return usage;
 }
 
+void Scheduler::KeepGateVerdict(const Sequence& seq) {
+  const DraftPolicy& policy = seq.request.draft;
+  const bool window = WindowRowsOf(policy) > 0 && seq.window_gate.runs() > 0;
+  const bool assistant = policy.MayUse(engine::DraftSourceTag::kAssistant) &&
+                         seq.assistant_gate.runs() > 0;
+  if (!window && !assistant) return;
+  // Bounded: namespaces come from clients.
+  constexpr size_t kMaxVerdicts = 1024;
+  if (gate_verdicts_.size() >= kMaxVerdicts &&
+      gate_verdicts_.count(policy.name_space) == 0) {
+    gate_verdicts_.erase(gate_verdicts_.begin());
+  }
+  GateVerdict& verdict = gate_verdicts_[policy.name_space];
+  if (window) verdict.window.Inherit(seq.window_gate);
+  if (assistant) verdict.assistant.Inherit(seq.assistant_gate);
+}
+
 void Scheduler::End(Sequence* seq, absl::Status status) {
   if (seq->done) return;
   seq->done = true;
   if (seq->draft_handle != 0) {
+    KeepGateVerdict(*seq);
     drafts_->Close(seq->draft_handle);
     seq->draft_handle = 0;
   }

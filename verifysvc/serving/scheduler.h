@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,6 +39,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/prefix_cache.h"
 #include "engine/text/tokenizer.h"
+#include "verifysvc/drafts/cost_gate.h"
 #include "verifysvc/drafts/draft_budget.h"
 #include "verifysvc/drafts/draft_mixer.h"
 #include "verifysvc/drafts/draft_pacer.h"
@@ -78,6 +80,16 @@ struct SchedulerOptions {
   // whose nodes' own estimates pay for their rows. 0 = ask exactly the
   // budget and keep the whole tree.
   int draft_ask_tokens = 8;
+  // The gates of the mechanisms that cost time of their own (the Jacobi
+  // window's rows, the assistant's passes): each runs for a sequence only
+  // while what it adds pays for what it costs (verifysvc/drafts/cost_gate.h).
+  CostGateOptions gate;
+  // Share of the assistant's pass seconds (reported by draftsvc per
+  // session) charged to the verifier: 1 when draftsvc runs on the
+  // verifier's cores (its passes take them from the verify pass), 0 when it
+  // has cores of its own (then only its Step latency counts, through the
+  // throughput).
+  double assistant_cost_share = 1.0;
   // Print one line per this many steps (batch, tokens, drafts requested,
   // verified and accepted, forward time) to stdout; 0 = never.
   int log_every_steps = 0;
@@ -157,16 +169,29 @@ class Scheduler {
   static int WindowRowsOf(const DraftPolicy& policy);
   // Makes the sequence's window on first use and marks it to run in this
   // step's pass; returns the rows it adds (0: none runs).
-  int WindowRows(Sequence* seq);
+  // `base`: tokens the pass holds before the window's rows.
+  int WindowRows(Sequence* seq, int base);
   // After the sequence accepted `emitted`: the window's Jacobi update (its
   // n-grams to the draft sources) if it ran, else it moves along.
-  void AdvanceWindow(Sequence* seq, const torch::Tensor& logits,
+  // The window's gate is credited with the accepted tokens after `root`
+  // that its recent n-grams foresaw.
+  void AdvanceWindow(Sequence* seq, const torch::Tensor& logits, int32_t root,
                      absl::Span<const int32_t> emitted);
+  // The assistant's gate: whether it drafts for `seq` this step (the
+  // draftsvc entry withholds it otherwise), and after the step its credit
+  // (accepted tokens only it proposed) and cost (its reported seconds).
+  bool AssistantRuns(Sequence* seq, int cap);
+  void RecordAssistant(Sequence* seq, const engine::DraftTree& tree,
+                       absl::Span<const int32_t> path, int hits);
+  // What a token costs at the current throughput (for the gates).
+  double SecondsPerToken() const;
   // Hands the top-k of the verified rows to the sources that want them, on
   // steps that `asked` for drafts (> 0).
   void RecyclePredictions(Sequence* seq, int asked,
                           const engine::DraftTree& tree,
                           const torch::Tensor& logits, StepPlan* plan);
+  // Keeps the sequence's measured gates as its namespace's verdict.
+  void KeepGateVerdict(const Sequence& seq);
   Usage UsageOf(const Sequence& seq, FinishReason finish) const;
   void End(Sequence* seq, absl::Status status);
   void CountOutcome(RequestOutcome outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -183,6 +208,14 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;
   int64_t steps_run_ = 0;
   int64_t prefix_evictions_seen_ = 0;  // prefix cache evictions reported
+  double seconds_per_token_ = 0;       // moving average; 0 until a step emits
+  // Per namespace, the cost gates of the last sequence that measured them:
+  // a new sequence starts from their verdict (CostGate::Inherit).
+  struct GateVerdict {
+    CostGate window;
+    CostGate assistant;
+  };
+  std::map<std::string, GateVerdict> gate_verdicts_;
 
   mutable absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);

@@ -15,6 +15,15 @@ namespace lookahead::verifysvc {
 
 enum class RequestOutcome { kFinished, kCancelled, kRejected, kFailed };
 
+// The draft mechanisms that cost time of their own, each behind a per
+// sequence CostGate (verifysvc/drafts/cost_gate.h).
+enum class GatedMechanism { kJacobiWindow = 0, kAssistant = 1 };
+constexpr int kNumGatedMechanisms = 2;
+// "jacobi_window" or "assistant": the metrics label.
+inline const char* GatedMechanismName(GatedMechanism m) {
+  return m == GatedMechanism::kJacobiWindow ? "jacobi_window" : "assistant";
+}
+
 // One step of the scheduler: a forward pass and what it did.
 struct StepReport {
   int batch_sequences = 0;     // sequences in the forward pass
@@ -46,6 +55,9 @@ class SchedulerObserver {
   // several sources counts for each).
   virtual void OnDraftSourceVerified(engine::DraftSourceTag source,
                                      int verified, int accepted) {}
+  // One sequence step's gate decision: the mechanism ran, or was skipped
+  // because it did not pay (or waits for its next probe).
+  virtual void OnCostGate(GatedMechanism mechanism, bool ran) {}
   // A draft call that did work: its duration, failures it added, health.
   virtual void OnDraftCall(double seconds, int64_t new_failures,
                            bool available) {}

@@ -84,6 +84,8 @@ struct FakeSession {
   std::vector<int32_t> prompt;
   std::vector<int32_t> observed;  // every token Observe'd, in order
   std::vector<int> asks;          // the budget of every ask, in order
+  // The sources every ask withheld (DraftAsk::withheld), in order.
+  std::vector<engine::DraftSourceSet> withheld;
   int closes = 0;
   std::vector<DraftTree> proposed;  // every tree proposed, in order
   // Every ObserveVerified, with how many tokens were observed before it.
@@ -136,6 +138,7 @@ class ScriptedDraftSource : public DraftSource {
       FakeSession& s = sessions_.at(ask.handle);
       EXPECT_EQ(s.closes, 0) << "Propose after Close";
       s.asks.push_back(ask.budget);
+      s.withheld.push_back(ask.withheld);
       budgets.push_back(ask.budget);
       wanted = wanted || ask.budget > 0;
     }
@@ -360,6 +363,15 @@ class RecordingObserver : public SchedulerObserver {
     absl::MutexLock lock(&mu_);
     steps_.push_back(step);
   }
+  void OnCostGate(GatedMechanism mechanism, bool ran) override {
+    absl::MutexLock lock(&mu_);
+    ++gate_[static_cast<int>(mechanism)][ran ? 1 : 0];
+  }
+  // {skipped, ran} sequence steps of `mechanism`.
+  std::array<int, 2> gate(GatedMechanism mechanism) const {
+    absl::MutexLock lock(&mu_);
+    return gate_[static_cast<int>(mechanism)];
+  }
 
   int outcomes(RequestOutcome outcome) const {
     absl::MutexLock lock(&mu_);
@@ -396,6 +408,8 @@ class RecordingObserver : public SchedulerObserver {
   std::vector<DraftCall> draft_calls_ ABSL_GUARDED_BY(mu_);
   std::vector<StepReport> steps_ ABSL_GUARDED_BY(mu_);
   std::vector<std::array<int, 3>> per_source_ ABSL_GUARDED_BY(mu_);
+  std::array<std::array<int, 2>, kNumGatedMechanisms> gate_
+      ABSL_GUARDED_BY(mu_) = {};
 };
 
 // ---------------------------------------------------------------------------
@@ -1346,6 +1360,106 @@ TEST_F(SchedulerUnitTest, SourceFailureEndsTheRequestWithItsStatus) {
   ASSERT_TRUE(plain.Wait());
   ASSERT_TRUE(plain.status().ok()) << plain.status();
   EXPECT_EQ(plain.tokens(), Head(truth[prompt], kNew));
+}
+
+// The assistant's gate: its drafts are withheld from draftsvc once the
+// seconds its passes are reported to cost outweigh what its accepted tokens
+// are worth, and never while they cost nothing. Output is plain decoding's
+// either way.
+TEST_F(SchedulerUnitTest, AssistantIsWithheldWhileItsPassesCostMoreThanItAdds) {
+  constexpr int kNew = 60;
+  const std::vector<int32_t> prompt = PromptWithoutEos(900, 7, kNew);
+  Continuations truth;
+  truth[prompt] = PlainDecode(prompt, kNew + kSlack);
+  const engine::DraftSourceSet assistant =
+      engine::SourceBit(engine::DraftSourceTag::kAssistant);
+  for (double seconds : {0.0, 1.0}) {
+    SCOPED_TRACE(absl::StrCat(seconds, " s of assistant passes per draft"));
+    DraftScript chain = ChainDrafts(&truth, /*right_fraction=*/1.0);
+    // An assistant that drafts the truth unless withheld, each draft
+    // reported to cost `seconds`.
+    ScriptedDraftSource source(
+        [chain, seconds, assistant](const FakeSession& s, int budget) {
+          DraftTree tree;
+          if (s.withheld.back() & assistant) return tree;
+          tree = chain(s, budget);
+          tree.sources.assign(tree.size(), engine::DraftSourceTag::kAssistant);
+          tree.source_seconds = seconds;
+          return tree;
+        });
+    DraftMixer mixer({&source}, kVocab);
+    RecordingObserver observer;
+    SchedulerOptions options;
+    options.observer = &observer;
+    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    GenerationRequest request = Request(prompt, kNew, 4);
+    request.draft.sources = assistant;
+    RecordingSink sink;
+    ASSERT_TRUE(scheduler->Submit(std::move(request), &sink).ok());
+    ASSERT_TRUE(sink.Wait());
+    ASSERT_TRUE(sink.status().ok()) << sink.status();
+    EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+    scheduler.reset();
+    const std::vector<engine::DraftSourceSet> withheld =
+        source.SessionOf(prompt)->withheld;
+    ASSERT_GE(withheld.size(), 4u);
+    int withheld_asks = 0;
+    for (engine::DraftSourceSet set : withheld) withheld_asks += set != 0;
+    const std::array<int, 2> gate = observer.gate(GatedMechanism::kAssistant);
+    EXPECT_EQ(gate[0], withheld_asks);
+    EXPECT_EQ(gate[0] + gate[1], static_cast<int>(withheld.size()));
+    if (seconds == 0) {
+      EXPECT_EQ(withheld_asks, 0);
+      continue;
+    }
+    // Unmeasured, it runs; after two 1 s drafts it is withheld but for
+    // probes (3 steps after 16, 32, ... steps off).
+    EXPECT_EQ(withheld[0], 0u);
+    EXPECT_EQ(withheld[1], 0u);
+    EXPECT_EQ(withheld[2], assistant);
+    EXPECT_GT(withheld_asks, static_cast<int>(withheld.size()) * 2 / 3);
+  }
+}
+
+// The Jacobi window's gate: on a cost curve where its rows cost more than
+// every n-gram accepted could add it never runs (a 2-core CPU); where rows
+// are free (a GPU below its critical length) it runs every step. Output is
+// plain decoding's either way.
+TEST_F(SchedulerUnitTest, JacobiWindowRunsOnlyWhereItsRowsCanPay) {
+  constexpr int kNew = 40;
+  const std::vector<int32_t> prompt = PromptWithoutEos(950, 7, kNew);
+  Continuations truth;
+  truth[prompt] = PlainDecode(prompt, kNew + kSlack);
+  for (bool flat : {true, false}) {
+    SCOPED_TRACE(flat ? "flat cost" : "steep cost");
+    ScriptedDraftSource source(ChainDrafts(&truth, /*right_fraction=*/0.5));
+    DraftMixer mixer({&source}, kVocab);
+    RecordingObserver observer;
+    SchedulerOptions options;
+    options.observer = &observer;
+    auto scheduler =
+        NewScheduler(&mixer, flat ? FlatCost() : SteepCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    GenerationRequest request = Request(prompt, kNew, 4);
+    request.draft.lookahead_window = 4;
+    request.draft.lookahead_ngram = 3;
+    request.draft.lookahead_guess = 4;
+    RecordingSink sink;
+    ASSERT_TRUE(scheduler->Submit(std::move(request), &sink).ok());
+    ASSERT_TRUE(sink.Wait());
+    ASSERT_TRUE(sink.status().ok()) << sink.status();
+    EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+    scheduler.reset();
+    const std::array<int, 2> gate =
+        observer.gate(GatedMechanism::kJacobiWindow);
+    EXPECT_GT(gate[0] + gate[1], 0);
+    if (flat) {
+      EXPECT_EQ(gate[0], 0);
+    } else {
+      EXPECT_EQ(gate[1], 0);
+    }
+  }
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ without grpc.
 """
 
 __all__ = ["Client", "Completion", "DRAFT_MODES", "DRAFT_SOURCES",
-           "source_usage", "format_source_usage"]
+           "NO_WINDOW", "source_usage", "format_source_usage"]
 
 
 def __getattr__(name):

@@ -1,0 +1,69 @@
+#include "verifysvc/drafts/cost_gate.h"
+
+#include <algorithm>
+
+namespace lookahead::verifysvc {
+
+double CostGate::gain(double max_gain) const {
+  return total_runs_ >= options_.min_runs ? gains_ / runs_ : max_gain;
+}
+
+double CostGate::cost() const {
+  return total_runs_ >= options_.min_runs ? costs_ / runs_ : 0;
+}
+
+bool CostGate::Pays(double seconds_per_token, double known_cost,
+                    double max_gain) const {
+  const double cost = known_cost >= 0 ? known_cost : this->cost();
+  return gain(max_gain) * seconds_per_token >= cost;
+}
+
+bool CostGate::Decide(double seconds_per_token, double known_cost,
+                      double max_gain) {
+  if (!options_.enabled) return true;
+  // Hopeless: not even every proposed token accepted would pay.
+  if (known_cost >= 0 && max_gain * seconds_per_token < known_cost) {
+    probe_left_ = 0;
+    probed_ = false;
+    return false;
+  }
+  if (probe_left_ > 0) {
+    --probe_left_;
+    return true;
+  }
+  const bool pays = Pays(seconds_per_token, known_cost, max_gain);
+  if (probed_) {
+    probed_ = false;
+    interval_ = pays ? options_.probe_interval
+                     : std::min(2 * interval_, options_.max_probe_interval);
+  }
+  if (pays) {
+    off_steps_ = 0;
+    return true;
+  }
+  if (++off_steps_ < interval_) return false;
+  off_steps_ = 0;
+  probed_ = true;
+  probe_left_ = options_.probe_steps - 1;
+  return true;
+}
+
+void CostGate::Inherit(const CostGate& from) {
+  runs_ = from.runs_;
+  gains_ = from.gains_;
+  costs_ = from.costs_;
+  total_runs_ = from.total_runs_;
+  interval_ = from.interval_;
+  off_steps_ = 0;
+  probe_left_ = 0;
+  probed_ = false;
+}
+
+void CostGate::Record(bool ran, double gain, double cost) {
+  if (ran) ++total_runs_;
+  runs_ = options_.decay * runs_ + (ran ? 1 : 0);
+  gains_ = options_.decay * gains_ + gain;
+  costs_ = options_.decay * costs_ + cost;
+}
+
+}  // namespace lookahead::verifysvc

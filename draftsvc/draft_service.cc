@@ -171,27 +171,27 @@ void ToProto(const TrieDraft& tree, v1::DraftTree* out) {
   }
 }
 
+// The SourceBits a wire DraftSource selects (PROMPT and OUTPUT: both
+// tries); 0 for a value this server does not know.
+uint32_t SourceBitsOf(int source) {
+  switch (source) {
+    case v1::DRAFT_SOURCE_PROMPT:
+    case v1::DRAFT_SOURCE_OUTPUT:
+      return SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+    case v1::DRAFT_SOURCE_NGRAM:
+      return SourceBit(DraftSource::kNgram);
+    case v1::DRAFT_SOURCE_ASSISTANT:
+      return SourceBit(DraftSource::kAssistant);
+    default:
+      return 0;
+  }
+}
+
 // SessionStep.withheld_sources as a SourceBit set; values this server does
 // not know are ignored (withholding them changes nothing).
 uint32_t WithheldSources(const google::protobuf::RepeatedField<int>& sources) {
   uint32_t out = 0;
-  for (int source : sources) {
-    switch (source) {
-      case v1::DRAFT_SOURCE_PROMPT:
-      case v1::DRAFT_SOURCE_OUTPUT:
-        out |=
-            SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
-        break;
-      case v1::DRAFT_SOURCE_NGRAM:
-        out |= SourceBit(DraftSource::kNgram);
-        break;
-      case v1::DRAFT_SOURCE_ASSISTANT:
-        out |= SourceBit(DraftSource::kAssistant);
-        break;
-      default:
-        break;
-    }
-  }
+  for (int source : sources) out |= SourceBitsOf(source);
   return out;
 }
 
@@ -204,35 +204,26 @@ absl::StatusOr<uint32_t> SourcesFromProto(
   if (sources.empty()) return defaults;
   uint32_t out = 0;
   for (int i = 0; i < sources.size(); ++i) {
-    switch (sources[i]) {
-      case v1::DRAFT_SOURCE_PROMPT:
-      case v1::DRAFT_SOURCE_OUTPUT:
-        out |=
-            SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
-        break;
-      case v1::DRAFT_SOURCE_NGRAM:
-        if (!ngram_enabled) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "sources[", i,
-              "] is DRAFT_SOURCE_NGRAM, which this server does not run "
-              "(started with --ngram_pool=false)"));
-        }
-        out |= SourceBit(DraftSource::kNgram);
-        break;
-      case v1::DRAFT_SOURCE_ASSISTANT:
-        if (!assistant_enabled) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "sources[", i,
-              "] is DRAFT_SOURCE_ASSISTANT, which this server does not run "
-              "(start it with --assistant_model or --self_draft)"));
-        }
-        out |= SourceBit(DraftSource::kAssistant);
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("sources[", i, "] is ", sources[i],
-                         ", not a DraftSource this server knows (1..4)"));
+    const uint32_t bits = SourceBitsOf(sources[i]);
+    if (bits == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sources[", i, "] is ", sources[i],
+                       ", not a DraftSource this server knows (1..4)"));
     }
+    if ((bits & SourceBit(DraftSource::kNgram)) != 0 && !ngram_enabled) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sources[", i,
+          "] is DRAFT_SOURCE_NGRAM, which this server does not run "
+          "(started with --ngram_pool=false)"));
+    }
+    if ((bits & SourceBit(DraftSource::kAssistant)) != 0 &&
+        !assistant_enabled) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sources[", i,
+          "] is DRAFT_SOURCE_ASSISTANT, which this server does not run "
+          "(start it with --assistant_model or --self_draft)"));
+    }
+    out |= bits;
   }
   return out;
 }

@@ -55,11 +55,14 @@ struct AssistantOptions {
   // The engine's options. Defaults differ from the verifier's: one matmul
   // thread and no pinning, because draftsvc shares the CPU with the
   // verifier and a drafter that takes every core slows the verify pass more
-  // than its drafts gain. model.keep_layers is set from `layers`.
+  // than its drafts gain; and int8 activations, the cheapest compute form
+  // (a draft only needs to be likely; the verifier decides what is kept).
+  // model.keep_layers is set from `layers`.
   engine::ModelOptions model = [] {
     engine::ModelOptions m;
     m.matmul_threads = 1;
     m.pin_threads = false;
+    m.activations = engine::LinearActivations::kInt8;
     return m;
   }();
 };

@@ -153,6 +153,11 @@ ABSL_FLAG(std::string, self_draft_model, "",
           "The target's GGUF for --self_draft. Default: the embedded model "
           "verifysvc loads by default ($LOOKAHEAD_MODEL_DIR or "
           "~/.cache/lookahead/models/SmolLM2-135M-Instruct.Q4_1.gguf).");
+ABSL_FLAG(std::string, assistant_activations, "int8",
+          "The assistant's matmul activations: int8 (default; integer dot "
+          "products with Q4_0/Q4_1/Q8_0 weights, ~2x cheaper with AVX-512 "
+          "VNNI) or f32 (the verifier's exact arithmetic). Drafts only need "
+          "to be likely: the verifier decides what is kept.");
 ABSL_FLAG(std::string, assistant_layers, "all",
           "Layers of the assistant's file to run: all, first:K (early "
           "exit), every:S (layer skipping), skip:A-B (middle skip). 'all' "
@@ -316,6 +321,15 @@ int Run() {
     }
   }
   assistant.model.layers = absl::GetFlag(FLAGS_assistant_layers);
+  absl::StatusOr<engine::LinearActivations> activations =
+      engine::ParseLinearActivations(
+          absl::GetFlag(FLAGS_assistant_activations));
+  if (!activations.ok()) {
+    std::fprintf(stderr, "draftsvc: --assistant_activations: %s\n",
+                 std::string(activations.status().message()).c_str());
+    return 1;
+  }
+  assistant.model.model.activations = *activations;
   assistant.model.model.matmul_threads = absl::GetFlag(FLAGS_assistant_threads);
   if (assistant.model.model.matmul_threads < 1) {
     std::fprintf(stderr, "draftsvc: --assistant_threads=%d must be >= 1\n",

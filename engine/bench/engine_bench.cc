@@ -40,6 +40,8 @@ ABSL_FLAG(int, blas, lookahead::engine::DefaultBlasThreads(),
           "OpenBLAS threads for the curve");
 ABSL_FLAG(std::string, weights, "native",
           "native or f32 (ModelOptions::weights)");
+ABSL_FLAG(std::string, activations, "f32",
+          "f32 or int8 (ModelOptions::activations, native weights only)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
 ABSL_FLAG(bool, cuda_kernels, true,
@@ -98,6 +100,14 @@ int Run() {
     model_options.weights = *weights;
   } else {
     std::fprintf(stderr, "%s\n", weights.status().ToString().c_str());
+    return 1;
+  }
+  if (absl::StatusOr<LinearActivations> activations =
+          ParseLinearActivations(absl::GetFlag(FLAGS_activations));
+      activations.ok()) {
+    model_options.activations = *activations;
+  } else {
+    std::fprintf(stderr, "%s\n", activations.status().ToString().c_str());
     return 1;
   }
   if (absl::Status s =

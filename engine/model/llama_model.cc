@@ -179,10 +179,18 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   std::unique_ptr<NativeForward> native;
   LlamaWeights w;
   ASSIGN_OR_RETURN(std::vector<double> inv_freq, RopeInvFreq(file, c));
-  if (options.weights == WeightFormat::kNative &&
-      options.device == torch::kCPU && options.dtype == torch::kFloat32) {
+  const bool native_path = options.weights == WeightFormat::kNative &&
+                           options.device == torch::kCPU &&
+                           options.dtype == torch::kFloat32;
+  if (options.activations == LinearActivations::kInt8 && !native_path) {
+    return absl::InvalidArgumentError(
+        "int8 activations need native weights on the CPU in float32 "
+        "(--weights=native, no CUDA device, float32 dtype)");
+  }
+  if (native_path) {
     ASSIGN_OR_RETURN(
-        native, NativeForward::Load(file, c, inv_freq, options.keep_layers));
+        native, NativeForward::Load(file, c, inv_freq, options.keep_layers,
+                                    options.activations));
   } else {
     RETURN_IF_ERROR(LoadTorchWeights(file, c, options, &w));
   }

@@ -85,6 +85,11 @@ struct ModelOptions {
   // fails with INVALID_ARGUMENT for an index outside [0, block_count) or out
   // of order. Never set it for the verifier.
   std::vector<int> keep_layers;
+  // With kNative weights: the matmuls' activations (see LinearActivations).
+  // kF32 (default) matches HF transformers; kInt8 is ~2x cheaper per
+  // matmul with AVX-512 VNNI and lossy, a slightly different model. Plain
+  // decoding and drafted decoding in one form give identical tokens.
+  LinearActivations activations = LinearActivations::kF32;
 };
 
 // Float weights of one layer. Matmul weights are input-major, (in, out)

@@ -58,7 +58,8 @@ void RunOn(kernels::PanelPool* pool, int64_t n, int64_t chunk, const F& fn) {
 
 absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
     const GgufFile& file, const ModelConfig& c,
-    std::vector<double> rope_inv_freq, absl::Span<const int> file_layers) {
+    std::vector<double> rope_inv_freq, absl::Span<const int> file_layers,
+    LinearActivations activations) {
   std::unique_ptr<NativeForward> f(
       new NativeForward(c, std::move(rope_inv_freq)));
   const int64_t d = c.embedding_length, qd = c.q_dim(), kvd = c.kv_dim();
@@ -66,11 +67,14 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
   ASSIGN_OR_RETURN(f->token_embd_,
                    NativeLinear::Create(file, {{"token_embd.weight", v}}, d));
   ASSIGN_OR_RETURN(f->output_norm_, LoadVector(file, "output_norm.weight", d));
-  if (c.tied_output) {
+  if (c.tied_output && activations == LinearActivations::kF32) {
     f->output_ = f->token_embd_;  // shares the bytes
   } else {
-    ASSIGN_OR_RETURN(f->output_,
-                     NativeLinear::Create(file, {{"output.weight", v}}, d));
+    ASSIGN_OR_RETURN(
+        f->output_,
+        NativeLinear::Create(
+            file, {{c.tied_output ? "token_embd.weight" : "output.weight", v}},
+            d, activations));
   }
   for (int l = 0; l < c.block_count; ++l) {
     const std::string p =
@@ -83,19 +87,21 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
                                           {{p + "attn_q.weight", qd},
                                            {p + "attn_k.weight", kvd},
                                            {p + "attn_v.weight", kvd}},
-                                          d));
-    ASSIGN_OR_RETURN(layer.wo, NativeLinear::Create(
-                                   file, {{p + "attn_output.weight", d}}, qd));
+                                          d, activations));
+    ASSIGN_OR_RETURN(layer.wo,
+                     NativeLinear::Create(
+                         file, {{p + "attn_output.weight", d}}, qd, activations));
     ASSIGN_OR_RETURN(layer.ffn_norm,
                      LoadVector(file, p + "ffn_norm.weight", d));
     ASSIGN_OR_RETURN(
         layer.w_gate_up,
         NativeLinear::Create(
             file, {{p + "ffn_gate.weight", ffn}, {p + "ffn_up.weight", ffn}},
-            d));
+            d, activations));
     ASSIGN_OR_RETURN(
         layer.w_down,
-        NativeLinear::Create(file, {{p + "ffn_down.weight", d}}, ffn));
+        NativeLinear::Create(file, {{p + "ffn_down.weight", d}}, ffn,
+                             activations));
     if (c.qkv_bias) {
       for (const auto& [name, n] :
            std::vector<std::pair<std::string, int64_t>>{{"attn_q.bias", qd},
@@ -111,8 +117,8 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
 }
 
 int64_t NativeForward::weight_bytes() const {
-  int64_t total = token_embd_.bytes() +
-                  (config_.tied_output ? 0 : output_.bytes()) +
+  const bool shared_head = config_.tied_output && !output_.int8();
+  int64_t total = token_embd_.bytes() + (shared_head ? 0 : output_.bytes()) +
                   4 * static_cast<int64_t>(output_norm_.size());
   for (const NativeLayer& l : layers_) {
     total += l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() +
@@ -130,7 +136,11 @@ std::string NativeForward::Describe() const {
                       weight_bytes() / (1 << 20), " MiB, kernels ",
                       isa_ == kernels::QuantIsa::kAvx512 ? "AVX-512"
                       : isa_ == kernels::QuantIsa::kAvx2 ? "AVX2"
-                                                         : "scalar");
+                                                         : "scalar",
+                      !output_.int8() ? ""
+                      : kernels::BestInt8Isa() == kernels::Int8Isa::kAvx512Vnni
+                          ? ", int8 activations (AVX-512 VNNI)"
+                          : ", int8 activations (scalar)");
 }
 
 std::unique_ptr<NativeForward::Workspace> NativeForward::TakeWorkspace() const {

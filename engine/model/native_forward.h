@@ -57,10 +57,11 @@ class NativeForward {
   // NativeLinear::Create, and INVALID_ARGUMENT for a norm of the wrong size.
   // `file_layers` (empty: 0, 1, ...): layer l of the pass reads the file's
   // blk.file_layers[l]; REQUIRES: empty or config.block_count entries.
+  // `activations`: every matmul's (the LM head's included).
   static absl::StatusOr<std::unique_ptr<NativeForward>> Load(
       const GgufFile& file, const ModelConfig& config,
-      std::vector<double> rope_inv_freq,
-      absl::Span<const int> file_layers = {});
+      std::vector<double> rope_inv_freq, absl::Span<const int> file_layers = {},
+      LinearActivations activations = LinearActivations::kF32);
 
   // The pass of LlamaModel::ForwardRows on CPU float32 caches: returns per
   // sequence float32 logits (n, vocab), or (1, vocab) if last_logits_only;
@@ -114,7 +115,9 @@ class NativeForward {
   NativeLinear token_embd_;  // out V rows of D: the embedding lookup
   std::vector<NativeLayer> layers_;
   std::vector<float> output_norm_;
-  NativeLinear output_;  // out V; a copy of token_embd_ (shared bytes) if tied
+  // out V; if tied, a copy of token_embd_ (shared bytes), or with int8
+  // activations the same tensor packed for them.
+  NativeLinear output_;
 
   mutable absl::Mutex mu_;
   mutable std::vector<std::unique_ptr<Workspace>> free_ ABSL_GUARDED_BY(mu_);

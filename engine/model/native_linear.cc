@@ -9,8 +9,21 @@
 
 namespace lookahead::engine {
 
+std::string LinearActivationsName(LinearActivations activations) {
+  return activations == LinearActivations::kInt8 ? "int8" : "f32";
+}
+
+absl::StatusOr<LinearActivations> ParseLinearActivations(
+    absl::string_view name) {
+  if (name == "f32") return LinearActivations::kF32;
+  if (name == "int8") return LinearActivations::kInt8;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown activations \"", name, "\"; use f32 or int8"));
+}
+
 absl::StatusOr<NativeLinear> NativeLinear::Create(
-    const GgufFile& file, const std::vector<Part>& parts, int64_t in) {
+    const GgufFile& file, const std::vector<Part>& parts, int64_t in,
+    LinearActivations activations) {
   NativeLinear w;
   w.in_ = in;
   for (const auto& [name, rows] : parts) {
@@ -40,8 +53,18 @@ absl::StatusOr<NativeLinear> NativeLinear::Create(
           absl::StrCat("tensor ", name, " holds ", bytes.size(),
                        " bytes, expected ", part.rows * part.row_bytes));
     }
-    part.data = std::make_shared<const std::vector<uint8_t>>(bytes.begin(),
-                                                             bytes.end());
+    part.int8 = activations == LinearActivations::kInt8 &&
+                kernels::Int8Computes(part.type) && in % 32 == 0 && in > 0;
+    if (part.int8) {
+      auto packed = std::make_shared<std::vector<uint8_t>>(
+          kernels::Int8PackedBytes(part.type, in, part.rows));
+      kernels::PackInt8Weights(part.type, bytes.data(), in, part.rows,
+                               packed->data());
+      part.data = std::move(packed);
+    } else {
+      part.data = std::make_shared<const std::vector<uint8_t>>(bytes.begin(),
+                                                               bytes.end());
+    }
     w.out_ += part.rows;
     w.parts_.push_back(std::move(part));
   }
@@ -50,8 +73,13 @@ absl::StatusOr<NativeLinear> NativeLinear::Create(
 
 int64_t NativeLinear::bytes() const {
   int64_t total = 0;
-  for (const Block& p : parts_) total += p.rows * p.row_bytes;
+  for (const Block& p : parts_) total += p.data->size();
   return total;
+}
+
+bool NativeLinear::int8() const {
+  return std::any_of(parts_.begin(), parts_.end(),
+                     [](const Block& p) { return p.int8; });
 }
 
 std::string NativeLinear::TypeName() const {
@@ -68,13 +96,30 @@ std::string NativeLinear::TypeName() const {
 void NativeLinear::Apply(kernels::QuantIsa isa, const float* x, int64_t m,
                          float* y, int64_t ldy,
                          kernels::PanelPool* pool) const {
+  // Int8 parts read x quantized once here, by the calling thread. The
+  // buffer is the thread's own and only grows, so a pass allocates nothing
+  // once it has seen its sizes.
+  thread_local std::vector<uint8_t> xq;
+  const bool any_int8 = int8();
+  if (any_int8) {
+    const size_t need = m * kernels::Int8RowBytes(in_);
+    if (xq.size() < need) xq.resize(need);
+    kernels::QuantizeInt8Rows(kernels::BestInt8Isa(), x, m, in_, xq.data());
+  }
+  const uint8_t* const xq_data = any_int8 ? xq.data() : nullptr;
+  const kernels::Int8Isa int8_isa = kernels::BestInt8Isa();
   const auto run = [&](int64_t begin, int64_t end) {
     for (const Block& p : parts_) {
       const int64_t b = std::max(begin, p.first) - p.first;
       const int64_t e = std::min(end, p.first + p.rows) - p.first;
       if (b >= e) continue;
-      kernels::QuantMatmul(isa, p.type, x, m, in_, p.data->data(), b, e,
-                           y + p.first, ldy);
+      if (p.int8) {
+        kernels::Int8Matmul(int8_isa, p.type, xq_data, m, in_, p.data->data(),
+                            b, e, y + p.first, ldy);
+      } else {
+        kernels::QuantMatmul(isa, p.type, x, m, in_, p.data->data(), b, e,
+                             y + p.first, ldy);
+      }
     }
   };
   if (pool == nullptr || pool->threads() == 1) {
@@ -91,7 +136,7 @@ void NativeLinear::Apply(kernels::QuantIsa isa, const float* x, int64_t m,
 
 void NativeLinear::Row(int64_t n, float* out) const {
   for (const Block& p : parts_) {
-    if (n < p.first || n >= p.first + p.rows) continue;
+    if (n < p.first || n >= p.first + p.rows || p.int8) continue;
     const uint8_t* row = p.data->data() + (n - p.first) * p.row_bytes;
     // Cannot fail: the type and size were checked by Create.
     Dequantize(static_cast<GgmlType>(p.type), row, in_, out).IgnoreError();

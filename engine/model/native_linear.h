@@ -1,9 +1,10 @@
-// NativeLinear: a matmul weight kept in memory exactly as the GGUF file
-// stores it (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), computed
-// with kernels/cpu/quant_matmul, which dequantizes in registers: y = x Wᵀ
-// with fp32 activations and sums. Several GGUF tensors may be stacked along
-// the output (q, k and v; gate and up), each keeping its own type, so one
-// call covers them all. Torch-free.
+// NativeLinear: a matmul weight kept in memory as the GGUF file stores it
+// (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), computed with
+// kernels/cpu/quant_matmul, which dequantizes in registers: y = x Wᵀ with
+// fp32 activations and sums; or, with LinearActivations::kInt8, Q4_0, Q4_1
+// and Q8_0 weights repacked for kernels/cpu/int8_matmul. Several GGUF
+// tensors may be stacked along the output (q, k and v; gate and up), each
+// keeping its own type, so one call covers them all. Torch-free.
 //
 // Immutable after Create: safe for concurrent use.
 #ifndef LOOKAHEAD_ENGINE_MODEL_NATIVE_LINEAR_H_
@@ -17,10 +18,33 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/gguf/gguf.h"
+#include "absl/strings/string_view.h"
+#include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/panel_pool.h"
 #include "kernels/cpu/quant_matmul.h"
 
 namespace lookahead::engine {
+
+// What a NativeLinear multiplies its weights by.
+enum class LinearActivations {
+  // float32 activations and sums (quant_matmul): every product is the
+  // dequantized weight's, so outputs match HF transformers' greedy tokens
+  // (golden_test). The default, and the verifier's.
+  kF32,
+  // Activations quantized to int8 per 32 values, integer dot products with
+  // Q4_0/Q4_1/Q8_0 weights (int8_matmul; llama.cpp's form for them): about
+  // 2x cheaper matmuls with AVX-512 VNNI (quant_matmul_bench), but a lossy,
+  // slightly different model. Still row-invariant, so drafting stays
+  // lossless against plain decoding in the same form. Other weight types,
+  // and any weight whose input size is not a multiple of 32, stay kF32.
+  kInt8,
+};
+
+// "f32" or "int8"; parsed back by ParseLinearActivations (INVALID_ARGUMENT
+// naming the choices otherwise).
+std::string LinearActivationsName(LinearActivations activations);
+absl::StatusOr<LinearActivations> ParseLinearActivations(
+    absl::string_view name);
 
 class NativeLinear {
  public:
@@ -35,9 +59,9 @@ class NativeLinear {
   // out() is the sum of their rows. NOT_FOUND naming a missing tensor;
   // INVALID_ARGUMENT naming a tensor of the wrong shape; UNIMPLEMENTED
   // naming a tensor whose type quant_matmul does not compute.
-  static absl::StatusOr<NativeLinear> Create(const GgufFile& file,
-                                             const std::vector<Part>& parts,
-                                             int64_t in);
+  static absl::StatusOr<NativeLinear> Create(
+      const GgufFile& file, const std::vector<Part>& parts, int64_t in,
+      LinearActivations activations = LinearActivations::kF32);
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -45,6 +69,8 @@ class NativeLinear {
   int64_t bytes() const;
   // "Q4_1" or "Q4_1+Q8_0" (the parts' types).
   std::string TypeName() const;
+  // Whether any part computes with int8 activations.
+  bool int8() const;
 
   // y[r * ldy + n] = sum_j x[r * in + j] * W[n][j] for r < m, n < out().
   // The columns are shared out over `pool` (null: the calling thread); each
@@ -56,7 +82,7 @@ class NativeLinear {
 
   // Output row n of W (an embedding lookup when W is token_embd): `in`
   // floats into `out`, valued as engine/gguf's Dequantize. REQUIRES:
-  // 0 <= n < out().
+  // 0 <= n < out(); created with LinearActivations::kF32.
   void Row(int64_t n, float* out) const;
 
  private:
@@ -65,7 +91,10 @@ class NativeLinear {
     int64_t first = 0;  // first output column
     int64_t rows = 0;
     int64_t row_bytes = 0;
-    std::shared_ptr<const std::vector<uint8_t>> data;  // rows * row_bytes
+    // The GGUF rows (rows * row_bytes), or if `int8` the same packed by
+    // kernels::PackInt8Weights.
+    bool int8 = false;
+    std::shared_ptr<const std::vector<uint8_t>> data;
   };
   int64_t in_ = 0, out_ = 0;
   std::vector<Block> parts_;

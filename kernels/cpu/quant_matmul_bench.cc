@@ -1,5 +1,6 @@
 // Single-thread QuantMatmul on SmolLM2-135M's matmul shapes, Q4_1, Q8_0 and
-// F32 weights, against PackedMatmul on F32. Prints ms per call (the median
+// F32 weights, against PackedMatmul on F32, and Int8Matmul (int8
+// activations, their quantization included) on Q4_1 and Q8_0. Prints ms per call (the median
 // call's thread CPU time) and the weight bytes streamed per second;
 // asserts nothing.
 //
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/packed_matmul.h"
 #include "kernels/cpu/quant_matmul.h"
 
@@ -111,6 +113,27 @@ Result BenchQuant(QuantIsa isa, QuantType type, const Shape& s, int64_t m,
   });
 }
 
+// Int8Matmul over the weight packed for it, quantizing x in every call.
+Result BenchInt8(QuantType type, const Shape& s, int64_t m, std::mt19937& rng) {
+  const int64_t bytes = Int8PackedBytes(type, s.k, s.n);
+  const int64_t copies = std::clamp<int64_t>(kWorkingSet / bytes, 1, 512);
+  const std::vector<uint8_t> one = RandomWeight(type, s.n, s.k, rng);
+  std::vector<uint8_t> w(bytes * copies);
+  PackInt8Weights(type, one.data(), s.k, s.n, w.data());
+  for (int64_t c = 1; c < copies; ++c) {
+    std::memcpy(&w[c * bytes], w.data(), bytes);
+  }
+  std::normal_distribution<float> normal;
+  std::vector<float> x(m * s.k), y(m * s.n);
+  for (float& f : x) f = normal(rng);
+  std::vector<uint8_t> xq(m * Int8RowBytes(s.k));
+  return Time(copies, bytes, [&](int64_t c) {
+    QuantizeInt8Rows(BestInt8Isa(), x.data(), m, s.k, xq.data());
+    Int8Matmul(BestInt8Isa(), type, xq.data(), m, s.k, &w[c * bytes], 0, s.n,
+               y.data(), s.n);
+  });
+}
+
 Result BenchPacked(const Shape& s, int64_t m, std::mt19937& rng) {
   const PackedIsa isa = BestPackedIsa();
   const int64_t p = PanelWidth(isa), panels = (s.n + p - 1) / p;
@@ -168,11 +191,12 @@ int Main(int argc, char** argv) {
       IsaName(isa),
       packed ? (BestPackedIsa() == PackedIsa::kAvx512 ? "avx512" : "avx2")
              : "n/a");
-  std::printf("%-20s %3s | %-16s | %-16s | %-16s | %-16s\n", "shape", "m",
-              "Q4_1", "Q8_0", "F32", "F32 packed");
+  std::printf("%-20s %3s | %-16s | %-16s | %-16s | %-16s | %-16s | %-16s\n",
+              "shape", "m", "Q4_1", "Q8_0", "F32", "F32 packed", "Q4_1 int8",
+              "Q8_0 int8");
   std::mt19937 rng(1);
   for (const Shape& s : kShapes) {
-    for (int64_t m : {1, 4, 16, 64}) {
+    for (int64_t m : {1, 4, 8, 16, 64}) {
       std::printf("%-20s %3ld", s.name, static_cast<long>(m));
       for (QuantType type :
            {QuantType::kQ4_1, QuantType::kQ8_0, QuantType::kF32}) {
@@ -182,6 +206,12 @@ int Main(int argc, char** argv) {
       }
       if (packed) {
         const Result r = BenchPacked(s, m, rng);
+        std::printf(" | %7.3f (%5.1f) ", r.ms, r.gbs);
+      } else {
+        std::printf(" | %16s ", "n/a");
+      }
+      for (QuantType type : {QuantType::kQ4_1, QuantType::kQ8_0}) {
+        const Result r = BenchInt8(type, s, m, rng);
         std::printf(" | %7.3f (%5.1f) ", r.ms, r.gbs);
       }
       std::printf("\n");

@@ -9,6 +9,9 @@
 
 namespace lookahead::kernels::internal {
 
+// IEEE half -> float, exact (engine/gguf/dequant.cc's HalfToFloat).
+float HalfToFloat(uint16_t h);
+
 // As QuantMatmul, for one instruction set.
 void QuantMatmulScalar(QuantType type, const float* x, int64_t m, int64_t k,
                        const uint8_t* w, int64_t n_begin, int64_t n_end,

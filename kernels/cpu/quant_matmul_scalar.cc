@@ -9,18 +9,7 @@
 #include "kernels/cpu/quant_matmul_isa.h"
 
 namespace lookahead::kernels::internal {
-namespace {
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "GGUF decoding assumes a little-endian host");
-
-uint16_t LoadU16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-// IEEE half -> float, exact (dequant.cc's HalfToFloat).
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   const uint32_t em = h & 0x7FFF;
@@ -37,6 +26,17 @@ float HalfToFloat(uint16_t h) {
   float out;
   std::memcpy(&out, &bits, sizeof(out));
   return out;
+}
+
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "GGUF decoding assumes a little-endian host");
+
+uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
 }
 
 float LoadHalf(const uint8_t* p) { return HalfToFloat(LoadU16(p)); }

@@ -15,7 +15,8 @@
 //   bazel build //draftsvc:assistant_bench &&
 //     .bazel/bin/draftsvc/assistant_bench [forms] [repeats] [loop_threads]
 //
-// forms: comma-separated ParseAssistantLayers texts (default below);
+// forms: comma-separated ParseAssistantLayers texts, each optionally with
+// @int8 (the assistant's default activations) or @f32 (default below);
 // repeats: rounds of the timing (default 5), reported as the median (each
 // round times every form once, interleaved, so a busy machine slows all
 // alike); loop_threads: the drafted loop's verifier threads (default 2; 1
@@ -207,8 +208,19 @@ int Run(const std::vector<std::string>& forms, int repeats, int loop_threads) {
 
   std::vector<std::unique_ptr<AssistantModel>> assistants;
   for (const std::string& form : forms) {
+    // FORM[@ACTIVATIONS]: a ParseAssistantLayers text, then optionally
+    // @int8 (the default) or @f32.
+    const std::vector<std::string> parts = absl::StrSplit(form, '@');
     AssistantOptions options;
-    options.layers = form;
+    options.layers = parts[0];
+    if (parts.size() > 1) {
+      auto activations = engine::ParseLinearActivations(parts[1]);
+      if (!activations.ok()) {
+        std::fprintf(stderr, "%s\n", activations.status().ToString().c_str());
+        return 1;
+      }
+      options.model.activations = *activations;
+    }
     auto assistant =
         AssistantModel::Load(engine::RealModelPath(), 49152, options);
     if (!assistant.ok()) {
@@ -230,7 +242,7 @@ int Run(const std::vector<std::string>& forms, int repeats, int loop_threads) {
   const double verify_s = Median(verifier);
   std::printf("verifier one-token pass: %.2f ms (median of %d rounds)\n\n",
               verify_s * 1e3, repeats);
-  std::printf("%-12s %6s %9s %8s | %-26s | %-26s | %11s\n", "form", "layers",
+  std::printf("%-16s %6s %9s %8s | %-26s | %-26s | %11s\n", "form", "layers",
               "ms/token", "x verify", "chat: token-eq  acc-len/4",
               "code: token-eq  "
               "acc-len/4",
@@ -249,7 +261,7 @@ int Run(const std::vector<std::string>& forms, int repeats, int loop_threads) {
     const double all_acc = double(kinds[0].accepted + kinds[1].accepted) /
                            double(kinds[0].chains + kinds[1].chains);
     std::printf(
-        "%-12s %6d %9.2f %8.2f | %13.3f %12.2f | %13.3f %12.2f | %11.1f\n",
+        "%-16s %6d %9.2f %8.2f | %13.3f %12.2f | %13.3f %12.2f | %11.1f\n",
         forms[f].c_str(), assistants[f]->config().block_count, s * 1e3,
         s / verify_s, double(kinds[0].equal) / kinds[0].tokens,
         double(kinds[0].accepted) / kinds[0].chains,
@@ -278,7 +290,7 @@ int Run(const std::vector<std::string>& forms, int repeats, int loop_threads) {
       "assistant 1 thread + 1 pre-draft worker, deadline 10 ms; plain "
       "decoding on 2 threads\n",
       kNewTokens, loop_threads);
-  std::printf("%-12s %6s %6s %8s %8s %9s %9s\n", "form", "budget", "EDL",
+  std::printf("%-16s %6s %6s %8s %8s %9s %9s\n", "form", "budget", "EDL",
               "tok/s", "plain", "speedup", "hit-rate");
   for (size_t f = 0; f < forms.size(); ++f) {
     for (int budget : {2, 4}) {
@@ -308,7 +320,7 @@ int Run(const std::vector<std::string>& forms, int repeats, int loop_threads) {
               std::max<int64_t>(1, st.predraft_hits + st.predraft_misses));
         }
       }
-      std::printf("%-12s %6d %6.2f %8.1f %8.1f %9.2f %9.2f\n", forms[f].c_str(),
+      std::printf("%-16s %6d %6.2f %8.1f %8.1f %9.2f %9.2f\n", forms[f].c_str(),
                   budget, Median(edl), Median(tps), Median(plain_tps),
                   Median(ratio), Median(hits));
       std::fflush(stdout);
@@ -321,8 +333,7 @@ int Run(const std::vector<std::string>& forms, int repeats, int loop_threads) {
 }  // namespace lookahead::draftsvc
 
 int main(int argc, char** argv) {
-  std::string forms =
-      "all,skip:10-25,skip:8-21,every:2,first:20,first:16,first:12,first:8";
+  std::string forms = "all@f32,all@int8,skip:22-23@int8,first:20@int8";
   if (argc > 1) forms = argv[1];
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
   const int loop_threads = argc > 3 ? std::atoi(argv[3]) : 2;

@@ -149,6 +149,10 @@ absl::StatusOr<ModelOptions> TestDeviceOptions() {
   if (weights != nullptr && *weights != '\0') {
     ASSIGN_OR_RETURN(options.weights, ParseWeightFormat(weights));
   }
+  const char* activations = std::getenv("LOOKAHEAD_TEST_ACTIVATIONS");
+  if (activations != nullptr && *activations != '\0') {
+    ASSIGN_OR_RETURN(options.activations, ParseLinearActivations(activations));
+  }
   return options;
 }
 

@@ -489,9 +489,11 @@ void Scheduler::Draft(StepPlan* plan) {
     plan->trees[which[k]] = std::move(got[k]);
     plan->asked[which[k]] = asks[k].budget;
   }
-  // A request its sources can never serve as asked (a requested source
-  // that draftsvc does not run) ends now, with the source's status: a
-  // client configuration error, not something to hide behind no drafts.
+  EndUnservable(plan);
+  TrimDrafts(plan, window_rows);
+}
+
+void Scheduler::EndUnservable(StepPlan* plan) {
   size_t kept = 0;
   for (size_t i = 0; i < plan->decoding.size(); ++i) {
     Sequence* seq = plan->decoding[i];
@@ -512,7 +514,6 @@ void Scheduler::Draft(StepPlan* plan) {
   plan->decoding.resize(kept);
   plan->trees.resize(kept);
   plan->asked.resize(kept);
-  TrimDrafts(plan, window_rows);
 }
 
 void Scheduler::TrimDrafts(StepPlan* plan, int window_rows) {

@@ -161,10 +161,13 @@ class Scheduler {
   int Emit(Sequence* seq, absl::Span<const int32_t> tokens, int draft_hits,
            const engine::DraftTree* tree = nullptr,
            absl::Span<const int32_t> path = {});
-  // Hands the top-k predictions of the tree verified for `seq` to its
-  // draft sources, if they want them.
   // Cuts each scored tree to what pays for its rows (TrimByScore).
   void TrimDrafts(StepPlan* plan, int window_rows);
+  // Ends, with its source's status, every request its draft sources can
+  // never serve as asked (a requested source that draftsvc does not run):
+  // a client configuration error, not something to hide behind no drafts.
+  // Drops them from `plan`, keeping the others' trees in order.
+  void EndUnservable(StepPlan* plan);
   // Rows of the Jacobi lookahead window `policy` asks for (0: none).
   static int WindowRowsOf(const DraftPolicy& policy);
   // Makes the sequence's window on first use and marks it to run in this

@@ -180,13 +180,19 @@ TEST(ServiceDraftsvcKillTest, RunningStreamsSessionIsReopenedAfterRestart) {
   ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
 
   std::atomic<bool> killed{false};
+  std::atomic<int> messages{0};
+  int killed_at = -1;
+  int restarted_at = -1;
   std::thread restarter;
   StreamHooks hooks;
   hooks.on_message = [&](grpc::ClientContext*, int message) {
+    messages = message;
     if (message != 4 || killed.exchange(true)) return;
     restarter = std::thread([&] {
       pair.KillDraftsvc();
+      killed_at = messages;
       EXPECT_TRUE(pair.RestartDraftsvc().ok()) << pair.Logs();
+      restarted_at = messages;
     });
   };
   const Generation got = pair.Generate(request, hooks);
@@ -198,8 +204,11 @@ TEST(ServiceDraftsvcKillTest, RunningStreamsSessionIsReopenedAfterRestart) {
       << "\n  drafts off:       " << TokensToString(plain.tokens);
   absl::StatusOr<v1::GenerationStatsResponse> stats = pair.Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  std::printf("after the restart (%zu tokens streamed): %s\n",
-              got.tokens.size(), StatsLine(*stats).c_str());
+  std::printf(
+      "killed at stream message %d, restarted at %d, of %d; after the "
+      "restart (%zu tokens streamed): %s\n",
+      killed_at, restarted_at, messages.load(), got.tokens.size(),
+      StatsLine(*stats).c_str());
   EXPECT_GE(stats->draft_sessions_reopened(), 1)
       << "the stream outlived the restart without reopening its session";
 }

@@ -80,6 +80,13 @@ class ServiceSessionReopenTest : public ::testing::Test {
     if (server_ != nullptr) server_->Shutdown();
   }
 
+  // draftsvc counts a session before the client has read its answer: a
+  // Step in between finds it still opening and asks for no draft.
+  bool OpenedOnBothSides(int64_t handle, int64_t open_on_draftsvc) {
+    sessions_->WaitOpened(handle, absl::Now() + absl::Seconds(30));
+    return WaitFor([&] { return OpenOnDraftsvc() == open_on_draftsvc; });
+  }
+
   int64_t OpenOnDraftsvc() {
     int64_t open = 0;
     for (const auto& s : draft_->index().Stats("")) open += s.open_sessions;
@@ -114,7 +121,7 @@ TEST_F(ServiceSessionReopenTest, ExpiredSessionIsReopenedAndLosesNoTokens) {
   // The prompt repeats 1 2 3 4 5: after "... 1 2" it predicts 3.
   const Path prompt = {1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2};
   const int64_t handle = sessions_->Open("ns", prompt, kBranchLength);
-  ASSERT_TRUE(WaitFor([&] { return OpenOnDraftsvc() == 1; }));
+  ASSERT_TRUE(OpenedOnBothSides(handle, 1));
   const std::vector<engine::DraftTree> before = Step(handle, {}, 4);
   ASSERT_FALSE(before[0].tokens.empty());
   EXPECT_EQ(before[0].tokens.front(), 3);
@@ -126,7 +133,7 @@ TEST_F(ServiceSessionReopenTest, ExpiredSessionIsReopenedAndLosesNoTokens) {
   // Its next Step carries 3 4 5 1 and finds it gone: no drafts, no error.
   EXPECT_TRUE(Step(handle, {3, 4, 5, 1}, 4)[0].tokens.empty());
   EXPECT_EQ(sessions_->Stats().reopened, 1);
-  ASSERT_TRUE(WaitFor([&] { return OpenOnDraftsvc() == 1; }));
+  ASSERT_TRUE(OpenedOnBothSides(handle, 1));
 
   // Reopened with the prompt as it stood, 3 4 5 1 are reported again with
   // the next token, as output windows; drafts resume ("5 1 2" -> 3).
@@ -152,7 +159,7 @@ TEST_F(ServiceSessionReopenTest, ExpiredSessionIsReopenedAndLosesNoTokens) {
 TEST_F(ServiceSessionReopenTest, PiledUpTokensAreReportedInChunks) {
   const Path prompt = {1, 2, 3, 4, 5};
   const int64_t handle = sessions_->Open("ns", prompt, kBranchLength);
-  ASSERT_TRUE(WaitFor([&] { return OpenOnDraftsvc() == 1; }));
+  ASSERT_TRUE(OpenedOnBothSides(handle, 1));
   // Twenty tokens at once, with a limit of eight per Step: three Steps.
   Path piled;
   for (int i = 0; i < 4; ++i) piled.insert(piled.end(), {1, 2, 3, 4, 5});

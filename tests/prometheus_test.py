@@ -93,7 +93,11 @@ class PrometheusTest(unittest.TestCase):
                        dict(prompt="The GNU General Public License is",
                             max_new_tokens=24, temperature=0.8, top_p=0.95,
                             seed=3),
-                       dict(chat=chat, max_new_tokens=32)):
+                       dict(chat=chat, max_new_tokens=32),
+                       # A Jacobi window (W=4, N=3, G=4): its cost gate
+                       # decides every step, for the cost-gate panels.
+                       dict(prompt="The GNU General Public License is",
+                            max_new_tokens=24, lookahead=(4, 3, 4))):
             cls.usages.append(cls.client.complete(**kwargs).usage)
         cls.output = sum(u.output_tokens for u in cls.usages)
         cls.steps = sum(u.decoding_steps for u in cls.usages)

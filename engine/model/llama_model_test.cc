@@ -449,10 +449,9 @@ TEST(Int8ActivationsTest, RowInvariantAndCloseToFloat) {
   std::uniform_int_distribution<int32_t> tok(0, spec.vocab - 1);
   std::vector<int32_t> all(17);
   for (int32_t& t : all) t = tok(rng);
+  const absl::Span<const int32_t> prompt = absl::MakeConstSpan(all).first(8);
   auto tree = *(*model)->NewCache(64);
-  ASSERT_TRUE(
-      (*model)->Prefill(tree.get(), absl::MakeConstSpan(all).subspan(0, 8))
-          .ok());
+  ASSERT_TRUE((*model)->Prefill(tree.get(), prompt).ok());
   DraftTree chain;
   for (int i = 9; i < 17; ++i) {
     chain.tokens.push_back(all[i]);
@@ -462,12 +461,8 @@ TEST(Int8ActivationsTest, RowInvariantAndCloseToFloat) {
   ASSERT_TRUE(logits.ok()) << logits.status();
   auto seq = *(*model)->NewCache(64);
   auto reference = *(*f32)->NewCache(64);
-  ASSERT_TRUE(
-      (*model)->Prefill(seq.get(), absl::MakeConstSpan(all).subspan(0, 8))
-          .ok());
-  ASSERT_TRUE(
-      (*f32)->Prefill(reference.get(), absl::MakeConstSpan(all).subspan(0, 8))
-          .ok());
+  ASSERT_TRUE((*model)->Prefill(seq.get(), prompt).ok());
+  ASSERT_TRUE((*f32)->Prefill(reference.get(), prompt).ok());
   for (int i = 8; i < 17; ++i) {
     auto one = (*model)->Prefill(seq.get(), absl::MakeConstSpan(&all[i], 1));
     auto exact =

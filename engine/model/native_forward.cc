@@ -188,7 +188,11 @@ void NativeForward::Attend(int layer, absl::Span<const SequenceRows> batch,
   // (the block's K and V are read from memory once for the group).
   const auto attend = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
-    if (scores.size() < kKeyBlock) scores.resize(kKeyBlock);
+    thread_local std::vector<kernels::AttentionPartial> partials;
+    if (scores.size() < static_cast<size_t>(group) * kKeyBlock) {
+      scores.resize(static_cast<size_t>(group) * kKeyBlock);
+    }
+    partials.resize(group);
     for (int64_t u = begin; u < end; ++u) {
       const Workspace::Unit unit = ws->units[u];
       const int64_t r = unit.row;
@@ -205,13 +209,15 @@ void NativeForward::Attend(int layer, absl::Span<const SequenceRows> batch,
       keys.n_extra = ws->extra_begin[r + 1] - ws->extra_begin[r];
       const int32_t key_begin = unit.block * kKeyBlock;
       const int32_t key_end = std::min(keys.size(), key_begin + kKeyBlock);
-      for (int h = unit.kv_head * group; h < (unit.kv_head + 1) * group; ++h) {
-        const int64_t p = (ws->row_block[r] + unit.block) * heads + h;
-        kernels::AttendBlock(
-            isa_, ws->qkv.data() + r * width + h * hd, hd, keys, key_begin,
-            key_end, scale, scores.data(),
-            {&ws->part_out[p * hd], &ws->part_max[p], &ws->part_sum[p]});
+      const int first = unit.kv_head * group;
+      for (int g = 0; g < group; ++g) {
+        const int64_t p = (ws->row_block[r] + unit.block) * heads + first + g;
+        partials[g] = {&ws->part_out[p * hd], &ws->part_max[p],
+                       &ws->part_sum[p]};
       }
+      kernels::AttendBlock(isa_, ws->qkv.data() + r * width + first * hd, group,
+                           hd, keys, key_begin, key_end, scale, scores.data(),
+                           partials.data());
     }
   };
   const int64_t units = static_cast<int64_t>(ws->units.size());

@@ -24,11 +24,11 @@ void SiluMul(QuantIsa isa, const float* gate, const float* up, int64_t n,
   LOOKAHEAD_DISPATCH(isa, SiluMul(gate, up, n, out));
 }
 
-void AttendBlock(QuantIsa isa, const float* q, int head_dim,
+void AttendBlock(QuantIsa isa, const float* q, int heads, int head_dim,
                  const AttentionKeys& keys, int32_t begin, int32_t end,
-                 float scale, float* scores, AttentionPartial partial) {
-  LOOKAHEAD_DISPATCH(
-      isa, AttendBlock(q, head_dim, keys, begin, end, scale, scores, partial));
+                 float scale, float* scores, const AttentionPartial* partials) {
+  LOOKAHEAD_DISPATCH(isa, AttendBlock(q, heads, head_dim, keys, begin, end,
+                                      scale, scores, partials));
 }
 
 void CombineBlocks(QuantIsa isa, const AttentionPartial* blocks, int n,
@@ -58,7 +58,8 @@ void AttendHead(QuantIsa isa, const float* q, int head_dim,
                 float* out) {
   float max = 0, sum = 0;
   const AttentionPartial partial{out, &max, &sum};
-  AttendBlock(isa, q, head_dim, keys, 0, keys.size(), scale, scores, partial);
+  AttendBlock(isa, q, 1, head_dim, keys, 0, keys.size(), scale, scores,
+              &partial);
   CombineBlocks(isa, &partial, 1, head_dim, out);
 }
 

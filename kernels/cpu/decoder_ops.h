@@ -62,12 +62,16 @@ struct AttentionPartial {
   float* sum = nullptr;  // sum_j exp(s_j - max)
 };
 
-// One query head over keys [begin, end) of `keys` (indices into the
-// sequence above), s_j = scale * q . k_j. scores: scratch of end - begin
-// floats. REQUIRES: 0 <= begin < end <= keys.size(); head_dim >= 1.
-void AttendBlock(QuantIsa isa, const float* q, int head_dim,
+// `heads` query heads that share these keys (a grouped-query attention
+// group; q holds them back to back, head_dim apart) over keys [begin, end)
+// of `keys` (indices into the sequence above), s_j = scale * q_h . k_j;
+// partials[h] gets head h's part. Each head's bits are those it gets alone
+// (heads = 1); a group reads each key's K and V once. scores: scratch of
+// heads * (end - begin) floats.
+// REQUIRES: 0 <= begin < end <= keys.size(); heads >= 1; head_dim >= 1.
+void AttendBlock(QuantIsa isa, const float* q, int heads, int head_dim,
                  const AttentionKeys& keys, int32_t begin, int32_t end,
-                 float scale, float* scores, AttentionPartial partial);
+                 float scale, float* scores, const AttentionPartial* partials);
 
 // out = softmax attention from n >= 1 blocks' partials, merged in order.
 // out may be blocks[0].out iff n == 1; else it overlaps no partial.

@@ -13,9 +13,10 @@
   void RmsNorm(const float* x, int64_t m, int64_t d, const float* w,          \
                float eps, float* y);                                          \
   void SiluMul(const float* gate, const float* up, int64_t n, float* out);    \
-  void AttendBlock(const float* q, int head_dim, const AttentionKeys& keys,   \
-                   int32_t begin, int32_t end, float scale, float* scores,    \
-                   AttentionPartial partial);                                 \
+  void AttendBlock(const float* q, int heads, int head_dim,                   \
+                   const AttentionKeys& keys, int32_t begin, int32_t end,     \
+                   float scale, float* scores,                                \
+                   const AttentionPartial* partials);                         \
   void CombineBlocks(const AttentionPartial* blocks, int n, int head_dim,     \
                      float* out);                                             \
   }

@@ -198,6 +198,80 @@ TEST(DecoderOpsTest, AttendHeadDependsOnTheKeySequenceOnly) {
   EXPECT_TRUE(SameBits(all_prefix, all_extra));
 }
 
+// A key's score has the same bits whether it is scored among 16 at once
+// (the batched path for head_dim 64 and 128) or alone (the tail): the same
+// 17 keys in two orders put a different key in the tail, and each key's
+// softmax weight (the scores scratch) must match across the two.
+TEST(DecoderOpsTest, BatchedAndSingleKeyScoresAreBitIdentical) {
+  for (int hd : {64, 128}) {
+    const int n = 17;
+    const std::vector<float> q = Random(hd, 31);
+    const std::vector<float> k = Random(n * hd, 32, 2.0f);
+    const std::vector<float> v = Random(n * hd, 33);
+    std::vector<int32_t> rotated(n);  // key 16 first, then 0..15
+    for (int i = 0; i < n; ++i) rotated[i] = (i + n - 1) % n;
+    for (QuantIsa isa : Isas()) {
+      std::vector<float> in_order(n), in_rotation(n), out(hd);
+      float max_a, sum_a, max_b, sum_b;
+      AttentionKeys keys{k.data(), v.data(), n, nullptr, 0};
+      AttentionPartial a{out.data(), &max_a, &sum_a};
+      AttendBlock(isa, q.data(), 1, hd, keys, 0, n, 0.125f, in_order.data(),
+                  &a);
+      keys = {k.data(), v.data(), 0, rotated.data(), n};
+      AttentionPartial b{out.data(), &max_b, &sum_b};
+      AttendBlock(isa, q.data(), 1, hd, keys, 0, n, 0.125f, in_rotation.data(),
+                  &b);
+      EXPECT_EQ(max_a, max_b);
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(in_order[rotated[i]], in_rotation[i])
+            << "hd " << hd << " isa " << static_cast<int>(isa) << " key "
+            << rotated[i];
+      }
+    }
+  }
+}
+
+// A group of heads sharing one key/value head gives each head the bits it
+// gets alone, for groups past the kernel's 4 at a time too, on key counts
+// with and without a partial batch of 16 and on odd head sizes.
+TEST(DecoderOpsTest, GroupedHeadsMatchSingleHeadsBitForBit) {
+  for (int hd : {17, 64, 128}) {
+    for (int32_t n : {5, 16, 37}) {
+      for (int heads : {1, 2, 3, 4, 5, 9}) {
+        const std::vector<float> q = Random(heads * hd, 41);
+        const std::vector<float> k = Random((n + 4) * hd, 42, 2.0f);
+        const std::vector<float> v = Random((n + 4) * hd, 43);
+        std::vector<int32_t> extra = {n + 3, n + 1};  // tree rows
+        const AttentionKeys keys{k.data(), v.data(), n - 2, extra.data(), 2};
+        for (QuantIsa isa : Isas()) {
+          std::vector<float> scores(heads * n), out(heads * hd), maxes(heads),
+              sums(heads);
+          std::vector<AttentionPartial> parts;
+          for (int h = 0; h < heads; ++h) {
+            parts.push_back({&out[h * hd], &maxes[h], &sums[h]});
+          }
+          AttendBlock(isa, q.data(), heads, hd, keys, 1, n, 0.125f,
+                      scores.data(), parts.data());
+          for (int h = 0; h < heads; ++h) {
+            std::vector<float> alone(hd), alone_scores(n);
+            float max = 0, sum = 0;
+            const AttentionPartial one{alone.data(), &max, &sum};
+            AttendBlock(isa, q.data() + h * hd, 1, hd, keys, 1, n, 0.125f,
+                        alone_scores.data(), &one);
+            const std::vector<float> grouped(out.begin() + h * hd,
+                                             out.begin() + (h + 1) * hd);
+            EXPECT_TRUE(SameBits(grouped, alone))
+                << "hd " << hd << " n " << n << " heads " << heads << " head "
+                << h << " isa " << static_cast<int>(isa);
+            EXPECT_EQ(max, maxes[h]);
+            EXPECT_EQ(sum, sums[h]);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Blocks of keys merged by CombineBlocks give the one-block result (to
 // rounding), and the same bits on every ISA.
 TEST(DecoderOpsTest, BlocksCombineToTheWholeAttention) {
@@ -218,9 +292,9 @@ TEST(DecoderOpsTest, BlocksCombineToTheWholeAttention) {
     std::vector<AttentionPartial> partials;
     for (int b = 0; b < blocks; ++b) {
       partials.push_back({&outs[b * hd], &maxes[b], &sums[b]});
-      AttendBlock(isa, q.data(), hd, keys, b * block,
+      AttendBlock(isa, q.data(), 1, hd, keys, b * block,
                   std::min(keys.size(), (b + 1) * block), scale, scores.data(),
-                  partials.back());
+                  &partials.back());
     }
     std::vector<float> out(hd);
     CombineBlocks(isa, partials.data(), blocks, hd, out.data());

@@ -1,7 +1,9 @@
 // TopPredictions: the model's k most likely next tokens at every row of a
 // verified tree (Token Recycling), from the verify pass's logits, as the
-// draft sources' VerifiedPredictions. One top-k over the (rows, vocab)
-// logits; no per-row work over the vocabulary. Pure function; thread-safe.
+// draft sources' VerifiedPredictions. On the CPU (float32 logits, k <= 64)
+// one vectorized scan per row, on the verifier's critical path for a few
+// microseconds; elsewhere one LibTorch top-k over the (rows, vocab) logits
+// on their device. Pure function; thread-safe.
 #ifndef LOOKAHEAD_VERIFYSVC_SERVING_VERIFY_PREDICTIONS_H_
 #define LOOKAHEAD_VERIFYSVC_SERVING_VERIFY_PREDICTIONS_H_
 

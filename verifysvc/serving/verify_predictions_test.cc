@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <limits>
 #include <vector>
 
 #include "engine/model/draft_tree.h"
@@ -62,6 +63,42 @@ TEST(TopPredictionsTest, HalfPrecisionLogitsWork) {
   auto got = TopPredictions(tree, logits, 2);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_THAT(got->top_tokens, ElementsAre(2, 1, 0, 1));
+}
+
+// The CPU scan (float32, k <= 64) against LibTorch's topk on
+// vocabulary-sized random rows, on a vocabulary that is no multiple of 16,
+// and past the scan's k (LibTorch's path); ties go to the lower id.
+TEST(TopPredictionsTest, CpuScanMatchesLibTorchTopK) {
+  torch::manual_seed(7);
+  for (int64_t vocab : {int64_t{49152}, int64_t{1003}}) {
+    engine::DraftTree tree;
+    tree.tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+    tree.parents = {-1, 0, 1, 2, -1, 4, 5, 6};
+    const torch::Tensor logits = torch::randn({9, vocab});
+    for (int k : {1, 4, 8, 64, 65}) {
+      auto got = TopPredictions(tree, logits, k);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const torch::Tensor want =
+          std::get<1>(logits.topk(k, 1, true, true)).to(torch::kInt32);
+      ASSERT_EQ(got->top_tokens.size(), static_cast<size_t>(9 * k));
+      for (int64_t i = 0; i < 9 * k; ++i) {
+        ASSERT_EQ(got->top_tokens[i], want.view(-1)[i].item<int32_t>())
+            << "vocab " << vocab << " k " << k << " at " << i;
+      }
+    }
+  }
+  engine::DraftTree root;
+  auto ties = TopPredictions(
+      root, torch::tensor({{1.0f, 3.0f, 3.0f, 0.0f, 3.0f, 2.0f}}), 4);
+  ASSERT_TRUE(ties.ok()) << ties.status();
+  EXPECT_THAT(ties->top_tokens, ElementsAre(1, 2, 4, 5));
+  // NaN logits (a broken model) break nothing: k valid ids come back.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto nans = TopPredictions(
+      root, torch::tensor({{nan, 1.0f, nan, 5.0f, 2.0f}}), 2);
+  ASSERT_TRUE(nans.ok()) << nans.status();
+  ASSERT_EQ(nans->top_tokens.size(), 2u);
+  for (int32_t id : nans->top_tokens) EXPECT_TRUE(id >= 0 && id < 5) << id;
 }
 
 TEST(TopPredictionsTest, BadShapeOrKIsAnError) {

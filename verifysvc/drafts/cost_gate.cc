@@ -14,8 +14,13 @@ double CostGate::cost() const {
 
 bool CostGate::Pays(double seconds_per_token, double known_cost,
                     double max_gain) const {
-  const double cost = known_cost >= 0 ? known_cost : this->cost();
-  return gain(max_gain) * seconds_per_token >= cost;
+  const double g = gain(max_gain);
+  if (known_cost >= 0) return g * seconds_per_token >= known_cost;
+  // A measured cost can miss work done out of the verifier's sight (an
+  // assistant prefilling the prompt in draftsvc's background), which still
+  // took the shared cores and a draft round trip each step: a mechanism
+  // that added nothing does not pay, whatever cost was measured.
+  return g > 0 && g * seconds_per_token >= cost();
 }
 
 bool CostGate::Decide(double seconds_per_token, double known_cost,

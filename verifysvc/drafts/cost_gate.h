@@ -6,6 +6,8 @@
 //
 // A mechanism runs iff it pays for itself at the step's current throughput:
 //   gain * seconds_per_token >= cost
+// and, when the cost is measured rather than known, gain > 0 (a measured
+// cost can miss work the verifier does not see).
 // gain: tokens it adds per step it runs; cost: seconds it adds per step it
 // runs. Both are measured as decayed sums over steps, so credit that comes
 // steps after the run that earned it (an n-gram harvested now and accepted

@@ -31,6 +31,27 @@ TEST(CostGateTest, CheapKnownCostRunsUntilMeasuredGainFallsShort) {
   EXPECT_EQ(gate.gain(2), 0);
 }
 
+// An assistant whose passes draftsvc ran out of the verifier's sight (a
+// background prefill) reports no cost; with no credit either it must stop
+// after its optimistic start and only probe, not run every step for free.
+TEST(CostGateTest, NoGainStopsItEvenAtNoMeasuredCost) {
+  CostGateOptions options;
+  options.probe_interval = 8;
+  options.max_probe_interval = 64;
+  options.probe_steps = 1;
+  CostGate gate(options);
+  int ran = 0;
+  for (int step = 0; step < 300; ++step) {
+    const bool on = gate.Decide(kSecondsPerToken, -1, 8);
+    ran += on;
+    gate.Record(on, 0, 0);
+  }
+  // 2 optimistic runs, then probes 8, 16, 32, 64, 64, 64 steps apart.
+  EXPECT_LE(ran, 9);
+  EXPECT_GE(ran, 5);
+  EXPECT_EQ(gate.probe_interval(), 64);
+}
+
 TEST(CostGateTest, CreditEarnedLaterKeepsItRunning) {
   CostGate gate;
   int ran = 0;

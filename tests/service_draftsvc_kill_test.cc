@@ -48,6 +48,19 @@ std::string StatsLine(const v1::GenerationStatsResponse& s) {
                       " accepted_draft_tokens=", s.accepted_draft_tokens());
 }
 
+// Draft tokens draftsvc has proposed, over every namespace and source.
+int64_t ProposedTokens(ServicePair& pair) {
+  absl::StatusOr<v1::StatsResponse> stats = pair.DraftStats();
+  if (!stats.ok()) return 0;
+  int64_t proposed = 0;
+  for (const v1::NamespaceStats& ns : stats->namespaces()) {
+    for (const v1::SourceStats& source : ns.sources()) {
+      proposed += source.proposed_tokens();
+    }
+  }
+  return proposed;
+}
+
 TEST(ServiceDraftsvcKillTest, StreamsSurviveKillAndDraftsResumeAfterRestart) {
   PairOptions options;
   options.name = "kill";
@@ -189,6 +202,16 @@ TEST(ServiceDraftsvcKillTest, RunningStreamsSessionIsReopenedAfterRestart) {
     messages = message;
     if (message != 4 || killed.exchange(true)) return;
     restarter = std::thread([&] {
+      // Only a session the verifier holds open can be reopened: an open
+      // still unanswered at the kill fails and is simply retried later. A
+      // proposal served means the verifier stepped the session, so it had
+      // the open's answer.
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (std::chrono::steady_clock::now() < deadline &&
+             ProposedTokens(pair) == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
       pair.KillDraftsvc();
       killed_at = messages;
       EXPECT_TRUE(pair.RestartDraftsvc().ok()) << pair.Logs();

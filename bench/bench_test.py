@@ -10,6 +10,7 @@ import threading
 import types
 import unittest
 
+import ceiling
 import harness
 import hf_peer
 import report
@@ -25,6 +26,87 @@ class PercentileTest(unittest.TestCase):
         self.assertEqual(report.percentile(values, 99), 99)
         self.assertEqual(report.percentile([5.0], 99), 5.0)
         self.assertEqual(report.percentile([], 50), 0.0)
+
+
+class CeilingTest(unittest.TestCase):
+    def test_each_step_adds_its_accepted_tokens_and_one(self):
+        prompt, output = [1, 2, 3, 4, 5], [3, 4, 5, 9]
+        for policy in ceiling.POLICIES:
+            # Nothing follows 5 yet; then 3 continues with 4 5 (3 is last
+            # of the step's limit: 4 tokens - 1 - its own).
+            self.assertEqual(
+                ceiling.accepted_lengths(prompt, output, [], 16, policy),
+                [0, 2], policy)
+
+    def test_pairs_chain_n_grams_no_one_occurrence_holds(self):
+        prompt, output = [5, 1, 2, 9, 2, 3, 9, 3, 4, 9, 5], [1, 2, 3, 4, 7]
+        # Every pair 5-1, 1-2, 2-3, 3-4 was seen: all 4 allowed tokens.
+        self.assertEqual(
+            ceiling.accepted_lengths(prompt, output, [], 16, "pairs"), [4])
+        # Verbatim, 5 continues with 1 2 only; then 3 continues with 4.
+        self.assertEqual(
+            ceiling.accepted_lengths(prompt, output, [], 16, "copy"), [2, 1])
+
+    def test_suffix_takes_the_longest_match_not_the_right_one(self):
+        # The context ends 3 1; position 4's 1 follows 3 (suffix 2) and
+        # goes on 6, position 1's follows 2 (suffix 1) and goes on 5.
+        prompt, output = [2, 1, 5, 3, 1, 6, 3, 1], [5, 0]
+        self.assertEqual(
+            ceiling.accepted_lengths(prompt, output, [], 16, "copy"), [1])
+        self.assertEqual(
+            ceiling.accepted_lengths(prompt, output, [], 16, "suffix"), [0, 0])
+
+    def test_others_count_and_max_draft_caps(self):
+        output = [7, 8, 9, 10, 11, 12]
+        others = [[6, 7, 8, 9, 10, 11, 12]]
+        self.assertEqual(
+            ceiling.accepted_lengths([6], output, [], 16, "pairs"),
+            [0, 0, 0, 0, 0, 0])
+        self.assertEqual(
+            ceiling.accepted_lengths([6], output, others, 16, "copy"), [5])
+        self.assertEqual(
+            ceiling.accepted_lengths([6], output, others, 2, "suffix"),
+            [2, 2])
+        with self.assertRaises(ValueError):
+            ceiling.accepted_lengths([6], output, others, 2, "oracle")
+
+    def test_tree_accepted_takes_the_deepest_matching_path(self):
+        # 5 -> 6 -> 7 and 5 -> 8; 9 under the root; 6 under the wrong 8.
+        tokens, parents = [5, 6, 8, 9, 7, 6], [-1, 0, 0, -1, 1, 2]
+        self.assertEqual(ceiling.tree_accepted(tokens, parents,
+                                               [0, 5, 6, 7, 1], 1, 3), 3)
+        self.assertEqual(ceiling.tree_accepted(tokens, parents,
+                                               [0, 5, 6, 7, 1], 1, 2), 2)
+        self.assertEqual(ceiling.tree_accepted(tokens, parents,
+                                               [5, 8, 6], 0, 2), 2)
+        self.assertEqual(ceiling.tree_accepted(tokens, parents, [4, 6], 0, 1),
+                         0)
+        self.assertEqual(ceiling.tree_accepted([], [], [4, 6], 0, 1), 0)
+
+    def test_cost_curve_and_speedup_bound(self):
+        curve = ceiling.cost_curve(
+            ["verifysvc: model x", "verifysvc: forward ms by tokens 1:10.0 "
+             "2:11.0 4:13.0 8:21.0"])
+        self.assertEqual(curve, {1: 10.0, 2: 11.0, 4: 13.0, 8: 21.0})
+        self.assertAlmostEqual(ceiling.forward_ms(curve, 3), 12.0)
+        self.assertAlmostEqual(ceiling.forward_ms(curve, 6), 17.0)
+        self.assertAlmostEqual(ceiling.forward_ms(curve, 10), 25.0)
+        # Steps of 1, 4 and 8 tokens: 13 tokens for 10 + 13 + 21 ms.
+        self.assertAlmostEqual(ceiling.speedup_bound([0, 3, 7], curve),
+                               13 * 10.0 / 44.0)
+        self.assertIsNone(ceiling.speedup_bound([0, 3], {}))
+        rows = ceiling.summary_rows(
+            {"records": [{"workload": "chat", "pairs_session": [0, 3],
+                          "copy_session": [1, 1], "suffix_session": [0, 0, 0],
+                          "pairs_namespace": [4], "copy_namespace": [1, 1],
+                          "suffix_namespace": [3]}]}, curve)
+        edl = {(r["scope"], r["policy"]): r["edl"] for r in rows}
+        self.assertEqual(edl[("session", "pairs")], 2.5)
+        self.assertEqual(edl[("session", "suffix")], 1.0)
+        self.assertEqual(edl[("namespace", "pairs")], 5.0)
+        lines = report.ceiling_lines(
+            {"max_draft": 16, "records": []}, {"verifysvc_log": []})
+        self.assertIn("No cost curve", " ".join(lines))
 
 
 class SalientPhraseTest(unittest.TestCase):

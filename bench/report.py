@@ -71,6 +71,8 @@ import os
 import sys
 from collections import defaultdict
 
+import ceiling
+
 MODES = ("plain", "trie-hierarchical", "trie-parallel")
 # Drafts may cost at most 5% where they cannot help (the adversarial
 # workload): speedup >= TARGET.
@@ -802,6 +804,72 @@ def source_ablation_lines(section):
     return lines
 
 
+def ceiling_lines(section, results):
+    """run.py --ceiling: per workload, the EDL drafts made of seen text
+    reach at best (ceiling.py), beside the source ablation's measured EDL
+    of the trie and default modes when the same run has it."""
+    curve = ceiling.cost_curve(results.get("verifysvc_log"))
+    lines = ["## EDL ceilings of drafts made of seen text", "",
+             "Plain decoding's outputs, drafted by a simulated drafter that "
+             "knows them, at most "
+             f"{section['max_draft']} tokens a step (bench/ceiling.py): "
+             "pairs = every drafted token follows its predecessor somewhere "
+             "in the seen text (no trie or n-gram pool over that text "
+             "accepts more), copy = one earlier occurrence continued "
+             "verbatim (a trie path at best), suffix = the longest-suffix "
+             "match's continuation (prompt-lookup drafting). session: the "
+             "prompt and the output so far; namespace: also the warm-up and "
+             "earlier prompts and outputs. Speedup bound: each step charged "
+             "the startup cost curve's pass over exactly the accepted tokens "
+             "+ 1. replay: a fresh draftsvc's own prompt and output trie "
+             "trees of that many nodes, stepped through the same outputs "
+             "after the same warm-up, accepted as far as their best branch "
+             "matches (the trie's tree quality without the verifier's "
+             "pacing, trimming and deadlines; its bound charges exactly the "
+             "accepted tokens + 1, not the tree). measured: the source "
+             "ablation's EDL on the same prompts." + ("" if curve else " (No cost curve in this run.)"), ""]
+    measured = defaultdict(dict)
+    for r in results.get("source_ablation", {}).get("records", []):
+        cell = measured[r["workload"]].setdefault(r["mode"], [0, 0])
+        cell[0] += r["output_tokens"]
+        cell[1] += r["decoding_steps"]
+    rows = ceiling.summary_rows(section, curve)
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        lines += [f"### {workload}", "",
+                  "| scope | drafter | steps | EDL | speedup bound |",
+                  "| --- | --- | ---: | ---: | ---: |"]
+        for r in rows:
+            if r["workload"] != workload:
+                continue
+            bound = (f"{r['speedup_bound']:.2f}x"
+                     if r["speedup_bound"] is not None else "-")
+            lines.append(f"| {r['scope']} | {r['policy']} | {r['steps']} | "
+                         f"{r['edl']:.2f} | {bound} |")
+        replayed = section.get("replay", {}).get(workload, {})
+        for budget, lengths in replayed.items():
+            accepted = [a for per_prompt in lengths for a in per_prompt]
+            if not accepted:
+                continue
+            bound = ceiling.speedup_bound(accepted, curve)
+            tokens = sum(a + 1 for a in accepted)
+            # Verifying every tree whole instead: budget + 1 rows a step.
+            whole = (tokens * ceiling.forward_ms(curve, 1) / len(accepted) /
+                     ceiling.forward_ms(curve, int(budget) + 1)
+                     if curve else None)
+            lines.append(
+                f"| replay | draftsvc trie, {budget} nodes | {len(accepted)} | "
+                f"{tokens / len(accepted):.2f} | "
+                + (f"{bound:.2f}x ({whole:.2f}x verifying whole trees) |"
+                   if bound is not None else "- |"))
+        for mode in ("trie", "default", "mixed"):
+            tokens, steps = measured[workload].get(mode, (0, 0))
+            if steps:
+                lines.append(f"| measured | {mode} mode | {steps} | "
+                             f"{tokens / steps:.2f} | |")
+        lines.append("")
+    return lines
+
+
 def split_cores_lines(shared, split):
     """The drafted source modes with draftsvc and verifysvc on one core each
     (run.py --split_cores), against plain decoding on both cores (the first
@@ -853,6 +921,8 @@ def markdown(results, summary, plots):
     if "source_ablation_split" in results:
         lines += split_cores_lines(results.get("source_ablation", {}),
                                    results["source_ablation_split"])
+    if "ceiling" in results:
+        lines += ceiling_lines(results["ceiling"], results)
     if summary:
         lines += worst_case_lines(summary, records)
     if "peer" in results:

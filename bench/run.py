@@ -38,6 +38,9 @@ More, each behind its flags and with its own section in report.md:
                              speedup vs plain and accepted/verified draft
                              tokens per source; a mode whose source draftsvc
                              does not run is reported as failed, not fatal
+    --ceiling                plain outputs, and the EDL drafts made of
+                             seen text could reach on them at best
+                             (ceiling.py)
     --all                    --concurrency=1,4,8,16 --ablations=all
     --no_main                skip the three-mode table (e.g. peer only)
 
@@ -62,6 +65,7 @@ import types
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 
+import ceiling  # noqa: E402
 import fetch_workloads  # noqa: E402
 import harness  # noqa: E402  (puts clients/python on sys.path)
 import hf_peer  # noqa: E402  (its system-Python half)
@@ -155,6 +159,17 @@ def parse_args(argv):
     group.add_argument("--source_modes", default="",
                        help="comma-separated modes of harness.SOURCE_MODES "
                             "(plain is always run), or all; empty = off")
+    group = parser.add_argument_group("EDL ceilings of seen text (ceiling.py)")
+    group.add_argument("--ceiling", action="store_true",
+                       help="plain outputs of each workload's prompts, and "
+                       "the EDL drafts made of seen text could reach on them "
+                       "at best")
+    group.add_argument("--ceiling_max_draft", type=int, default=16,
+                       help="draft tokens a step at most (%(default)s)")
+    group.add_argument("--ceiling_budgets", default="4,8,16",
+                       help="tree budgets of the replay of draftsvc's own "
+                       "trie trees on the same outputs (a fresh draftsvc; "
+                       "empty: no replay; %(default)s)")
     group = parser.add_argument_group("peers (hf_peer.py, llamacpp_peer.py)")
     group.add_argument("--peer", default="",
                        help="comma-separated peers to run beside ours on the "
@@ -583,6 +598,17 @@ def our_mismatches(results):
     return found
 
 
+def start_draftsvc(stack, args):
+    """A draftsvc of its own (fresh RocksDB in a temp folder, the run's
+    --draftsvc_flag), stopped when `stack` closes; its address."""
+    work = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench."))
+    service = harness.Service(
+        "draftsvc", [os.path.join(args.bin_dir, "draftsvc", "draftsvc"),
+                     f"--db_path={work}/db", *args.draftsvc_flag], work)
+    stack.callback(service.stop)
+    return service.wait_address()
+
+
 def run_all(stack, args, results, started_services):
     """Everything that talks to the services; fills `results`. The
     verifysvc it starts goes into `started_services` (for its log)."""
@@ -630,6 +656,25 @@ def run_all(stack, args, results, started_services):
             if errors:
                 results["source_ablation"]["errors"][workload.name] = errors
         results["source_ablation"]["seconds"] = time.perf_counter() - start
+    if args.ceiling:
+        start = time.perf_counter()
+        print(f"ceiling: max {args.ceiling_max_draft} draft tokens a step",
+              flush=True)
+        results["ceiling"] = {
+            "max_draft": args.ceiling_max_draft,
+            "records": ceiling.run(connection, selected, args.max_new_tokens,
+                                   args.timeout, args.ceiling_max_draft,
+                                   harness.measure),
+            "seconds": time.perf_counter() - start}
+        budgets = harness.parse_int_list(args.ceiling_budgets)
+        if budgets and args.verifysvc is None:
+            replayed = ceiling.replay(
+                start_draftsvc(stack, args), results["ceiling"]["records"],
+                budgets, info.vocab_size)
+            results["ceiling"]["replay"] = {
+                w: {str(b): lengths for b, lengths in by_budget.items()}
+                for w, by_budget in replayed.items()}
+            results["ceiling"]["seconds"] = time.perf_counter() - start
     if args.source_modes and args.split_cores:
         results["source_ablation_split"] = run_split_cores(
             args, selected, prefix + "-split")

@@ -1,0 +1,301 @@
+"""How far drafts made of seen text can go: EDL ceilings of the trie and
+the n-gram pool on a workload, from plain decoding's own outputs.
+
+Both sources propose text they have seen: the prompt, the output so far,
+and (through the namespace) earlier requests' prompts and outputs. The
+simulated drafters below know the answer and draft it as far as seen text
+allows, at most `max_draft` tokens a step:
+
+  pairs   every drafted token follows its predecessor somewhere in the seen
+          text (the first one follows the context's last token). Any chain
+          of n-grams (n >= 2) cut from seen text passes this test, so no
+          trie, pool or budget over that text accepts more: a target EDL
+          above it cannot be met by those sources, whatever their tuning.
+  copy    the draft continues one earlier occurrence of the context's last
+          token verbatim, the best such occurrence (a trie path's ceiling).
+  suffix  a realistic chain: the continuation of the earlier occurrence
+          sharing the longest suffix with the context (the most recent on
+          a tie), the way prompt-lookup decoding drafts.
+
+(Recycled predictions and Jacobi n-grams also hold tokens the text never
+did; the model bounds them, not this.) A step accepts `a` draft tokens and
+adds the verifier's own: a + 1 tokens; EDL = output tokens / steps. The
+speedup bound charges each step the measured forward cost of exactly a + 1
+tokens (a drafter that also knew where to stop), against one token a step
+for plain decoding.
+
+    tools/bench.sh --ceiling --no_main --limit=6 --warmup=2
+"""
+
+import bisect
+import collections
+
+POLICIES = ("pairs", "copy", "suffix")
+SCOPES = ("session", "namespace")
+
+
+class _Text:
+    """Token sequences; per token, where it occurs; and every adjacent pair."""
+
+    def __init__(self):
+        self.sequences = []
+        self.where = collections.defaultdict(list)  # token -> [(seq, pos)]
+        self.pairs = set()
+
+    def add(self, tokens):
+        self.sequences.append([])
+        self.extend(len(self.sequences) - 1, tokens)
+        return len(self.sequences) - 1
+
+    def extend(self, index, tokens):
+        seq = self.sequences[index]
+        for token in tokens:
+            if seq:
+                self.pairs.add((seq[-1], token))
+            self.where[token].append((index, len(seq)))
+            seq.append(token)
+
+
+def _common_prefix(seq, start, target, t, limit):
+    n = 0
+    while (n < limit and start + n < len(seq) and
+           seq[start + n] == target[t + n]):
+        n += 1
+    return n
+
+
+def _common_suffix(seq, end, context, limit=64):
+    """Tokens seq[..end] and context share at their ends (end inclusive)."""
+    n = 0
+    while (n < limit and end - n >= 0 and n < len(context) and
+           seq[end - n] == context[len(context) - 1 - n]):
+        n += 1
+    return n
+
+
+def accepted_lengths(prompt, output, others, max_draft, policy):
+    """Draft tokens each step accepts when drafts are copied from `prompt`,
+    the output so far and the sequences `others` (earlier requests; empty
+    for the session alone), under `policy` (POLICIES). Sums with the steps
+    to len(output)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy {policy!r} is not one of {POLICIES}")
+    text = _Text()
+    for other in others:
+        text.add(other)
+    session = text.add(prompt)
+    context = text.sequences[session]
+    accepted = []
+    t = 0
+    while t < len(output):
+        # At most the tokens left after this step's own one.
+        limit = min(max_draft, len(output) - t - 1)
+        best = 0
+        if policy == "pairs":
+            previous = context[-1] if context else None
+            while (best < limit and
+                   (previous, output[t + best]) in text.pairs):
+                previous = output[t + best]
+                best += 1
+        elif context and limit > 0:
+            best_suffix = -1
+            for seq_index, pos in text.where.get(context[-1], ()):
+                seq = text.sequences[seq_index]
+                if pos + 1 >= len(seq):
+                    continue  # nothing follows it yet
+                if policy == "copy":
+                    best = max(best, _common_prefix(seq, pos + 1, output, t,
+                                                    limit))
+                    if best == limit:
+                        break
+                    continue
+                suffix = _common_suffix(seq, pos, context)
+                # Later occurrences come later in `where`: >= keeps the most
+                # recent of equal suffixes (the session's own text is last).
+                if suffix >= best_suffix:
+                    best_suffix = suffix
+                    best = _common_prefix(seq, pos + 1, output, t, limit)
+        accepted.append(best)
+        text.extend(session, output[t:t + best + 1])
+        t += best + 1
+    return accepted
+
+
+def cost_curve(verifysvc_log):
+    """{tokens: ms} from verifysvc's "forward ms by tokens 1:7.3 2:8.1 ..."
+    startup line; empty when it is missing."""
+    for line in verifysvc_log or ():
+        if line.startswith("verifysvc: forward ms by tokens"):
+            pairs = line.split("tokens", 1)[1].split()
+            return {int(k): float(v) for k, v in (p.split(":") for p in pairs)}
+    return {}
+
+
+def forward_ms(curve, tokens):
+    """The curve's cost of a pass over `tokens`, linear between points."""
+    points = sorted(curve)
+    i = bisect.bisect_left(points, tokens)
+    if i < len(points) and points[i] == tokens:
+        return curve[tokens]
+    if i == 0:
+        return curve[points[0]]
+    if i == len(points):
+        lo, hi = points[-2], points[-1]
+    else:
+        lo, hi = points[i - 1], points[i]
+    return curve[lo] + (curve[hi] - curve[lo]) * (tokens - lo) / (hi - lo)
+
+
+def speedup_bound(accepted, curve):
+    """Plain's cost (one token a step) over a + 1 tokens' cost per step."""
+    if not curve or not accepted:
+        return None
+    tokens = sum(a + 1 for a in accepted)
+    drafted = sum(forward_ms(curve, a + 1) for a in accepted)
+    return tokens * forward_ms(curve, 1) / drafted
+
+
+def run(connection, selected, max_new_tokens, timeout, max_draft, measure):
+    """For each workload: plain outputs of the warm-up prompts, then of the
+    measured ones; each measured prompt's accepted lengths per policy and
+    scope (session: its own prompt and output; namespace: also the warm-up
+    and earlier measured prompts and outputs, what the workload's draftsvc
+    namespace holds in the source ablation). `measure` is harness.measure."""
+    records = []
+    for workload in selected:
+        seen = []
+        for phase, prompts in (("warmup", workload.warmup),
+                               ("measured", workload.measured)):
+            for prompt in prompts:
+                prompt_ids = _prompt_ids(connection, prompt.request)
+                _, output, _ = measure(connection, prompt, "off", "",
+                                       max_new_tokens, timeout)
+                # The ids too (warm-up ones included), for other drafters
+                # to be simulated on them offline.
+                record = {"workload": workload.name, "prompt": prompt.id,
+                          "phase": phase, "prompt_tokens": len(prompt_ids),
+                          "output_tokens": len(output),
+                          "prompt_ids": prompt_ids, "output_ids": output}
+                if phase == "measured":
+                    for scope in SCOPES:
+                        others = seen if scope == "namespace" else []
+                        for policy in POLICIES:
+                            record[f"{policy}_{scope}"] = accepted_lengths(
+                                prompt_ids, output, others, max_draft, policy)
+                records.append(record)
+                seen.append(prompt_ids + output)
+    return records
+
+
+def _prompt_ids(connection, request):
+    if "tokens" in request:
+        return list(request["tokens"])
+    if "chat" in request:
+        return connection.client.tokenize(chat=request["chat"])
+    return connection.client.tokenize(request["prompt"], add_special=True)
+
+
+def summary_rows(section, curve):
+    """Per workload and (policy, scope): EDL and the speedup bound."""
+    by_workload = collections.OrderedDict()
+    for r in section["records"]:
+        if r.get("phase", "measured") == "measured":
+            by_workload.setdefault(r["workload"], []).append(r)
+    rows = []
+    for workload, records in by_workload.items():
+        for scope in SCOPES:
+            for policy in POLICIES:
+                accepted = [a for r in records
+                            for a in r[f"{policy}_{scope}"]]
+                tokens = sum(a + 1 for a in accepted)
+                rows.append({
+                    "workload": workload, "policy": policy, "scope": scope,
+                    "tokens": tokens, "steps": len(accepted),
+                    "edl": tokens / len(accepted) if accepted else 0.0,
+                    "speedup_bound": speedup_bound(accepted, curve)})
+    return rows
+
+
+def tree_accepted(tokens, parents, output, t, limit):
+    """Draft tokens a greedy verifier accepts from a draft tree (nodes in
+    topological order, parents[i] = -1 below the root) when the output
+    goes on with output[t:]: the deepest node whose whole path matches."""
+    depth = []
+    best = 0
+    for token, parent in zip(tokens, parents):
+        d = 1 if parent < 0 else (depth[parent] + 1 if depth[parent] else 0)
+        if d and (d > limit or output[t + d - 1] != token):
+            d = 0
+        depth.append(d)
+        best = max(best, d)
+    return best
+
+
+def replay(address, records, budgets, vocab_size, branch_length=16,
+           sources=("prompt", "output")):
+    """draftsvc's own trees on the ceiling run's outputs (records with their
+    ids): per workload and budget, a fresh namespace gets the warm-up
+    prompts and outputs through sessions, then each measured prompt is
+    stepped through its output, asking for a tree of `budget` nodes from
+    `sources` at every step and accepting what its best branch matches (as
+    a greedy verifier would); sessions use `branch_length` (verifysvc's
+    default). Returns {workload: {budget: accepted lists}}:
+    the tree quality of the trie itself, without the verifier's pacing,
+    trimming or deadlines."""
+    import grpc
+    from lookahead_client.proto import draft_pb2, draft_pb2_grpc
+    source_ids = [getattr(draft_pb2, f"DRAFT_SOURCE_{s.upper()}")
+                  for s in sources]
+    stub = draft_pb2_grpc.DraftServiceStub(grpc.insecure_channel(address))
+    results = collections.OrderedDict()
+    serial = [0]
+
+    def open_session(name_space, prompt):
+        serial[0] += 1
+        session = f"replay/{serial[0]}"
+        stub.OpenSession(draft_pb2.OpenSessionRequest(
+            session_id=session, namespace=name_space, vocab_size=vocab_size,
+            prompt_tokens=prompt, branch_length=branch_length,
+            sources=source_ids))
+        return session
+
+    def step(session, accepted, budget):
+        response = stub.Step(draft_pb2.StepRequest(steps=[
+            draft_pb2.SessionStep(
+                session_id=session, accepted_tokens=accepted,
+                decoding_length=budget, sources=source_ids,
+                mode=draft_pb2.DRAFT_MODE_TRIE_HIERARCHICAL)]))
+        entry = response.drafts[0]
+        if entry.code:
+            raise RuntimeError(f"draftsvc Step: {entry.code} {entry.message}")
+        return entry.tree
+
+    for r in records:
+        results.setdefault(r["workload"], collections.OrderedDict())
+    for workload in results:
+        ours = [r for r in records if r["workload"] == workload]
+        for budget in budgets:
+            name_space = f"replay-{workload}-{budget}"
+            lengths = []
+            for r in ours:
+                prompt, output = r["prompt_ids"], r["output_ids"]
+                session = open_session(name_space, prompt)
+                if r["phase"] != "measured":
+                    step(session, output, 0)
+                    stub.CloseSession(
+                        draft_pb2.CloseSessionRequest(session_id=session))
+                    continue
+                t, pending, accepted = 0, [], []
+                while t < len(output):
+                    tree = step(session, pending, budget)
+                    a = tree_accepted(tree.tokens, tree.parents, output, t,
+                                      len(output) - t - 1)
+                    accepted.append(a)
+                    pending = output[t:t + a + 1]
+                    t += a + 1
+                step(session, pending, 0)
+                stub.CloseSession(
+                    draft_pb2.CloseSessionRequest(session_id=session))
+                lengths.append(accepted)
+            results[workload][budget] = lengths
+    return results

@@ -83,6 +83,17 @@ class CeilingTest(unittest.TestCase):
                          0)
         self.assertEqual(ceiling.tree_accepted([], [], [4, 6], 0, 1), 0)
 
+    def test_trim_by_score_keeps_what_pays_on_the_curve(self):
+        curve = {1: 10.0, 2: 11.0, 4: 13.0, 8: 21.0}
+        # One node at 0.9: 1.9 tokens for 11 ms beats 1 for 10.
+        self.assertEqual(ceiling.trim_by_score([0.9], curve), 1)
+        # At 0.05 it does not pay (1.05 / 11 < 1 / 10).
+        self.assertEqual(ceiling.trim_by_score([0.05], curve), 0)
+        # Three sure nodes, then long shots: keep the three.
+        self.assertEqual(
+            ceiling.trim_by_score([1.0, 1.0, 1.0, 0.01, 0.01], curve), 3)
+        self.assertEqual(ceiling.trim_by_score([], curve), 0)
+
     def test_cost_curve_and_speedup_bound(self):
         curve = ceiling.cost_curve(
             ["verifysvc: model x", "verifysvc: forward ms by tokens 1:10.0 "

@@ -231,15 +231,31 @@ def tree_accepted(tokens, parents, output, t, limit):
     return best
 
 
+def trim_by_score(scores, curve):
+    """Leading nodes to keep of a best-first scored tree, the way the
+    verifier trims one sequence's draft (verifysvc/drafts/draft_trim.h):
+    the k maximizing (1 + the first k scores) / forward_ms(1 + k)."""
+    best_k, best_rate, gain = 0, 1.0 / forward_ms(curve, 1), 1.0
+    for k, score in enumerate(scores, start=1):
+        gain += min(max(score, 0.0), 1.0)
+        rate = gain / forward_ms(curve, 1 + k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
 def replay(address, records, budgets, vocab_size, branch_length=16,
-           sources=("prompt", "output")):
+           sources=("prompt", "output"), curve=None):
     """draftsvc's own trees on the ceiling run's outputs (records with their
     ids): per workload and budget, a fresh namespace gets the warm-up
     prompts and outputs through sessions, then each measured prompt is
     stepped through its output, asking for a tree of `budget` nodes from
     `sources` at every step and accepting what its best branch matches (as
     a greedy verifier would); sessions use `branch_length` (verifysvc's
-    default). Returns {workload: {budget: accepted lists}}:
+    default). With a cost `curve`, each tree is first cut to what its
+    scores say pays (trim_by_score), and the result holds per step
+    (accepted, kept nodes) instead: how well the scores pick the steps and
+    the depth to draft. Returns {workload: {budget: accepted lists}}:
     the tree quality of the trie itself, without the verifier's pacing,
     trimming or deadlines."""
     import grpc
@@ -288,9 +304,12 @@ def replay(address, records, budgets, vocab_size, branch_length=16,
                 t, pending, accepted = 0, [], []
                 while t < len(output):
                     tree = step(session, pending, budget)
-                    a = tree_accepted(tree.tokens, tree.parents, output, t,
-                                      len(output) - t - 1)
-                    accepted.append(a)
+                    kept = len(tree.tokens)
+                    if curve:
+                        kept = trim_by_score(tree.scores, curve)
+                    a = tree_accepted(tree.tokens[:kept], tree.parents[:kept],
+                                      output, t, len(output) - t - 1)
+                    accepted.append((a, kept) if curve else a)
                     pending = output[t:t + a + 1]
                     t += a + 1
                 step(session, pending, 0)
@@ -299,3 +318,57 @@ def replay(address, records, budgets, vocab_size, branch_length=16,
                 lengths.append(accepted)
             results[workload][budget] = lengths
     return results
+
+
+def main(argv):
+    """Replays a draftsvc binary's trees, cut by score on a fixed cost
+    curve, on the outputs a --ceiling run saved: a deterministic A/B of two
+    draftsvc builds, free of the machine's timing noise.
+
+        bench/ceiling.py bench/results/ceiling/results.json \\
+            --draftsvc=.bazel/bin/draftsvc/draftsvc --curve=1:7.3,4:9.6,8:13.4
+    """
+    import argparse
+    import contextlib
+    import json
+    import os
+    import tempfile
+
+    import harness
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    parser.add_argument("results")
+    parser.add_argument("--draftsvc", required=True)
+    parser.add_argument("--curve", required=True,
+                        help="tokens:ms pairs, e.g. 1:7.3,4:9.6,8:13.4,16:20.2")
+    parser.add_argument("--budget", type=int, default=8)
+    parser.add_argument("--workloads", default="rag,chat,code")
+    args = parser.parse_args(argv)
+    curve = {int(k): float(v) for k, v in
+             (pair.split(":") for pair in args.curve.split(","))}
+    with open(args.results) as f:
+        results = json.load(f)
+    names = args.workloads.split(",")
+    records = [r for r in results["ceiling"]["records"]
+               if r["workload"] in names]
+    vocab_size = 1 + max(t for r in records
+                         for t in r["prompt_ids"] + r["output_ids"])
+    with contextlib.ExitStack() as stack:
+        work = stack.enter_context(tempfile.TemporaryDirectory())
+        service = harness.Service(
+            "draftsvc", [args.draftsvc, f"--db_path={work}/db"], work)
+        stack.callback(service.stop)
+        replayed = replay(service.wait_address(), records, [args.budget],
+                          max(vocab_size, 49152), curve=curve)
+    for workload, by_budget in replayed.items():
+        steps = [s for per_prompt in by_budget[args.budget] for s in per_prompt]
+        tokens = sum(a + 1 for a, _ in steps)
+        ms = sum(forward_ms(curve, 1 + kept) for _, kept in steps)
+        print(f"{workload}: EDL {tokens / len(steps):.2f}, "
+              f"{sum(k for _, k in steps) / len(steps):.2f} nodes kept a "
+              f"step, modeled speedup {tokens * forward_ms(curve, 1) / ms:.3f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main(sys.argv[1:]))

@@ -826,7 +826,12 @@ def ceiling_lines(section, results):
              "after the same warm-up, accepted as far as their best branch "
              "matches (the trie's tree quality without the verifier's "
              "pacing, trimming and deadlines; its bound charges exactly the "
-             "accepted tokens + 1, not the tree). measured: the source "
+             "accepted tokens + 1, not the tree). cut by score: the same "
+             "replay of the verifier's draft_ask_tokens tree, cut where its "
+             "node scores say it stops paying on the cost curve (the "
+             "verifier's own rule), charged for what it keeps: the value of "
+             "the scores, without the round trip and the pacing. measured: "
+             "the source "
              "ablation's EDL on the same prompts." + ("" if curve else " (No cost curve in this run.)"), ""]
     measured = defaultdict(dict)
     for r in results.get("source_ablation", {}).get("records", []):
@@ -861,6 +866,18 @@ def ceiling_lines(section, results):
                 f"{tokens / len(accepted):.2f} | "
                 + (f"{bound:.2f}x ({whole:.2f}x verifying whole trees) |"
                    if bound is not None else "- |"))
+        trimmed = section.get("trimmed", {}).get(workload, {})
+        for budget, lengths in trimmed.items():
+            steps = [tuple(s) for per_prompt in lengths for s in per_prompt]
+            if not steps or not curve:
+                continue
+            tokens = sum(a + 1 for a, _ in steps)
+            ms = sum(ceiling.forward_ms(curve, 1 + kept) for _, kept in steps)
+            lines.append(
+                f"| replay | {budget} nodes cut by score | {len(steps)} | "
+                f"{tokens / len(steps):.2f} | "
+                f"{tokens * ceiling.forward_ms(curve, 1) / ms:.2f}x "
+                f"({sum(k for _, k in steps) / len(steps):.1f} kept a step) |")
         for mode in ("trie", "default", "mixed"):
             tokens, steps = measured[workload].get(mode, (0, 0))
             if steps:

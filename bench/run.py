@@ -674,6 +674,19 @@ def run_all(stack, args, results, started_services):
             results["ceiling"]["replay"] = {
                 w: {str(b): lengths for b, lengths in by_budget.items()}
                 for w, by_budget in replayed.items()}
+            # The verifier's draft_ask_tokens tree, cut by its scores on
+            # the startup cost curve, as the verifier cuts it.
+            curve = ceiling.cost_curve(results.get("verifysvc_log"))
+            ask = sweeps.effective_flag(args.verifysvc_flag,
+                                        "draft_ask_tokens", 8)
+            if curve:
+                trimmed = ceiling.replay(
+                    start_draftsvc(stack, args),
+                    results["ceiling"]["records"], [int(ask)],
+                    info.vocab_size, curve=curve)
+                results["ceiling"]["trimmed"] = {
+                    w: {str(b): lengths for b, lengths in by_budget.items()}
+                    for w, by_budget in trimmed.items()}
             results["ceiling"]["seconds"] = time.perf_counter() - start
     if args.source_modes and args.split_cores:
         results["source_ablation_split"] = run_split_cores(

@@ -694,7 +694,8 @@ std::vector<SourceCalibration::Observation> Judge(
     for (int s = 0; s < kNumDraftSources; ++s) {
       if ((set >> s & 1) == 0) continue;
       const int32_t rank = node.ranks[s] == kNoRank ? 0 : node.ranks[s];
-      out.push_back({static_cast<DraftSource>(s), node.depth, rank, hit});
+      out.push_back(
+          {static_cast<DraftSource>(s), node.depth, rank, hit, node.matches[s]});
     }
   }
   return out;

@@ -504,6 +504,31 @@ TEST(DraftIndexNgramTest, CalibrationFollowsWhatTheVerifierAccepts) {
   EXPECT_EQ(output_rate().judged, judged);
 }
 
+TEST(DraftIndexNgramTest, ScoresLearnWhichMatchLengthsHold) {
+  DraftIndex index(Options(), nullptr);
+  // The prompt quotes "10 11 12 13 14"; "12" is also followed by 30.
+  ASSERT_TRUE(
+      index.OpenSession("m", "", kVocab, {10, 11, 12, 13, 14, 20, 12, 30}, 4)
+          .ok());
+  auto first_score = [&](const Path& context_tail) {
+    EXPECT_TRUE(index.Append("m", context_tail, nullptr).ok());
+    absl::StatusOr<TrieDraft> tree = index.Retrieve("m", Request(4, kTriesOnly));
+    EXPECT_TRUE(tree.ok() && !tree->nodes.empty());
+    return tree.ok() && !tree->nodes.empty() ? tree->nodes[0].score : -1.0f;
+  };
+  // Behind the 3-token match "10 11 12" the quote goes on; behind "x 12",
+  // x new each time (a 1-token match in both tries), the output goes
+  // elsewhere. The same sources, depths and ranks either way: only the
+  // match length tells the two apart.
+  float long_match = 0, short_match = 0;
+  for (int i = 0; i < 60; ++i) {
+    long_match = first_score({500 + i, 10, 11, 12});
+    short_match = first_score({13, 14, 200 + i, 12});
+  }
+  EXPECT_GT(long_match, 0.9f);
+  EXPECT_LT(short_match, 0.25f);
+}
+
 TEST(DraftIndexNgramTest, OnlyNodesTheVerifierVerifiedAreJudged) {
   DraftIndex index(Options(), nullptr);
   ASSERT_TRUE(index.OpenSession("w", "", kVocab, {900}, 2).ok());

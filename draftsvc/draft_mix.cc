@@ -72,7 +72,13 @@ CandidateTree TrieCandidates(const TrieDraft& draft, DraftSource source) {
     parents.push_back(node.parent);
     scores.push_back(node.score);
   }
-  return RankedCandidates(source, tokens, parents, scores);
+  CandidateTree out = RankedCandidates(source, tokens, parents, scores);
+  // RankedCandidates keeps every node of a valid tree, in order.
+  const int s = static_cast<int>(source);
+  for (size_t i = 0; i < out.nodes.size() && i < draft.nodes.size(); ++i) {
+    out.nodes[i].match = draft.nodes[i].matches[s];
+  }
+  return out;
 }
 
 CandidateTree NgramCandidates(absl::Span<const NgramPool* const> pools,
@@ -161,6 +167,7 @@ TrieDraft MixDrafts(absl::Span<const CandidateTree> candidates,
     uint32_t source_set = 0;
     std::array<uint8_t, kNumDraftSources> ranks{kNoRank, kNoRank, kNoRank,
                                                 kNoRank};
+    std::array<uint8_t, kNumDraftSources> matches{0, 0, 0, 0};
     std::vector<int32_t> children;
   };
   std::vector<MixNode> nodes;
@@ -190,6 +197,8 @@ TrieDraft MixDrafts(absl::Span<const CandidateTree> candidates,
       node.source_set |= uint32_t{1} << s;
       const uint8_t rank = static_cast<uint8_t>(std::clamp(c.rank, 0, 254));
       node.ranks[s] = std::min(node.ranks[s], rank);
+      node.matches[s] = std::max(
+          node.matches[s], static_cast<uint8_t>(std::clamp(c.match, 0, 255)));
       mapped[i] = it->second;
     }
   }
@@ -215,7 +224,7 @@ TrieDraft MixDrafts(absl::Span<const CandidateTree> candidates,
     for (int s = 0; s < kNumDraftSources; ++s) {
       if ((node.source_set >> s & 1) == 0) continue;
       miss *= 1.0f - rates.rate(static_cast<DraftSource>(s), node.depth,
-                                node.ranks[s]);
+                                node.ranks[s], node.matches[s]);
     }
     heap.push(
         Entry{parent_p * (1.0f - miss), node.depth, node.token, v, out_parent});
@@ -234,11 +243,13 @@ TrieDraft MixDrafts(absl::Span<const CandidateTree> candidates,
     d.score = e.p;
     d.source_set = node.source_set;
     d.ranks = node.ranks;
+    d.matches = node.matches;
     float best = -1.0f;
     for (int s = 0; s < kNumDraftSources; ++s) {
       if ((node.source_set >> s & 1) == 0) continue;
       const DraftSource source = static_cast<DraftSource>(s);
-      const float r = rates.rate(source, node.depth, node.ranks[s]);
+      const float r =
+          rates.rate(source, node.depth, node.ranks[s], node.matches[s]);
       if (r > best) {
         best = r;
         d.source = source;

@@ -26,6 +26,9 @@ struct CandidateNode {
   int32_t parent = -1;  // Index in the same CandidateTree; -1: the root.
   // Rank among its siblings in this source's preference, 0 = best.
   int32_t rank = 0;
+  // Context tokens the source matched above the branch (DraftNode.matches;
+  // 0: no such evidence).
+  int32_t match = 0;
 };
 
 // One source's proposal. Invariant: nodes[i].parent < i. A source may
@@ -47,7 +50,7 @@ CandidateTree RankedCandidates(DraftSource source,
                                absl::Span<const float> scores);
 
 // A BuildTrieDraft result as `source`'s candidates: sibling ranks by score
-// (descending, ties by position in `draft`).
+// (descending, ties by position in `draft`), each node's match length.
 CandidateTree TrieCandidates(const TrieDraft& draft, DraftSource source);
 
 // The n-gram pools' candidates below `context`'s end (oldest first), best
@@ -70,7 +73,8 @@ struct MixRequest {
 
 // Merges the candidate trees into one: a node for every distinct token path
 // any source proposed (within branch_length), with
-//   c(node) = 1 - prod over its sources s of (1 - rate(s, depth, rank_s)),
+//   c(node) = 1 - prod over its sources s of
+//             (1 - rate(s, depth, rank_s, match_s)),
 //   p(node) = p(parent) x c(node), p(root) = 1,
 // and keeps the decoding_length nodes of highest p (ancestors before
 // descendants: p never grows with depth; ties: shallower, then smaller

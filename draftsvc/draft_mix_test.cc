@@ -87,8 +87,36 @@ TEST(DraftMixTest, CalibrationReordersSources) {
   const CandidateTree trees[] = {Chain(DraftSource::kPrompt, {1}),
                                  Chain(DraftSource::kNgram, {2})};
   EXPECT_EQ(MixDrafts(trees, rates, {1, 8}).nodes[0].token, 1);
-  rates.set_rate(DraftSource::kNgram, 0, 0, 0.9f);
+  rates.set_rate(DraftSource::kNgram, 0, 0, 0, 0.9f);
   EXPECT_EQ(MixDrafts(trees, rates, {1, 8}).nodes[0].token, 2);
+}
+
+TEST(DraftMixTest, MatchLengthsReachTheScores) {
+  // Two trie nodes alike but for the context match behind them.
+  TrieDraft long_match, short_match;
+  long_match.nodes = {{4, -1, 1, DraftSource::kPrompt, 1.0f}};
+  long_match.nodes[0].matches[static_cast<int>(DraftSource::kPrompt)] = 12;
+  short_match.nodes = {{5, -1, 1, DraftSource::kOutput, 1.0f}};
+  short_match.nodes[0].matches[static_cast<int>(DraftSource::kOutput)] = 1;
+  const CandidateTree trees[] = {
+      TrieCandidates(long_match, DraftSource::kPrompt),
+      TrieCandidates(short_match, DraftSource::kOutput)};
+  EXPECT_EQ(trees[0].nodes[0].match, 12);
+  EXPECT_EQ(trees[1].nodes[0].match, 1);
+  CalibrationTable rates = CalibrationTable::Prior();
+  rates.set_rate(DraftSource::kPrompt, 0, 0, CalibrationTable::MatchBucket(1),
+                 0.1f);
+  rates.set_rate(DraftSource::kPrompt, 0, 0, CalibrationTable::MatchBucket(12),
+                 0.95f);
+  rates.set_rate(DraftSource::kOutput, 0, 0, CalibrationTable::MatchBucket(1),
+                 0.3f);
+  const TrieDraft draft = MixDrafts(trees, rates, {2, 8});
+  ASSERT_EQ(draft.nodes.size(), 2u);
+  EXPECT_EQ(draft.nodes[0].token, 4);
+  EXPECT_FLOAT_EQ(draft.nodes[0].score, 0.95f);
+  EXPECT_EQ(draft.nodes[0].matches[static_cast<int>(DraftSource::kPrompt)],
+            12);
+  EXPECT_FLOAT_EQ(draft.nodes[1].score, 0.3f);
 }
 
 TEST(DraftMixTest, ParallelModeLaysOutChains) {

@@ -52,9 +52,11 @@ class TreeAccumulator {
   }
 
   int32_t Add(int32_t parent, int32_t token, int32_t depth, DraftSource src,
-              float score) {
+              float score, int32_t match) {
     const int32_t id = size();
     nodes_.push_back(DraftNode{token, parent, depth, src, score});
+    nodes_.back().matches[static_cast<int>(src)] =
+        static_cast<uint8_t>(std::min(match, 255));
     first_child_.push_back(-1);
     int32_t& head = parent < 0 ? root_first_ : first_child_[parent];
     next_sibling_.push_back(head);
@@ -122,7 +124,8 @@ std::vector<DraftNode> BuildHierarchical(absl::Span<const TrieSource> sources,
       }
       int32_t out = tree.FindChild(e.out_parent, e.token);
       if (out < 0) {
-        out = tree.Add(e.out_parent, e.token, e.depth, source.source, e.score);
+        out = tree.Add(e.out_parent, e.token, e.depth, source.source, e.score,
+                       k);
       }
       if (e.depth < request.branch_length && trie.NumChildren(e.node) > 0) {
         heap.push_back(MakeFrontier(trie, source.boost, e.node, 0, out,

@@ -53,6 +53,11 @@ struct DraftNode {
   // propose it. Set by MixDrafts only (for calibration).
   std::array<uint8_t, kNumDraftSources> ranks{kNoRank, kNoRank, kNoRank,
                                               kNoRank};
+  // Per source: context tokens its trie matched above the node's branch
+  // (BuildTrieDraft: the matching stage's suffix length, capped at 255;
+  // 0 = the source has no such evidence). A long match is strong evidence:
+  // the calibration keeps a rate per match length (source_calibration.h).
+  std::array<uint8_t, kNumDraftSources> matches{0, 0, 0, 0};
 };
 
 // A draft tree below the root (the last accepted token, not included).

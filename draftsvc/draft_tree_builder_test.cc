@@ -211,6 +211,28 @@ TEST(DraftTreeBuilderTest, BacksOffToShorterSuffixesAndKeepsLongMatch) {
   EXPECT_EQ(CheckTree(tree, req), "");
 }
 
+TEST(DraftTreeBuilderTest, NodesCarryTheLengthOfTheirMatch) {
+  TokenTrie trie;
+  trie.Insert(Path{5, 6, 7, 8, 10});
+  trie.Insert(Path{7, 9});
+  const TrieSource sources[] = {{&trie, DraftSource::kPrompt, 1.0f}};
+  const Path context = {5, 6, 7};
+  DraftRequest req;
+  req.context = context;
+  req.decoding_length = 8;
+  req.max_match_length = 3;
+  const TrieDraft tree = BuildTrieDraft(sources, req);
+  ASSERT_EQ(tree.nodes.size(), 3u);
+  const int prompt = static_cast<int>(DraftSource::kPrompt);
+  // 8 and its child 10 continue "5 6 7"; 9 only "7".
+  EXPECT_EQ(PathOf(tree, 1), (Path{8, 10}));
+  EXPECT_EQ(tree.nodes[0].matches[prompt], 3);
+  EXPECT_EQ(tree.nodes[1].matches[prompt], 3);
+  EXPECT_EQ(tree.nodes[2].token, 9);
+  EXPECT_EQ(tree.nodes[2].matches[prompt], 1);
+  EXPECT_EQ(tree.nodes[2].matches[static_cast<int>(DraftSource::kOutput)], 0);
+}
+
 // Random tries and contexts: invariants always hold; a tree below budget
 // holds every candidate; a budget filled by the first stage is best-first.
 TEST(DraftTreeBuilderTest, RandomTreesAgainstCandidateOracle) {

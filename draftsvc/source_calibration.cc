@@ -12,13 +12,20 @@ int CalibrationTable::RankBucket(int32_t rank) {
   return std::clamp(rank, 0, kRankBuckets - 1);
 }
 
+int CalibrationTable::MatchBucket(int32_t match) {
+  if (match <= 1) return 0;
+  if (match == 2) return 1;
+  if (match <= 4) return 2;
+  return match <= 8 ? 3 : 4;
+}
+
 CalibrationTable CalibrationTable::Prior() {
   CalibrationTable table;
   const float base[kNumDraftSources] = {0.6f, 0.5f, 0.35f, 0.5f};
   for (int s = 0; s < kNumDraftSources; ++s) {
     for (int d = 0; d < kDepthBuckets; ++d) {
       for (int r = 0; r < kRankBuckets; ++r) {
-        table.rates_[s][d][r] = base[s] / static_cast<float>(1 + r);
+        table.rates_[s][d][r].fill(base[s] / static_cast<float>(1 + r));
       }
     }
   }
@@ -33,7 +40,8 @@ void SourceCalibration::Observe(absl::Span<const Observation> observations) {
   for (const Observation& o : observations) {
     const int s = static_cast<int>(o.source);
     Cell& cell = cells_[s][CalibrationTable::DepthBucket(o.depth)]
-                       [CalibrationTable::RankBucket(o.rank)];
+                       [CalibrationTable::RankBucket(o.rank)]
+                       [CalibrationTable::MatchBucket(o.match)];
     cell.proposed = cell.proposed * options_.decay + 1.0;
     cell.accepted = cell.accepted * options_.decay + (o.accepted ? 1.0 : 0.0);
     ++totals_[s].judged;
@@ -55,12 +63,15 @@ CalibrationTable SourceCalibration::Snapshot() const {
     const DraftSource source = static_cast<DraftSource>(s);
     for (int d = 0; d < CalibrationTable::kDepthBuckets; ++d) {
       for (int r = 0; r < CalibrationTable::kRankBuckets; ++r) {
-        const Cell& cell = cells_[s][d][r];
-        if (cell.proposed <= 0) continue;
-        const double prior = prior_.rate(source, d + 1, r);
-        table.set_rate(source, d, r,
-                       static_cast<float>((cell.accepted + strength * prior) /
-                                          (cell.proposed + strength)));
+        for (int m = 0; m < CalibrationTable::kMatchBuckets; ++m) {
+          const Cell& cell = cells_[s][d][r][m];
+          if (cell.proposed <= 0) continue;
+          const double prior = prior_.rate(source, d + 1, r);
+          table.set_rate(
+              source, d, r, m,
+              static_cast<float>((cell.accepted + strength * prior) /
+                                 (cell.proposed + strength)));
+        }
       }
     }
   }
@@ -74,10 +85,21 @@ SourceTotals SourceCalibration::totals(DraftSource source) const {
 
 std::vector<float> SourceCalibration::DepthAcceptance(
     DraftSource source) const {
-  const CalibrationTable table = Snapshot();
+  const int s = static_cast<int>(source);
+  const double strength = options_.prior_strength;
   std::vector<float> out;
-  for (int d = 1; d <= CalibrationTable::kDepthBuckets; ++d) {
-    out.push_back(table.rate(source, d, 0));
+  absl::MutexLock lock(&mu_);
+  for (int d = 0; d < CalibrationTable::kDepthBuckets; ++d) {
+    Cell pooled;
+    for (const Cell& cell : cells_[s][d][0]) {
+      pooled.proposed += cell.proposed;
+      pooled.accepted += cell.accepted;
+    }
+    const double prior = prior_.rate(source, d + 1, 0);
+    out.push_back(static_cast<float>(
+        pooled.proposed <= 0 ? prior
+                             : (pooled.accepted + strength * prior) /
+                                   (pooled.proposed + strength)));
   }
   return out;
 }

@@ -1,6 +1,12 @@
-// SourceCalibration: one namespace's estimate, per draft source, depth and
-// sibling rank, of the probability that a draft node is accepted given that
-// its parent was (a root child: given nothing). draftsvc learns it from the
+// SourceCalibration: one namespace's estimate, per draft source, depth,
+// sibling rank and match length, of the probability that a draft node is
+// accepted given that its parent was (a root child: given nothing). The
+// match length (DraftNode.matches: context tokens a trie matched above the
+// branch) separates a continuation backed by a long quote of the prompt, a
+// RAG answer copying its passage, from one that only follows the last
+// token: measured on the bench's RAG, chat and code outputs, the first
+// kind is accepted several times as often, and without it every node of a
+// source and depth looked alike to the verifier's trimming. draftsvc learns it from the
 // verifiers' accepted tokens, walked down the tree it sent them (DraftIndex
 // does the walk), so sources are weighed by what they achieve here, not by
 // their raw counts: the mixer scores a node p(parent) x rate.
@@ -37,25 +43,33 @@ struct CalibrationOptions {
   double decay = 0.999;
 };
 
-// The rates of every (source, depth bucket, rank bucket) at one moment.
+// The rates of every (source, depth bucket, rank bucket, match bucket) at
+// one moment.
 class CalibrationTable {
  public:
   // Depths 1..kDepthBuckets have their own cell; deeper ones share the last.
   static constexpr int kDepthBuckets = 16;
   // Ranks 0..kRankBuckets-2 have their own cell; the rest share the last.
   static constexpr int kRankBuckets = 4;
+  // Match lengths 0-1 (no evidence beyond the last token), 2, 3-4, 5-8 and
+  // longer.
+  static constexpr int kMatchBuckets = 5;
 
   static int DepthBucket(int32_t depth);  // REQUIRES: depth >= 1.
   static int RankBucket(int32_t rank);    // REQUIRES: rank >= 0.
+  static int MatchBucket(int32_t match);  // Any value.
 
-  // The rate of a node of `source` at `depth` (>= 1) with sibling `rank`.
-  float rate(DraftSource source, int32_t depth, int32_t rank) const {
+  // The rate of a node of `source` at `depth` (>= 1) with sibling `rank`
+  // and `match` context tokens matched above its branch.
+  float rate(DraftSource source, int32_t depth, int32_t rank,
+             int32_t match = 0) const {
     return rates_[static_cast<int>(source)][DepthBucket(depth)]
-                 [RankBucket(rank)];
+                 [RankBucket(rank)][MatchBucket(match)];
   }
   void set_rate(DraftSource source, int depth_bucket, int rank_bucket,
-                float rate) {
-    rates_[static_cast<int>(source)][depth_bucket][rank_bucket] = rate;
+                int match_bucket, float rate) {
+    rates_[static_cast<int>(source)][depth_bucket][rank_bucket]
+          [match_bucket] = rate;
   }
 
   // The documented prior, before any observation:
@@ -65,12 +79,14 @@ class CalibrationTable {
   // evidence (RAG); the namespace's outputs are next; recycled top-k
   // predictions and Jacobi n-grams are the model's guesses (their top-1 is
   // accepted roughly a third of the time in Token Recycling / Lookahead
-  // Decoding). Lower-ranked siblings are less likely. Depth starts flat:
-  // the observations shape it.
+  // Decoding). Lower-ranked siblings are less likely. Depth and match
+  // length start flat: the observations shape them.
   static CalibrationTable Prior();
 
  private:
-  std::array<std::array<std::array<float, kRankBuckets>, kDepthBuckets>,
+  std::array<std::array<std::array<std::array<float, kMatchBuckets>,
+                                    kRankBuckets>,
+                         kDepthBuckets>,
              kNumDraftSources>
       rates_{};
 };
@@ -90,6 +106,7 @@ class SourceCalibration {
     int32_t depth = 1;  // >= 1
     int32_t rank = 0;   // >= 0
     bool accepted = false;
+    int32_t match = 0;  // DraftNode.matches of the source
   };
 
   // REQUIRES: options valid (ValidateOptions in DraftIndex checks them).
@@ -100,7 +117,8 @@ class SourceCalibration {
   void CountProposed(const std::array<int64_t, kNumDraftSources>& nodes);
   CalibrationTable Snapshot() const;
   SourceTotals totals(DraftSource source) const;
-  // The current rate of a rank-0 node at depths 1..kDepthBuckets.
+  // The current rate of a rank-0 node at depths 1..kDepthBuckets, over
+  // every match length (pooled counts).
   std::vector<float> DepthAcceptance(DraftSource source) const;
 
  private:
@@ -112,9 +130,11 @@ class SourceCalibration {
   const CalibrationTable prior_;
 
   mutable absl::Mutex mu_;
-  std::array<std::array<std::array<Cell, CalibrationTable::kRankBuckets>,
-                        CalibrationTable::kDepthBuckets>,
-             kNumDraftSources>
+  std::array<
+      std::array<std::array<std::array<Cell, CalibrationTable::kMatchBuckets>,
+                            CalibrationTable::kRankBuckets>,
+                 CalibrationTable::kDepthBuckets>,
+      kNumDraftSources>
       cells_ ABSL_GUARDED_BY(mu_){};
   std::array<SourceTotals, kNumDraftSources> totals_ ABSL_GUARDED_BY(mu_){};
 };

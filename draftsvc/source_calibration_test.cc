@@ -48,6 +48,45 @@ TEST(SourceCalibrationTest, MovesTowardObservedAcceptance) {
   EXPECT_NEAR(depths[1], 0.1f, 0.03f);
 }
 
+TEST(SourceCalibrationTest, LongMatchesAreCalibratedApart) {
+  SourceCalibration calibration;
+  // Prompt depth-1 nodes behind a 9-token match are accepted 90% of the
+  // time, behind a 1-token match 20%.
+  for (int i = 0; i < 500; ++i) {
+    const std::vector<Obs> batch = {
+        {DraftSource::kPrompt, 1, 0, i % 10 != 0, 9},
+        {DraftSource::kPrompt, 1, 0, i % 5 == 0, 1},
+    };
+    calibration.Observe(batch);
+  }
+  const CalibrationTable table = calibration.Snapshot();
+  EXPECT_NEAR(table.rate(DraftSource::kPrompt, 1, 0, 9), 0.9f, 0.03f);
+  EXPECT_NEAR(table.rate(DraftSource::kPrompt, 1, 0, 100), 0.9f, 0.03f);
+  EXPECT_NEAR(table.rate(DraftSource::kPrompt, 1, 0, 1), 0.2f, 0.03f);
+  // No match evidence shares the 1-token cell; unseen lengths keep the
+  // prior.
+  EXPECT_FLOAT_EQ(table.rate(DraftSource::kPrompt, 1, 0, 0),
+                  table.rate(DraftSource::kPrompt, 1, 0, 1));
+  EXPECT_FLOAT_EQ(table.rate(DraftSource::kPrompt, 1, 0, 3), 0.6f);
+  // The reported depth curve pools every length: 55%.
+  EXPECT_NEAR(calibration.DepthAcceptance(DraftSource::kPrompt)[0], 0.55f,
+              0.03f);
+}
+
+TEST(SourceCalibrationTest, MatchBuckets) {
+  EXPECT_EQ(CalibrationTable::MatchBucket(-1), 0);
+  EXPECT_EQ(CalibrationTable::MatchBucket(0), 0);
+  EXPECT_EQ(CalibrationTable::MatchBucket(1), 0);
+  EXPECT_EQ(CalibrationTable::MatchBucket(2), 1);
+  EXPECT_EQ(CalibrationTable::MatchBucket(3), 2);
+  EXPECT_EQ(CalibrationTable::MatchBucket(4), 2);
+  EXPECT_EQ(CalibrationTable::MatchBucket(5), 3);
+  EXPECT_EQ(CalibrationTable::MatchBucket(8), 3);
+  EXPECT_EQ(CalibrationTable::MatchBucket(9), 4);
+  EXPECT_EQ(CalibrationTable::MatchBucket(255),
+            CalibrationTable::kMatchBuckets - 1);
+}
+
 TEST(SourceCalibrationTest, DecayForgetsOldTraffic) {
   SourceCalibration calibration(CalibrationOptions{8.0, 0.99});
   std::vector<Obs> accepted(2000, {DraftSource::kPrompt, 1, 0, true});

@@ -244,6 +244,16 @@ def trim_by_score(scores, curve):
     return best_k
 
 
+def trimmed_summary(steps, curve):
+    """EDL, nodes kept a step and the modeled speedup of a trimmed replay's
+    steps [(accepted, kept)]: each step charged the curve's pass over the
+    root and its kept nodes, plain decoding one token a step."""
+    tokens = sum(a + 1 for a, _ in steps)
+    ms = sum(forward_ms(curve, 1 + kept) for _, kept in steps)
+    return (tokens / len(steps), sum(k for _, k in steps) / len(steps),
+            tokens * forward_ms(curve, 1) / ms)
+
+
 def replay(address, records, budgets, vocab_size, branch_length=16,
            sources=("prompt", "output"), curve=None):
     """draftsvc's own trees on the ceiling run's outputs (records with their
@@ -361,11 +371,9 @@ def main(argv):
                           max(vocab_size, 49152), curve=curve)
     for workload, by_budget in replayed.items():
         steps = [s for per_prompt in by_budget[args.budget] for s in per_prompt]
-        tokens = sum(a + 1 for a, _ in steps)
-        ms = sum(forward_ms(curve, 1 + kept) for _, kept in steps)
-        print(f"{workload}: EDL {tokens / len(steps):.2f}, "
-              f"{sum(k for _, k in steps) / len(steps):.2f} nodes kept a "
-              f"step, modeled speedup {tokens * forward_ms(curve, 1) / ms:.3f}x")
+        edl, kept, speedup = trimmed_summary(steps, curve)
+        print(f"{workload}: EDL {edl:.2f}, {kept:.2f} nodes kept a step, "
+              f"modeled speedup {speedup:.3f}x")
     return 0
 
 

@@ -871,13 +871,10 @@ def ceiling_lines(section, results):
             steps = [tuple(s) for per_prompt in lengths for s in per_prompt]
             if not steps or not curve:
                 continue
-            tokens = sum(a + 1 for a, _ in steps)
-            ms = sum(ceiling.forward_ms(curve, 1 + kept) for _, kept in steps)
+            edl, kept, speedup = ceiling.trimmed_summary(steps, curve)
             lines.append(
                 f"| replay | {budget} nodes cut by score | {len(steps)} | "
-                f"{tokens / len(steps):.2f} | "
-                f"{tokens * ceiling.forward_ms(curve, 1) / ms:.2f}x "
-                f"({sum(k for _, k in steps) / len(steps):.1f} kept a step) |")
+                f"{edl:.2f} | {speedup:.2f}x ({kept:.1f} kept a step) |")
         for mode in ("trie", "default", "mixed"):
             tokens, steps = measured[workload].get(mode, (0, 0))
             if steps:

@@ -449,12 +449,9 @@ void Scheduler::Draft(StepPlan* plan) {
     window_rows += WindowRows(seq, roots + window_rows);
   }
   const int base = roots + window_rows;
-  DraftCost draft_cost = drafts_->cost();
-  draft_cost.seconds_per_call =
-      std::max(draft_cost.seconds_per_call, draft_call_seconds_);
   const std::vector<int> budget = AllocateDraftTokens(
       cost_, base, candidates, std::max(0, options_.max_step_tokens - base),
-      draft_cost);
+      drafts_->cost());
   // ONE call to the draft sources for every drafted sequence.
   std::vector<DraftAsk> asks;
   std::vector<size_t> which;
@@ -483,9 +480,6 @@ void Scheduler::Draft(StepPlan* plan) {
   std::vector<engine::DraftTree> got = drafts_->Propose(asks, &called);
   if (called) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    draft_call_seconds_ = draft_call_seconds_ == 0
-                              ? seconds
-                              : 0.8 * draft_call_seconds_ + 0.2 * seconds;
     const DraftSourceStats after = drafts_->Stats();
     observer_->OnDraftCall(seconds, after.failures - failures, after.available);
     for (const DraftAsk& ask : asks) plan->requested_drafts += ask.budget;

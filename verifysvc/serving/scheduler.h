@@ -212,12 +212,6 @@ class Scheduler {
   int64_t steps_run_ = 0;
   int64_t prefix_evictions_seen_ = 0;  // prefix cache evictions reported
   double seconds_per_token_ = 0;       // moving average; 0 until a step emits
-  // Seconds of a draft call that asked for tokens (draftsvc's round trip),
-  // moving average; 0 until one is made. Charged to every step that asks,
-  // beside the source's own cost hint (draftsvc's says 0: its retrieval
-  // takes microseconds, but the round trip ~1 ms of a 7-9 ms CPU step, and
-  // more when the cores are busy).
-  double draft_call_seconds_ = 0;
   // Per namespace, the cost gates of the last sequence that measured them:
   // a new sequence starts from their verdict (CostGate::Inherit).
   struct GateVerdict {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -25,23 +27,28 @@ template <typename ZFn, typename Before>
 std::vector<int32_t> Nucleus(const std::vector<int32_t>& candidates, ZFn z,
                              Before before, float top_p) {
   constexpr int kBins = 1024;
+  // z and exp(z) once per candidate (each is used up to three times).
+  const size_t n = candidates.size();
+  std::vector<double> zs(n), weights(n);
   double z_lo = 0.0, denom = 0.0;
-  for (int32_t i : candidates) {
-    if (!std::isinf(z(i))) z_lo = std::min(z_lo, z(i));
-    denom += std::exp(z(i));
+  for (size_t j = 0; j < n; ++j) {
+    zs[j] = z(candidates[j]);
+    weights[j] = std::exp(zs[j]);
+    if (!std::isinf(zs[j])) z_lo = std::min(z_lo, zs[j]);
+    denom += weights[j];
   }
   const double target = static_cast<double>(top_p) * denom;
   // Bin by z over the finite range [z_lo, 0]; monotone, so a higher bin
   // never holds a later token of the order. -inf (weight 0) goes to bin 0.
-  auto bin = [&](int32_t i) {
-    const double zi = z(i);
+  auto bin = [&](size_t j) {
+    const double zi = zs[j];
     if (std::isinf(zi)) return 0;
     if (!(z_lo < 0.0)) return kBins - 1;
     const int b = static_cast<int>((zi - z_lo) / -z_lo * kBins);
     return std::min(kBins - 1, std::max(0, b));
   };
   std::vector<double> bin_weight(kBins, 0.0);
-  for (int32_t i : candidates) bin_weight[bin(i)] += std::exp(z(i));
+  for (size_t j = 0; j < n; ++j) bin_weight[bin(j)] += weights[j];
   double cum = 0.0;
   int boundary = -1;
   for (int b = kBins - 1; b >= 0; --b) {
@@ -52,22 +59,41 @@ std::vector<int32_t> Nucleus(const std::vector<int32_t>& candidates, ZFn z,
     cum += bin_weight[b];
   }
   if (boundary < 0) return candidates;  // rounding: keep everything
-  std::vector<int32_t> kept, edge;
-  for (int32_t i : candidates) {
-    const int b = bin(i);
+  std::vector<int32_t> kept;
+  std::vector<std::pair<int32_t, double>> edge;  // (token, exp(z))
+  for (size_t j = 0; j < n; ++j) {
+    const int b = bin(j);
     if (b > boundary) {
-      kept.push_back(i);
+      kept.push_back(candidates[j]);
     } else if (b == boundary) {
-      edge.push_back(i);
+      edge.emplace_back(candidates[j], weights[j]);
     }
   }
-  std::sort(edge.begin(), edge.end(), before);
-  for (int32_t i : edge) {
-    kept.push_back(i);
-    cum += std::exp(z(i));
+  std::sort(edge.begin(), edge.end(),
+            [&](const std::pair<int32_t, double>& a,
+                const std::pair<int32_t, double>& b) {
+              return before(a.first, b.first);
+            });
+  for (const auto& [token, weight] : edge) {
+    kept.push_back(token);
+    cum += weight;
     if (cum >= target) break;
   }
   return kept;
+}
+
+// An upper bound of exp(-x) for 0 < x <= 38, within a factor of 2, without
+// libm (it is evaluated for most of the vocabulary): 2^-n for the integer
+// n <= x * log2(e). The 1e-6 covers the product's rounding (< 1e-14 here),
+// so that 2^-n >= 2^-(x log2 e) = exp(-x) always holds.
+double ExpNegBound(double x) {
+  const double t = x * 1.4426950408889634 - 1e-6;
+  if (!(t >= 1.0)) return 1.0;
+  const int n = static_cast<int>(t);  // floor: t > 0; n <= 55
+  const uint64_t bits = static_cast<uint64_t>(1023 - n) << 52;
+  double bound;
+  std::memcpy(&bound, &bits, sizeof(bound));
+  return bound;
 }
 
 }  // namespace
@@ -97,16 +123,35 @@ double CounterUniform(uint64_t seed, int64_t position, int32_t token) {
 }
 
 int32_t ArgMax(absl::Span<const float> logits) {
-  int32_t best = 0;
-  float best_value = Clean(logits[0]);
-  for (size_t i = 1; i < logits.size(); ++i) {
-    const float v = Clean(logits[i]);
-    if (v > best_value) {
-      best_value = v;
-      best = static_cast<int32_t>(i);
+  // The largest value, in kLanes running maxima the compiler vectorizes (a
+  // NaN never compares greater); then its first index, a block at a time.
+  // If every value is -inf or NaN, all tie at -inf and index 0 wins. Which
+  // of -0 and +0 a lane keeps does not matter: they compare equal.
+  constexpr size_t kLanes = 16;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, kNegInf);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
     }
   }
-  return best;
+  for (; i < n; ++i) lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+  float best = kNegInf;
+  for (size_t j = 0; j < kLanes; ++j) best = lane[j] > best ? lane[j] : best;
+  if (best == kNegInf) return 0;
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    bool hit = false;
+    for (size_t j = 0; j < kLanes; ++j) hit |= x[i + j] == best;
+    if (hit) break;
+  }
+  for (; i < n; ++i) {
+    if (x[i] == best) return static_cast<int32_t>(i);
+  }
+  return 0;  // not reached: best is one of the logits
 }
 
 int32_t SampleToken(absl::Span<const float> logits,
@@ -146,8 +191,9 @@ int32_t SampleToken(absl::Span<const float> logits,
   }
 
   // Gumbel-max: argmax z_i + g_i with g_i = -log(-log(u_i)).
+  const uint64_t key = kernels::PositionKey(params.seed, position);
   auto gumbel = [&](int32_t i) {
-    return -std::log(-std::log(CounterUniform(params.seed, position, i)));
+    return -std::log(-std::log(kernels::KeyedUniform(key, i)));
   };
   int32_t best = top;
   double best_score = z(top) + gumbel(top);
@@ -156,10 +202,11 @@ int32_t SampleToken(absl::Span<const float> logits,
     const double d = best_score - z(i);  // i wins iff g_i > d (or ties)
     // g <= 38 always (u <= 1 - 2^-54), so large d needs no noise at all.
     if (d > 38.0) return;
-    const double u = CounterUniform(params.seed, position, i);
-    // Necessary for g_i >= d: u >= exp(-exp(-d)) >= 1 - exp(-d). The margin
-    // keeps this shortcut exact despite rounding.
-    if (d > 0.0 && u < 1.0 - std::exp(-d) - 1e-9) return;
+    const double u = kernels::KeyedUniform(key, i);
+    // Necessary for g_i >= d: u >= exp(-exp(-d)) >= 1 - exp(-d) >=
+    // 1 - ExpNegBound(d). The margin keeps this shortcut exact despite
+    // rounding.
+    if (d > 0.0 && u < 1.0 - ExpNegBound(d) - 1e-9) return;
     const double score = z(i) - std::log(-std::log(u));
     if (score > best_score || (score == best_score && i < best)) {
       best_score = score;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -10,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/counter_rng.h"
+#include "kernels/cpu/gumbel_scan.h"
 
 namespace lookahead::engine {
 namespace {
@@ -80,20 +80,6 @@ std::vector<int32_t> Nucleus(const std::vector<int32_t>& candidates, ZFn z,
     if (cum >= target) break;
   }
   return kept;
-}
-
-// An upper bound of exp(-x) for 0 < x <= 38, within a factor of 2, without
-// libm (it is evaluated for most of the vocabulary): 2^-n for the integer
-// n <= x * log2(e). The 1e-6 covers the product's rounding (< 1e-14 here),
-// so that 2^-n >= 2^-(x log2 e) = exp(-x) always holds.
-double ExpNegBound(double x) {
-  const double t = x * 1.4426950408889634 - 1e-6;
-  if (!(t >= 1.0)) return 1.0;
-  const int n = static_cast<int>(t);  // floor: t > 0; n <= 55
-  const uint64_t bits = static_cast<uint64_t>(1023 - n) << 52;
-  double bound;
-  std::memcpy(&bound, &bits, sizeof(bound));
-  return bound;
 }
 
 }  // namespace
@@ -203,10 +189,7 @@ int32_t SampleToken(absl::Span<const float> logits,
     // g <= 38 always (u <= 1 - 2^-54), so large d needs no noise at all.
     if (d > 38.0) return;
     const double u = kernels::KeyedUniform(key, i);
-    // Necessary for g_i >= d: u >= exp(-exp(-d)) >= 1 - exp(-d) >=
-    // 1 - ExpNegBound(d). The margin keeps this shortcut exact despite
-    // rounding.
-    if (d > 0.0 && u < 1.0 - ExpNegBound(d) - 1e-9) return;
+    if (kernels::GumbelSkips(d, u)) return;
     const double score = z(i) - std::log(-std::log(u));
     if (score > best_score || (score == best_score && i < best)) {
       best_score = score;
@@ -214,7 +197,19 @@ int32_t SampleToken(absl::Span<const float> logits,
     }
   };
   if (candidates.empty()) {
-    for (int32_t i = 0; i < vocab; ++i) consider(i);
+    // The whole vocabulary, a chunk at a time: GumbelSurvivors drops the
+    // tokens that cannot beat the best score so far (8 at a time where the
+    // CPU allows), and the rest go through `consider` in index order. The
+    // best score only grows, and the skip test is monotone in the margin,
+    // so `consider` would have skipped every dropped token too.
+    constexpr int32_t kChunk = 2048;
+    int32_t survivors[kChunk];
+    for (int32_t begin = 0; begin < vocab; begin += kChunk) {
+      const int32_t count = kernels::GumbelSurvivors(
+          logits.data(), begin, std::min(vocab, begin + kChunk), max_logit,
+          inv_t, best_score, key, survivors);
+      for (int32_t j = 0; j < count; ++j) consider(survivors[j]);
+    }
   } else {
     for (int32_t i : candidates) consider(i);
   }

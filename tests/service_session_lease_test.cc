@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -62,13 +63,14 @@ DraftSessionsSeen DraftSessionsNow(ServicePair& pair) {
   return seen;
 }
 
-// Polls `done` every 20 ms until it holds or `timeout_ms` passes.
-bool WaitFor(const std::function<bool()>& done, int timeout_ms) {
+// Polls `done` every `poll_ms` until it holds or `timeout_ms` passes.
+bool WaitFor(const std::function<bool()>& done, int timeout_ms,
+             int poll_ms = 20) {
   const auto end =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (!done()) {
     if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
   }
   return true;
 }
@@ -173,13 +175,24 @@ TEST(ServiceSessionLeaseTest, StalledVerifierReopensItsExpiredSession) {
   ASSERT_GE(plain.tokens.size(), 100u) << "the answer is too short to "
                                           "outlive the stall";
 
-  // After its 3rd message the verifier stops until draftsvc has expired the
-  // session (no traffic: the sweeper does it), then resumes.
-  bool expired_while_stopped = false;
-  StreamHooks hooks;
-  hooks.on_message = [&](grpc::ClientContext*, int message) {
-    if (message != 3) return;
+  // As soon as the request's draftsvc session is open, the verifier stops
+  // until draftsvc has expired it (no traffic: the sweeper does it), then
+  // resumes. A watcher thread polls draftsvc rather than waiting for a
+  // streamed message: on a loaded machine the client can read its 3rd
+  // message after the verifier has already finished and closed the session.
+  ASSERT_EQ(DraftSessionsNow(pair).open, 0);
+  std::atomic<bool> open_when_stopped{false};
+  std::atomic<bool> expired_while_stopped{false};
+  std::atomic<bool> generation_done{false};
+  std::thread staller([&] {
+    if (!WaitFor([&] { return generation_done.load() ||
+                              DraftSessionsNow(pair).open >= 1; },
+                 kWaitMs, /*poll_ms=*/2) ||
+        generation_done.load()) {
+      return;
+    }
     kill(verifysvc, SIGSTOP);
+    open_when_stopped = DraftSessionsNow(pair).open >= 1;
     expired_while_stopped = WaitFor(
         [&] {
           absl::StatusOr<double> expired =
@@ -189,8 +202,12 @@ TEST(ServiceSessionLeaseTest, StalledVerifierReopensItsExpiredSession) {
         },
         kWaitMs);
     kill(verifysvc, SIGCONT);
-  };
-  const Generation drafted = pair.Generate(request, hooks);
+  });
+  const Generation drafted = pair.Generate(request);
+  generation_done = true;
+  staller.join();
+  ASSERT_TRUE(open_when_stopped)
+      << "the generation ended before the verifier could be stopped";
   ASSERT_TRUE(drafted.status.ok()) << drafted.status.error_message();
   EXPECT_TRUE(expired_while_stopped);
   EXPECT_EQ(drafted.tokens, plain.tokens)

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -80,6 +83,96 @@ std::vector<int32_t> Nucleus(const std::vector<int32_t>& candidates, ZFn z,
     if (cum >= target) break;
   }
   return kept;
+}
+
+// An order-preserving key of a logit: a > b as floats iff Key(a) > Key(b),
+// and equal floats have equal keys (-0 is +0; NaN is -inf, as in Clean).
+// Integer selects only: logits' signs are a coin toss, and a branch on them
+// would mispredict every other token.
+inline uint32_t Key(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  bits = (bits & 0x7fffffffu) > 0x7f800000u ? 0xff800000u : bits;  // NaN
+  bits = bits == 0x80000000u ? 0u : bits;                          // -0
+  // Negative: flip every bit; otherwise: set the sign bit.
+  const uint32_t negative =
+      static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31);
+  return bits ^ (negative | 0x80000000u);
+}
+
+// Whether any of the kLanes logits from x has a key of at least `least`: a
+// fixed-width loop the compiler vectorizes, so that blocks with nothing to
+// do cost a few instructions.
+constexpr int kLanes = 16;
+inline bool AnyKeyAtLeast(const float* x, uint32_t least) {
+  bool hit = false;
+  for (int j = 0; j < kLanes; ++j) hit |= Key(x[j]) >= least;
+  return hit;
+}
+
+// The first k tokens in the order (logit desc, index asc), as a set in index
+// order, for 0 < k < logits.size(): every token whose key is above the k-th
+// largest key, then the lowest-indexed ones equal to it. The k-th largest
+// key comes from a min-heap of the k largest keys seen (a key enters only if
+// it beats the heap's least, rarely once the heap holds the top, so most
+// blocks of tokens are skipped whole) or, for large k, a selection over a
+// copy.
+std::vector<int32_t> TopK(absl::Span<const float> logits, int k) {
+  const int n = static_cast<int>(logits.size());
+  const float* x = logits.data();
+  uint32_t kth;
+  if (k <= 256) {
+    std::vector<uint32_t> heap(k);
+    for (int i = 0; i < k; ++i) heap[i] = Key(x[i]);
+    std::make_heap(heap.begin(), heap.end(), std::greater<uint32_t>());
+    auto offer = [&](int i) {
+      const uint32_t key = Key(x[i]);
+      if (key <= heap.front()) return;
+      std::pop_heap(heap.begin(), heap.end(), std::greater<uint32_t>());
+      heap.back() = key;
+      std::push_heap(heap.begin(), heap.end(), std::greater<uint32_t>());
+    };
+    int i = k;
+    for (; i + kLanes <= n; i += kLanes) {
+      if (heap.front() == UINT32_MAX ||
+          !AnyKeyAtLeast(x + i, heap.front() + 1)) {
+        continue;
+      }
+      for (int j = i; j < i + kLanes; ++j) offer(j);
+    }
+    for (; i < n; ++i) offer(i);
+    kth = heap.front();
+  } else {
+    std::vector<uint32_t> keys(n);
+    for (int i = 0; i < n; ++i) keys[i] = Key(x[i]);
+    std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(),
+                     std::greater<uint32_t>());
+    kth = keys[k - 1];
+  }
+  // One pass: the tokens above kth, and the first k tokens equal to it (no
+  // more can be needed); then as many ties as fit, merged in index order.
+  std::vector<int32_t> above, ties;
+  above.reserve(k);
+  ties.reserve(k);
+  auto take = [&](int i) {
+    const uint32_t key = Key(x[i]);
+    if (key > kth) {
+      above.push_back(i);
+    } else if (key == kth && static_cast<int>(ties.size()) < k) {
+      ties.push_back(i);
+    }
+  };
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    if (!AnyKeyAtLeast(x + i, kth)) continue;
+    for (int j = i; j < i + kLanes; ++j) take(j);
+  }
+  for (; i < n; ++i) take(i);
+  ties.resize(k - above.size());
+  std::vector<int32_t> candidates(k);
+  std::merge(above.begin(), above.end(), ties.begin(), ties.end(),
+             candidates.begin());
+  return candidates;
 }
 
 }  // namespace
@@ -161,7 +254,13 @@ int32_t SampleToken(absl::Span<const float> logits,
 
   // Candidate set (empty = the whole vocabulary). `top` is always in it.
   std::vector<int32_t> candidates;
-  if (params.top_k > 0 && params.top_k < vocab) {
+  if (params.top_k > 0 && params.top_k < vocab && params.top_p >= 1.0f) {
+    // Only the set matters here: the draw below does not depend on the
+    // order candidates are considered in.
+    candidates = TopK(logits, params.top_k);
+  } else if (params.top_k > 0 && params.top_k < vocab) {
+    // Nucleus sums the candidates' weights in this order: it stays
+    // nth_element's, so a top-p cut rounds as it always did.
     candidates.resize(vocab);
     std::iota(candidates.begin(), candidates.end(), 0);
     std::nth_element(candidates.begin(), candidates.begin() + params.top_k - 1,

@@ -267,6 +267,41 @@ TEST(SamplerTest, MatchesBruteForceReference) {
   EXPECT_LE(disagreements, 1) << "of " << trials;
 }
 
+// top_k alone has no rounding at all: the draw must equal the brute force's
+// on every row. Few distinct values (with -0 and +0, NaN and -inf among them)
+// put ties across the k-th place, where the lowest indices must be kept.
+TEST(SamplerTest, TopKAloneMatchesBruteForceExactly) {
+  std::mt19937 rng(11);
+  const float kValues[] = {-0.0f,
+                           0.0f,
+                           std::numeric_limits<float>::quiet_NaN(),
+                           -std::numeric_limits<float>::infinity(),
+                           -2.5f,
+                           -1.0f,
+                           0.5f,
+                           1.0f,
+                           2.0f};
+  for (int trial = 0; trial < 300; ++trial) {
+    const int vocab = 2 + static_cast<int>(rng() % 5000);
+    std::vector<float> logits(vocab);
+    for (float& x : logits) {
+      x = kValues[rng() % (sizeof(kValues) / sizeof(kValues[0]))];
+      if (trial % 3 == 0) x += static_cast<float>(rng() % 4) * 1e-3f;
+    }
+    SamplingParams p;
+    p.temperature = 0.5f + 0.5f * static_cast<float>(trial % 5);
+    p.top_k = 1 + static_cast<int>(rng() % (vocab - 1));
+    if (trial % 4 == 0) p.top_k = 1 + static_cast<int>(rng() % 8);
+    p.seed = 1000 + trial;
+    for (int64_t position = 0; position < 16; ++position) {
+      ASSERT_EQ(SampleToken(logits, p, position),
+                ReferenceSample(logits, p, position))
+          << "vocab " << vocab << ", top_k " << p.top_k << ", temperature "
+          << p.temperature << ", position " << position;
+    }
+  }
+}
+
 // Tree-verified and plain-decoded logits differ by float32 noise (~1e-5);
 // the draw must almost never notice.
 TEST(SamplerTest, RobustToTinyLogitNoise) {

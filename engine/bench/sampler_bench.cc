@@ -91,6 +91,7 @@ int Main() {
       {"temperature 1.5", {1.5f, 0, 1.0f, 7}},
       {"temperature 0.7, top_p 0.9", {0.7f, 0, 0.9f, 7}},
       {"temperature 0.7, top_k 40", {0.7f, 40, 1.0f, 7}},
+      {"temperature 1.5, top_p 0.95", {1.5f, 0, 0.95f, 7}},
   };
   for (float peak : {0.0f, 12.0f}) {
     const std::vector<std::vector<float>> rows = Rows(peak);

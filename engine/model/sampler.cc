@@ -30,9 +30,15 @@ template <typename ZFn, typename Before>
 std::vector<int32_t> Nucleus(const std::vector<int32_t>& candidates, ZFn z,
                              Before before, float top_p) {
   constexpr int kBins = 1024;
-  // z and exp(z) once per candidate (each is used up to three times).
+  // z, exp(z) and the bin once per candidate, in buffers this thread keeps:
+  // a vocabulary's worth is ~0.9 MiB, which malloc would map and fault in
+  // afresh on every call.
   const size_t n = candidates.size();
-  std::vector<double> zs(n), weights(n);
+  thread_local std::vector<double> zs, weights;
+  thread_local std::vector<int16_t> bins;
+  zs.resize(n);
+  weights.resize(n);
+  bins.resize(n);
   double z_lo = 0.0, denom = 0.0;
   for (size_t j = 0; j < n; ++j) {
     zs[j] = z(candidates[j]);
@@ -50,8 +56,11 @@ std::vector<int32_t> Nucleus(const std::vector<int32_t>& candidates, ZFn z,
     const int b = static_cast<int>((zi - z_lo) / -z_lo * kBins);
     return std::min(kBins - 1, std::max(0, b));
   };
-  std::vector<double> bin_weight(kBins, 0.0);
-  for (size_t j = 0; j < n; ++j) bin_weight[bin(j)] += weights[j];
+  double bin_weight[kBins] = {};
+  for (size_t j = 0; j < n; ++j) {
+    bins[j] = static_cast<int16_t>(bin(j));
+    bin_weight[bins[j]] += weights[j];
+  }
   double cum = 0.0;
   int boundary = -1;
   for (int b = kBins - 1; b >= 0; --b) {
@@ -65,7 +74,7 @@ std::vector<int32_t> Nucleus(const std::vector<int32_t>& candidates, ZFn z,
   std::vector<int32_t> kept;
   std::vector<std::pair<int32_t, double>> edge;  // (token, exp(z))
   for (size_t j = 0; j < n; ++j) {
-    const int b = bin(j);
+    const int b = bins[j];
     if (b > boundary) {
       kept.push_back(candidates[j]);
     } else if (b == boundary) {
@@ -269,10 +278,16 @@ int32_t SampleToken(absl::Span<const float> logits,
   }
   if (params.top_p < 1.0f) {
     if (candidates.empty()) {
-      candidates.resize(vocab);
-      std::iota(candidates.begin(), candidates.end(), 0);
+      // Every token, from a list this thread keeps (see Nucleus's buffers).
+      thread_local std::vector<int32_t> every;
+      if (every.size() != static_cast<size_t>(vocab)) {
+        every.resize(vocab);
+        std::iota(every.begin(), every.end(), 0);
+      }
+      candidates = Nucleus(every, z, before, params.top_p);
+    } else {
+      candidates = Nucleus(candidates, z, before, params.top_p);
     }
-    candidates = Nucleus(candidates, z, before, params.top_p);
   }
 
   // Gumbel-max: argmax z_i + g_i with g_i = -log(-log(u_i)).

@@ -94,6 +94,17 @@ std::vector<int32_t> Nucleus(const std::vector<int32_t>& candidates, ZFn z,
   return kept;
 }
 
+// 0, 1, ..., vocab - 1, from a list this thread keeps (see Nucleus's
+// buffers).
+const std::vector<int32_t>& EveryToken(int vocab) {
+  thread_local std::vector<int32_t> every;
+  if (every.size() != static_cast<size_t>(vocab)) {
+    every.resize(vocab);
+    std::iota(every.begin(), every.end(), 0);
+  }
+  return every;
+}
+
 // An order-preserving key of a logit: a > b as floats iff Key(a) > Key(b),
 // and equal floats have equal keys (-0 is +0; NaN is -inf, as in Clean).
 // Integer selects only: logits' signs are a coin toss, and a branch on them
@@ -143,10 +154,9 @@ std::vector<int32_t> TopK(absl::Span<const float> logits, int k) {
     };
     int i = k;
     for (; i + kLanes <= n; i += kLanes) {
-      if (heap.front() == UINT32_MAX ||
-          !AnyKeyAtLeast(x + i, heap.front() + 1)) {
-        continue;
-      }
+      // heap.front() + 1 cannot wrap: NaN has -inf's key, so no key is
+      // above +inf's (0xff800000).
+      if (!AnyKeyAtLeast(x + i, heap.front() + 1)) continue;
       for (int j = i; j < i + kLanes; ++j) offer(j);
     }
     for (; i < n; ++i) offer(i);
@@ -263,31 +273,25 @@ int32_t SampleToken(absl::Span<const float> logits,
 
   // Candidate set (empty = the whole vocabulary). `top` is always in it.
   std::vector<int32_t> candidates;
-  if (params.top_k > 0 && params.top_k < vocab && params.top_p >= 1.0f) {
-    // Only the set matters here: the draw below does not depend on the
-    // order candidates are considered in.
-    candidates = TopK(logits, params.top_k);
-  } else if (params.top_k > 0 && params.top_k < vocab) {
-    // Nucleus sums the candidates' weights in this order: it stays
-    // nth_element's, so a top-p cut rounds as it always did.
-    candidates.resize(vocab);
-    std::iota(candidates.begin(), candidates.end(), 0);
-    std::nth_element(candidates.begin(), candidates.begin() + params.top_k - 1,
-                     candidates.end(), before);
-    candidates.resize(params.top_k);
+  if (params.top_k > 0 && params.top_k < vocab) {
+    if (params.top_p >= 1.0f) {
+      // Only the set matters here: the draw below does not depend on the
+      // order candidates are considered in.
+      candidates = TopK(logits, params.top_k);
+    } else {
+      // Nucleus sums the candidates' weights in this order: it stays
+      // nth_element's, so a top-p cut rounds as it always did.
+      candidates.resize(vocab);
+      std::iota(candidates.begin(), candidates.end(), 0);
+      std::nth_element(candidates.begin(),
+                       candidates.begin() + params.top_k - 1, candidates.end(),
+                       before);
+      candidates.resize(params.top_k);
+    }
   }
   if (params.top_p < 1.0f) {
-    if (candidates.empty()) {
-      // Every token, from a list this thread keeps (see Nucleus's buffers).
-      thread_local std::vector<int32_t> every;
-      if (every.size() != static_cast<size_t>(vocab)) {
-        every.resize(vocab);
-        std::iota(every.begin(), every.end(), 0);
-      }
-      candidates = Nucleus(every, z, before, params.top_p);
-    } else {
-      candidates = Nucleus(candidates, z, before, params.top_p);
-    }
+    candidates = Nucleus(candidates.empty() ? EveryToken(vocab) : candidates, z,
+                         before, params.top_p);
   }
 
   // Gumbel-max: argmax z_i + g_i with g_i = -log(-log(u_i)).

@@ -3,6 +3,8 @@
     /usr/bin/python3 -m unittest discover -s bench -p '*_test.py'
 """
 
+import contextlib
+import io
 import json
 import os
 import tempfile
@@ -10,6 +12,7 @@ import threading
 import types
 import unittest
 
+import ab
 import ceiling
 import harness
 import hf_peer
@@ -26,6 +29,35 @@ class PercentileTest(unittest.TestCase):
         self.assertEqual(report.percentile(values, 99), 99)
         self.assertEqual(report.percentile([5.0], 99), 5.0)
         self.assertEqual(report.percentile([], 50), 0.0)
+
+
+class AbTest(unittest.TestCase):
+    def test_rows_compare_each_side_with_its_own_plain(self):
+        def rec(side, mode, seconds, tokens, edl, rpc=0, identical=True):
+            return {"workload": "rag", "side": side, "mode": mode,
+                    "seconds": seconds, "tokens": tokens, "edl": edl,
+                    "rpc": rpc, "rpc_seconds": rpc * 1e-3,
+                    "identical": identical}
+        records = [rec("A", "plain", 2.0, 100, 1.0),
+                   rec("B", "plain", 4.0, 100, 1.0),
+                   rec("A", "trie", 1.0, 100, 2.0, rpc=10),
+                   rec("B", "trie", 2.0, 100, 4.0, rpc=4, identical=False),
+                   rec("B", "trie", 2.0, 100, 1.0, rpc=6)]
+        runs = [("A", "plain"), ("B", "plain"), ("A", "trie"), ("B", "trie")]
+        rows = ab.report_rows("rag", records, runs)
+        self.assertEqual(rows[0], "| rag | A | plain | 50.0 | 1.000x | 1.00 "
+                                  "| 0 (0.00) | 1/1 |")
+        self.assertEqual(rows[2], "| rag | A | trie | 100.0 | 2.000x | 2.00 "
+                                  "| 10 (1.00) | 1/1 |")
+        # 200 tokens in 100 / 4 + 100 / 1 = 125 steps; 4 s against 4 s plain.
+        self.assertEqual(rows[3], "| rag | B | trie | 50.0 | 1.000x | 1.60 "
+                                  "| 10 (1.00) | 1/2 |")
+
+    def test_rejects_plain_and_unknown_modes(self):
+        for modes in ("plain,trie", "trie,nonesuch"):
+            with self.assertRaises(SystemExit):
+                with contextlib.redirect_stderr(io.StringIO()):
+                    ab.parse_args([f"--modes={modes}"])
 
 
 class CeilingTest(unittest.TestCase):

@@ -93,6 +93,12 @@ ABSL_FLAG(bool, cost_gates, true,
           "what they add pays for what they cost, probing them again at "
           "doubling intervals when they do not. false: every mechanism a "
           "request asks for runs every step.");
+ABSL_FLAG(bool, pace_repeats, true,
+          "Learn a sequence's draft quality separately for steps whose last 3 "
+          "tokens occur earlier in its prompt or output (where copied drafts "
+          "tend to hold) and for the rest, so drafts that fail in free text "
+          "are still asked for where the text repeats. false: one quality "
+          "per sequence.");
 ABSL_FLAG(double, assistant_cost_share, 1.0,
           "Share of draftsvc's assistant pass seconds (reported per session) "
           "charged against the assistant's accepted tokens by its cost gate, "
@@ -394,6 +400,7 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
                      " is outside [0, 256]"));
   }
   c.scheduler.gate.enabled = absl::GetFlag(FLAGS_cost_gates);
+  c.scheduler.pace_repeats = absl::GetFlag(FLAGS_pace_repeats);
   c.scheduler.assistant_cost_share = absl::GetFlag(FLAGS_assistant_cost_share);
   if (!(c.scheduler.assistant_cost_share >= 0 &&
         c.scheduler.assistant_cost_share <= 1)) {

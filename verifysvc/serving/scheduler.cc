@@ -48,7 +48,7 @@ struct Scheduler::Sequence {
       : request(std::move(r)),
         sink(k),
         output(tokenizer, request.stop, request.max_new_tokens),
-        pacer(pacing),
+        pacers{DraftPacer(pacing), DraftPacer(pacing)},
         window_gate(gate),
         assistant_gate(gate) {}
 
@@ -59,7 +59,14 @@ struct Scheduler::Sequence {
   int cached_prompt_tokens = 0;  // Of them, restored from the prefix cache.
   OutputProcessor output;
   int64_t draft_handle = 0;  // 0: not drafted.
-  DraftPacer pacer;
+  // Draft pacing: pacers[1] for steps whose context's last tokens repeat
+  // (SuffixRepeat, fed the prompt and every accepted token), pacers[0] for
+  // the rest; `pace` picks this step's.
+  DraftPacer pacers[2];
+  SuffixRepeat repeats;
+  int pace = 0;
+  DraftPacer& pacer() { return pacers[pace]; }
+  const DraftPacer& pacer() const { return pacers[pace]; }
   bool done = false;
   // The request's Jacobi lookahead window, made at its first decoding step
   // (WindowRows); null while none runs. window_runs: its rows are in this
@@ -345,6 +352,7 @@ std::unique_ptr<Scheduler::Sequence> Scheduler::Start(Pending pending) {
   if (options_.prefix_cache != nullptr) RestorePrefix(seq.get());
   if (drafts_ != nullptr && request.draft.enabled()) {
     seq->draft_handle = drafts_->Open(request.draft, request.prompt);
+    if (options_.pace_repeats) seq->repeats.Append(request.prompt);
     seq->assistant_seen =
         (request.draft.sources &
          engine::SourceBit(engine::DraftSourceTag::kAssistant)) != 0;
@@ -436,7 +444,8 @@ void Scheduler::Draft(StepPlan* plan) {
     Sequence* seq = plan->decoding[i];
     if (seq->draft_handle == 0) continue;
     const int room = seq->cache->Capacity() - seq->cache->Length() - 1;
-    candidates[i] = seq->pacer.Candidate(
+    seq->pace = seq->repeats.repeats() ? 1 : 0;
+    candidates[i] = seq->pacer().Candidate(
         std::clamp(seq->request.draft.decoding_length, 0, room),
         seq->request.draft.branch_length);
   }
@@ -462,7 +471,7 @@ void Scheduler::Draft(StepPlan* plan) {
     // draft_ask_tokens, cut below once its nodes' estimates are known; one
     // it gives none asks for none (no round trip), a probe for its probe.
     const int ask =
-        budget[i] == 0 || seq->pacer.probing()
+        budget[i] == 0 || seq->pacer().probing()
             ? budget[i]
             : std::max(budget[i],
                        std::min(candidates[i].cap, options_.draft_ask_tokens));
@@ -536,7 +545,7 @@ void Scheduler::TrimDrafts(StepPlan* plan, int window_rows) {
     // how its drafts fare against their estimates.
     d.scale = std::clamp((seq->actual_hits + 0.5) / (seq->predicted_hits + 0.5),
                          0.05, 2.0);
-    d.floor = seq->pacer.probing() ? 1 : 0;
+    d.floor = seq->pacer().probing() ? 1 : 0;
     scored.push_back(d);
     which.push_back(i);
   }
@@ -778,9 +787,9 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
     const int verified = tree.size();
     const int hits = static_cast<int>(accepted->tokens.size()) - 1;
     if (verified == 0 && plan.asked[i] > 0) {
-      seq->pacer.Missed();
+      seq->pacer().Missed();
     } else {
-      seq->pacer.Update(verified, hits);
+      seq->pacer().Update(verified, hits);
     }
     if (verified > 0 && tree.scores.size() == tree.tokens.size()) {
       double predicted = 0;
@@ -922,6 +931,9 @@ int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens,
                     absl::Span<const int32_t> path) {
   GenerationOutput out = seq->output.Append(tokens);
   ++seq->steps;
+  if (seq->draft_handle != 0 && options_.pace_repeats) {
+    seq->repeats.Append(tokens);
+  }
   const int kept = static_cast<int>(out.token_ids.size());
   // Draft tokens count as accepted only if they reached the output.
   const int kept_hits = std::min(draft_hits, kept);

@@ -43,6 +43,7 @@
 #include "verifysvc/drafts/draft_budget.h"
 #include "verifysvc/drafts/draft_mixer.h"
 #include "verifysvc/drafts/draft_pacer.h"
+#include "verifysvc/drafts/suffix_repeat.h"
 #include "verifysvc/serving/output.h"
 #include "verifysvc/serving/request.h"
 #include "verifysvc/serving/scheduler_observer.h"
@@ -63,6 +64,9 @@ struct SchedulerOptions {
   int prefill_chunk_tokens = 64;
   // Draft quality prior, moving average and probing (DraftPacerOptions).
   DraftPacerOptions pacing;
+  // Pace a sequence's steps whose last tokens repeat its context apart from
+  // the others (SuffixRepeat): one DraftPacer for each kind of step.
+  bool pace_repeats = true;
   // Where to report (not owned; null: nowhere). PrometheusObserver exports
   // the series.
   SchedulerObserver* observer = nullptr;

@@ -37,6 +37,7 @@
 #include "verifysvc/drafts/draft_budget.h"
 #include "verifysvc/drafts/draft_mixer.h"
 #include "verifysvc/drafts/draft_source.h"
+#include "verifysvc/drafts/suffix_repeat.h"
 #include "verifysvc/serving/output.h"
 #include "verifysvc/serving/recording_sink.h"
 #include "verifysvc/serving/request.h"
@@ -53,6 +54,9 @@ constexpr int32_t kEos = kVocab - 1;
 // Plain decoding is run this many tokens past a request's end, so the
 // scripted drafts know the truth below its last token too.
 constexpr int kSlack = 48;
+// A prompt seed whose plain decoding mixes steps that repeat their context
+// with steps that do not (StepsThatRepeatTheirContextArePacedApart).
+constexpr uint64_t kRepeatSeed = 23;
 
 // A byte-level tokenizer over the tiny model's ids: 0..93 are the printable
 // ASCII characters '!'..'~', 94 a space, 95..99 a space and a short word,
@@ -84,6 +88,7 @@ struct FakeSession {
   std::vector<int32_t> prompt;
   std::vector<int32_t> observed;  // every token Observe'd, in order
   std::vector<int> asks;          // the budget of every ask, in order
+  std::vector<size_t> asked_after;  // observed.size() at every ask
   // The sources every ask withheld (DraftAsk::withheld), in order.
   std::vector<engine::DraftSourceSet> withheld;
   int closes = 0;
@@ -138,6 +143,7 @@ class ScriptedDraftSource : public DraftSource {
       FakeSession& s = sessions_.at(ask.handle);
       EXPECT_EQ(s.closes, 0) << "Propose after Close";
       s.asks.push_back(ask.budget);
+      s.asked_after.push_back(s.observed.size());
       s.withheld.push_back(ask.withheld);
       budgets.push_back(ask.budget);
       wanted = wanted || ask.budget > 0;
@@ -779,6 +785,8 @@ TEST_F(SchedulerUnitTest, FailedProbesDoubleTheInterval) {
   };
   for (bool probes_hit : {false, true}) {
     SCOPED_TRACE(probes_hit ? "probes hit" : "probes miss");
+    // One pacer for every step: the test counts its probes.
+    options.pace_repeats = false;
     ScriptedDraftSource source(ChainDrafts(&truth, probes_hit ? 1.0 : 0.0));
     DraftMixer mixer({&source}, kVocab);
     RecordingSink sink;
@@ -798,6 +806,64 @@ TEST_F(SchedulerUnitTest, FailedProbesDoubleTheInterval) {
     EXPECT_EQ(sink.usage().draft_tokens, 2 * probes);
     EXPECT_EQ(sink.usage().accepted_draft_tokens, probes_hit ? 2 * probes : 0);
   }
+}
+
+TEST_F(SchedulerUnitTest, StepsThatRepeatTheirContextArePacedApart) {
+  // Drafts that hold exactly where the context's last 3 tokens occurred
+  // before (a copied span) and fail elsewhere. Paced apart, the failures in
+  // free text stop only the drafts there; with one pacer they also stop
+  // drafts that would have held.
+  const std::vector<int32_t> prompt = PromptWithoutEos(kRepeatSeed, 6, 80);
+  Continuations truth = {{prompt, PlainDecode(prompt, 80 + kSlack)}};
+  auto repeats = [&prompt](const std::vector<int32_t>& observed, size_t n) {
+    SuffixRepeat r;
+    r.Append(prompt);
+    r.Append(absl::MakeConstSpan(observed).first(n));
+    return r.repeats();
+  };
+  DraftScript right = ChainDrafts(&truth, 1.0), wrong = ChainDrafts(&truth, 0);
+  int zero_repeat_asks[2] = {0, 0}, zero_other_asks[2] = {0, 0};
+  int repeat_asks[2] = {0, 0};
+  int64_t accepted[2] = {0, 0};
+  for (bool apart : {false, true}) {
+    SCOPED_TRACE(apart ? "paced apart" : "one pacer");
+    ScriptedDraftSource source([&](const FakeSession& s, int budget) {
+      return repeats(s.observed, s.observed.size()) ? right(s, budget)
+                                                    : wrong(s, budget);
+    });
+    DraftMixer mixer({&source}, kVocab);
+    RecordingSink sink;
+    SchedulerOptions options;
+    options.pace_repeats = apart;
+    options.pacing.probe_interval = 1000;  // No probes in this test.
+    options.pacing.max_probe_interval = 1000;
+    auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    ASSERT_TRUE(scheduler->Submit(Request(prompt, 80, 8), &sink).ok());
+    ASSERT_TRUE(sink.Wait());
+    ASSERT_TRUE(sink.status().ok()) << sink.status();
+    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 80));
+    accepted[apart] = sink.usage().accepted_draft_tokens;
+    const FakeSession s = *source.SessionOf(prompt);
+    for (size_t i = 0; i < s.asks.size(); ++i) {
+      if (repeats(s.observed, s.asked_after[i])) {
+        ++repeat_asks[apart];
+        zero_repeat_asks[apart] += s.asks[i] == 0;
+      } else {
+        zero_other_asks[apart] += s.asks[i] == 0;
+      }
+    }
+  }
+  // The text has both kinds of step, and free-text drafts stop either way.
+  EXPECT_GE(repeat_asks[0], 5);
+  EXPECT_GE(zero_other_asks[0], 5);
+  EXPECT_GE(zero_other_asks[1], 5);
+  // One pacer: failures elsewhere cost drafts that would hold. Apart: every
+  // repeating step gets its draft.
+  EXPECT_GE(zero_repeat_asks[0], 3);
+  EXPECT_EQ(zero_repeat_asks[1], 0);
+  EXPECT_GE(repeat_asks[1], 5);
+  EXPECT_GT(accepted[1], accepted[0] + 10);
 }
 
 TEST_F(SchedulerUnitTest, RightDraftsKeepTheBudgetAndCountAsAccepted) {

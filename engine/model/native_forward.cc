@@ -64,8 +64,14 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
       new NativeForward(c, std::move(rope_inv_freq)));
   const int64_t d = c.embedding_length, qd = c.q_dim(), kvd = c.kv_dim();
   const int64_t v = c.vocab_size, ffn = c.feed_forward_length;
+  // Every weight in one huge-page mapping: no packed form outgrows the file
+  // by more than Q8_0's 1.06x, and the tied output may be a second copy.
+  const std::shared_ptr<WeightArena> arena =
+      WeightArena::Create(2 * static_cast<int64_t>(file.file_size()));
+  WeightArena* const a = arena.get();
   ASSIGN_OR_RETURN(f->token_embd_,
-                   NativeLinear::Create(file, {{"token_embd.weight", v}}, d));
+                   NativeLinear::Create(file, {{"token_embd.weight", v}}, d,
+                                        LinearActivations::kF32, a));
   ASSIGN_OR_RETURN(f->output_norm_, LoadVector(file, "output_norm.weight", d));
   if (c.tied_output && activations == LinearActivations::kF32) {
     f->output_ = f->token_embd_;  // shares the bytes
@@ -74,7 +80,7 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
         f->output_,
         NativeLinear::Create(
             file, {{c.tied_output ? "token_embd.weight" : "output.weight", v}},
-            d, activations));
+            d, activations, a));
   }
   for (int l = 0; l < c.block_count; ++l) {
     const std::string p =
@@ -87,21 +93,22 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
                                           {{p + "attn_q.weight", qd},
                                            {p + "attn_k.weight", kvd},
                                            {p + "attn_v.weight", kvd}},
-                                          d, activations));
+                                          d, activations, a));
     ASSIGN_OR_RETURN(layer.wo,
                      NativeLinear::Create(
-                         file, {{p + "attn_output.weight", d}}, qd, activations));
+                         file, {{p + "attn_output.weight", d}}, qd,
+                         activations, a));
     ASSIGN_OR_RETURN(layer.ffn_norm,
                      LoadVector(file, p + "ffn_norm.weight", d));
     ASSIGN_OR_RETURN(
         layer.w_gate_up,
         NativeLinear::Create(
             file, {{p + "ffn_gate.weight", ffn}, {p + "ffn_up.weight", ffn}},
-            d, activations));
+            d, activations, a));
     ASSIGN_OR_RETURN(
         layer.w_down,
         NativeLinear::Create(file, {{p + "ffn_down.weight", d}}, ffn,
-                             activations));
+                             activations, a));
     if (c.qkv_bias) {
       for (const auto& [name, n] :
            std::vector<std::pair<std::string, int64_t>>{{"attn_q.bias", qd},

@@ -1,6 +1,7 @@
 #include "engine/model/native_linear.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,7 @@ absl::StatusOr<LinearActivations> ParseLinearActivations(
 
 absl::StatusOr<NativeLinear> NativeLinear::Create(
     const GgufFile& file, const std::vector<Part>& parts, int64_t in,
-    LinearActivations activations) {
+    LinearActivations activations, WeightArena* arena) {
   NativeLinear w;
   w.in_ = in;
   for (const auto& [name, rows] : parts) {
@@ -55,16 +56,21 @@ absl::StatusOr<NativeLinear> NativeLinear::Create(
     }
     part.int8 = activations == LinearActivations::kInt8 &&
                 kernels::Int8Computes(part.type) && in % 32 == 0 && in > 0;
-    if (part.int8) {
-      auto packed = std::make_shared<std::vector<uint8_t>>(
-          kernels::Int8PackedBytes(part.type, in, part.rows));
-      kernels::PackInt8Weights(part.type, bytes.data(), in, part.rows,
-                               packed->data());
-      part.data = std::move(packed);
-    } else {
-      part.data = std::make_shared<const std::vector<uint8_t>>(bytes.begin(),
-                                                               bytes.end());
+    part.size = part.int8 ? kernels::Int8PackedBytes(part.type, in, part.rows)
+                          : static_cast<int64_t>(bytes.size());
+    std::shared_ptr<uint8_t> data =
+        arena != nullptr ? arena->Allocate(part.size) : nullptr;
+    if (data == nullptr) {
+      auto heap = std::make_shared<std::vector<uint8_t>>(part.size);
+      data = std::shared_ptr<uint8_t>(heap, heap->data());
     }
+    if (part.int8) {
+      kernels::PackInt8Weights(part.type, bytes.data(), in, part.rows,
+                               data.get());
+    } else {
+      std::memcpy(data.get(), bytes.data(), bytes.size());
+    }
+    part.data = std::move(data);
     w.out_ += part.rows;
     w.parts_.push_back(std::move(part));
   }
@@ -73,7 +79,7 @@ absl::StatusOr<NativeLinear> NativeLinear::Create(
 
 int64_t NativeLinear::bytes() const {
   int64_t total = 0;
-  for (const Block& p : parts_) total += p.data->size();
+  for (const Block& p : parts_) total += p.size;
   return total;
 }
 
@@ -114,10 +120,10 @@ void NativeLinear::Apply(kernels::QuantIsa isa, const float* x, int64_t m,
       const int64_t e = std::min(end, p.first + p.rows) - p.first;
       if (b >= e) continue;
       if (p.int8) {
-        kernels::Int8Matmul(int8_isa, p.type, xq_data, m, in_, p.data->data(),
+        kernels::Int8Matmul(int8_isa, p.type, xq_data, m, in_, p.data.get(),
                             b, e, y + p.first, ldy);
       } else {
-        kernels::QuantMatmul(isa, p.type, x, m, in_, p.data->data(), b, e,
+        kernels::QuantMatmul(isa, p.type, x, m, in_, p.data.get(), b, e,
                              y + p.first, ldy);
       }
     }
@@ -137,7 +143,7 @@ void NativeLinear::Apply(kernels::QuantIsa isa, const float* x, int64_t m,
 void NativeLinear::Row(int64_t n, float* out) const {
   for (const Block& p : parts_) {
     if (n < p.first || n >= p.first + p.rows || p.int8) continue;
-    const uint8_t* row = p.data->data() + (n - p.first) * p.row_bytes;
+    const uint8_t* row = p.data.get() + (n - p.first) * p.row_bytes;
     // Cannot fail: the type and size were checked by Create.
     Dequantize(static_cast<GgmlType>(p.type), row, in_, out).IgnoreError();
     return;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/gguf/gguf.h"
+#include "engine/model/weight_arena.h"
 #include "absl/strings/string_view.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/panel_pool.h"
@@ -59,9 +60,11 @@ class NativeLinear {
   // out() is the sum of their rows. NOT_FOUND naming a missing tensor;
   // INVALID_ARGUMENT naming a tensor of the wrong shape; UNIMPLEMENTED
   // naming a tensor whose type quant_matmul does not compute.
+  // The weights go into `arena` while it has room (null: the heap).
   static absl::StatusOr<NativeLinear> Create(
       const GgufFile& file, const std::vector<Part>& parts, int64_t in,
-      LinearActivations activations = LinearActivations::kF32);
+      LinearActivations activations = LinearActivations::kF32,
+      WeightArena* arena = nullptr);
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -94,7 +97,8 @@ class NativeLinear {
     // The GGUF rows (rows * row_bytes), or if `int8` the same packed by
     // kernels::PackInt8Weights.
     bool int8 = false;
-    std::shared_ptr<const std::vector<uint8_t>> data;
+    std::shared_ptr<const uint8_t> data;
+    int64_t size = 0;  // bytes at data
   };
   int64_t in_ = 0, out_ = 0;
   std::vector<Block> parts_;

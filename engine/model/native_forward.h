@@ -35,7 +35,6 @@
 #include "engine/gguf/model_config.h"
 #include "engine/model/batch.h"
 #include "engine/model/native_linear.h"
-#include "engine/model/weight_arena.h"
 #include "kernels/cpu/panel_pool.h"
 #include "kernels/cpu/quant_matmul.h"
 

@@ -42,7 +42,6 @@ std::shared_ptr<uint8_t> WeightArena::Allocate(int64_t n) {
   if (n < 0 || n > capacity_ - used_) return nullptr;
   uint8_t* p = base_ + used_;
   used_ += (n + kAlign - 1) / kAlign * kAlign;
-  if (used_ > capacity_) used_ = capacity_;
   // Aliases the arena: the piece keeps it alive.
   return std::shared_ptr<uint8_t>(shared_from_this(), p);
 }

@@ -93,6 +93,12 @@ ABSL_FLAG(bool, cost_gates, true,
           "what they add pays for what they cost, probing them again at "
           "doubling intervals when they do not. false: every mechanism a "
           "request asks for runs every step.");
+ABSL_FLAG(bool, charge_draft_calls, true,
+          "Count the measured time of a call to the draft sources (the "
+          "draftsvc round trip) as part of a drafted step's cost when "
+          "deciding whether a step asks for drafts, so sequences whose drafts "
+          "stopped paying stop asking until their next probe. false: asking "
+          "is free; only the rows the drafts add are charged.");
 ABSL_FLAG(bool, pace_repeats, true,
           "Learn a sequence's draft quality separately for steps whose last 3 "
           "tokens occur earlier in its prompt or output (where copied drafts "
@@ -401,6 +407,7 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   }
   c.scheduler.gate.enabled = absl::GetFlag(FLAGS_cost_gates);
   c.scheduler.pace_repeats = absl::GetFlag(FLAGS_pace_repeats);
+  c.scheduler.charge_draft_calls = absl::GetFlag(FLAGS_charge_draft_calls);
   c.scheduler.assistant_cost_share = absl::GetFlag(FLAGS_assistant_cost_share);
   if (!(c.scheduler.assistant_cost_share >= 0 &&
         c.scheduler.assistant_cost_share <= 1)) {

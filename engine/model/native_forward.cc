@@ -68,9 +68,8 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
   const int64_t v = c.vocab_size, ffn = c.feed_forward_length;
   // Every weight in one huge-page mapping: no packed form outgrows the file
   // by more than Q8_0's 1.06x, and the tied output may be a second copy.
-  const std::shared_ptr<WeightArena> arena =
-      WeightArena::Create(2 * static_cast<int64_t>(file.file_size()));
-  WeightArena* const a = arena.get();
+  f->arena_ = WeightArena::Create(2 * static_cast<int64_t>(file.file_size()));
+  WeightArena* const a = f->arena_.get();
   ASSIGN_OR_RETURN(f->token_embd_,
                    NativeLinear::Create(file, {{"token_embd.weight", v}}, d,
                                         LinearActivations::kF32, a));
@@ -149,7 +148,12 @@ std::string NativeForward::Describe() const {
                       !output_.int8() ? ""
                       : kernels::BestInt8Isa() == kernels::Int8Isa::kAvx512Vnni
                           ? ", int8 activations (AVX-512 VNNI)"
-                          : ", int8 activations (scalar)");
+                          : ", int8 activations (scalar)",
+                      ", ", HugePageMiB(), " MiB in 2 MiB pages");
+}
+
+int64_t NativeForward::HugePageMiB() const {
+  return arena_ == nullptr ? 0 : arena_->HugePageBytes() >> 20;
 }
 
 std::unique_ptr<NativeForward::Workspace> NativeForward::TakeWorkspace() const {

@@ -40,6 +40,8 @@
 
 namespace lookahead::engine {
 
+class WeightArena;
+
 struct NativeLayer {
   std::vector<float> attn_norm;  // (D)
   NativeLinear wqkv;             // q, k, v stacked: out H*hd + 2*KV*hd
@@ -74,6 +76,9 @@ class NativeForward {
   // Bytes of weights held, and "Q4_1+Q8_0"-style type names for logs.
   int64_t weight_bytes() const;
   std::string Describe() const;
+  // MiB of the weights the kernel backs with 2 MiB pages now (0 where
+  // transparent huge pages are off or it cannot tell; see WeightArena).
+  int64_t HugePageMiB() const;
 
  private:
   // One pass's activations, (rows, width) row-major, reused across passes:
@@ -118,6 +123,9 @@ class NativeForward {
   // out V; if tied, a copy of token_embd_ (shared bytes), or with int8
   // activations the same tensor packed for them.
   NativeLinear output_;
+  // The mapping the weights live in (null: they are on the heap), kept for
+  // Describe; the weights hold it alive themselves.
+  std::shared_ptr<WeightArena> arena_;
 
   mutable absl::Mutex mu_;
   mutable std::vector<std::unique_ptr<Workspace>> free_ ABSL_GUARDED_BY(mu_);

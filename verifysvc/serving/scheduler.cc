@@ -458,9 +458,13 @@ void Scheduler::Draft(StepPlan* plan) {
     window_rows += WindowRows(seq, roots + window_rows);
   }
   const int base = roots + window_rows;
+  DraftCost draft_cost = drafts_->cost();
+  if (options_.charge_draft_calls) {
+    draft_cost.seconds_per_call += draft_call_seconds_;
+  }
   const std::vector<int> budget = AllocateDraftTokens(
       cost_, base, candidates, std::max(0, options_.max_step_tokens - base),
-      drafts_->cost());
+      draft_cost);
   // ONE call to the draft sources for every drafted sequence.
   std::vector<DraftAsk> asks;
   std::vector<size_t> which;
@@ -489,6 +493,13 @@ void Scheduler::Draft(StepPlan* plan) {
   std::vector<engine::DraftTree> got = drafts_->Propose(asks, &called);
   if (called) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    // One slow call (a deadline, a busy host) moves the average by at most
+    // 10% of itself, so it cannot switch drafts off on its own.
+    draft_call_seconds_ =
+        draft_call_seconds_ == 0
+            ? seconds
+            : 0.9 * draft_call_seconds_ +
+                  0.1 * std::min(seconds, 2 * draft_call_seconds_);
     const DraftSourceStats after = drafts_->Stats();
     observer_->OnDraftCall(seconds, after.failures - failures, after.available);
     for (const DraftAsk& ask : asks) plan->requested_drafts += ask.budget;

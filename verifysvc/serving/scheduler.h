@@ -67,6 +67,12 @@ struct SchedulerOptions {
   // Pace a sequence's steps whose last tokens repeat its context apart from
   // the others (SuffixRepeat): one DraftPacer for each kind of step.
   bool pace_repeats = true;
+  // Charge the measured time of a call to the draft sources (a draftsvc
+  // round trip: ~1 ms on the 2-core VM, a quarter of a one-token step) when
+  // deciding whether a step asks for drafts at all, so a sequence whose
+  // drafts stopped paying stops asking instead of asking for ever smaller
+  // gains. Trees are still cut by what their rows cost once they arrive.
+  bool charge_draft_calls = true;
   // Where to report (not owned; null: nowhere). PrometheusObserver exports
   // the series.
   SchedulerObserver* observer = nullptr;
@@ -216,6 +222,8 @@ class Scheduler {
   int64_t steps_run_ = 0;
   int64_t prefix_evictions_seen_ = 0;  // prefix cache evictions reported
   double seconds_per_token_ = 0;       // moving average; 0 until a step emits
+  // Moving average of the draft calls that asked for tokens; 0 until one.
+  double draft_call_seconds_ = 0;
   // Per namespace, the cost gates of the last sequence that measured them:
   // a new sequence starts from their verdict (CostGate::Inherit).
   struct GateVerdict {

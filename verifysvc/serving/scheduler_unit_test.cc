@@ -725,6 +725,46 @@ TEST_F(SchedulerUnitTest, WrongDraftsShrinkTheBudgetToZero) {
   EXPECT_EQ(sink.usage().accepted_draft_tokens, 0);
 }
 
+TEST_F(SchedulerUnitTest, SlowDraftCallsThatFindNothingStopBeingMade) {
+  // A source that takes 3 ms a call and never has anything (a draftsvc round
+  // trip on a text it cannot match), on a machine where a step costs ~1 ms
+  // plus 2% a token. Charged for the time its calls took, the sequence stops
+  // asking after the first call has been timed; uncharged, asking looks
+  // free and it goes on until its quality has decayed.
+  const std::vector<int32_t> prompt = PromptWithoutEos(4, 6, 40);
+  Continuations truth = {{prompt, PlainDecode(prompt, 40 + kSlack)}};
+  int asking_steps[2] = {0, 0};
+  for (bool charge : {false, true}) {
+    SCOPED_TRACE(charge ? "charged" : "free");
+    ScriptedDraftSource source([](const FakeSession&, int) {
+      absl::SleepFor(absl::Milliseconds(3));
+      return DraftTree();
+    });
+    DraftMixer mixer({&source}, kVocab);
+    RecordingSink sink;
+    SchedulerOptions options;
+    options.pacing.probe_interval = 1000;  // No probes in this test.
+    options.pacing.max_probe_interval = 1000;
+    options.pace_repeats = false;
+    options.charge_draft_calls = charge;
+    auto scheduler = NewScheduler(
+        &mixer, *StepCostModel::Create({{1, 0.001}, {1001, 0.021}}), options);
+    ASSERT_NE(scheduler, nullptr);
+    ASSERT_TRUE(scheduler->Submit(Request(prompt, 40, 8), &sink).ok());
+    ASSERT_TRUE(sink.Wait());
+    ASSERT_TRUE(sink.status().ok()) << sink.status();
+    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+    const std::vector<int> asks = source.SessionOf(prompt)->asks;
+    ASSERT_EQ(asks.size(), 39u);
+    EXPECT_GT(asks.front(), 0);  // Nothing timed yet: the prior decides.
+    asking_steps[charge] = static_cast<int>(
+        std::count_if(asks.begin(), asks.end(), [](int a) { return a > 0; }));
+    EXPECT_EQ(sink.usage().draft_tokens, 0);
+  }
+  EXPECT_EQ(asking_steps[true], 1);
+  EXPECT_GE(asking_steps[false], 3);
+}
+
 TEST_F(SchedulerUnitTest, ScoredTreesAreCutToWhatPaysForItsRows) {
   // Scored chains whose first two nodes are likely (0.9) and the rest long
   // shots (0.001): with each row costing 2% of a step, the scheduler asks
@@ -1121,6 +1161,9 @@ TEST_F(SchedulerUnitTest, FailingDraftSourceFallsBackToPlainDecoding) {
   RecordingObserver observer;
   SchedulerOptions options;
   options.observer = &observer;
+  // Asking stays free, so every step asks (and fails) however far the
+  // quality falls: the test counts failures, not pacing.
+  options.charge_draft_calls = false;
   auto scheduler = NewScheduler(&mixer, FlatCost(), options);
   ASSERT_NE(scheduler, nullptr);
   RecordingSink sink;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/gguf/dequant.h"
+#include "engine/model/weight_arena.h"
 
 namespace lookahead::engine {
 

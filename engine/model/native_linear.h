@@ -18,13 +18,14 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/gguf/gguf.h"
-#include "engine/model/weight_arena.h"
 #include "absl/strings/string_view.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/panel_pool.h"
 #include "kernels/cpu/quant_matmul.h"
 
 namespace lookahead::engine {
+
+class WeightArena;
 
 // What a NativeLinear multiplies its weights by.
 enum class LinearActivations {

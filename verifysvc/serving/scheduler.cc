@@ -18,6 +18,11 @@
 namespace lookahead::verifysvc {
 namespace {
 
+// A moving average that takes 10% of each new sample; 0 means no sample yet.
+double MovingAverage(double average, double sample) {
+  return average == 0 ? sample : 0.9 * average + 0.1 * sample;
+}
+
 int32_t SelectToken(const torch::Tensor& logits_row,
                     const engine::SamplingParams& params, int64_t position) {
   torch::Tensor row = logits_row.to(torch::kCPU).contiguous();
@@ -495,11 +500,10 @@ void Scheduler::Draft(StepPlan* plan) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     // One slow call (a deadline, a busy host) moves the average by at most
     // 10% of itself, so it cannot switch drafts off on its own.
+    const double cap =
+        draft_call_seconds_ == 0 ? seconds : 2 * draft_call_seconds_;
     draft_call_seconds_ =
-        draft_call_seconds_ == 0
-            ? seconds
-            : 0.9 * draft_call_seconds_ +
-                  0.1 * std::min(seconds, 2 * draft_call_seconds_);
+        MovingAverage(draft_call_seconds_, std::min(seconds, cap));
     const DraftSourceStats after = drafts_->Stats();
     observer_->OnDraftCall(seconds, after.failures - failures, after.available);
     for (const DraftAsk& ask : asks) plan->requested_drafts += ask.budget;
@@ -906,9 +910,7 @@ void Scheduler::Record(const StepPlan& plan, const StepTally& tally) {
   // time buys no output tokens).
   if (plan.prefill_tokens == 0 && tally.decode_emitted > 0) {
     const double seconds = report.step_seconds / tally.decode_emitted;
-    seconds_per_token_ = seconds_per_token_ == 0
-                             ? seconds
-                             : 0.9 * seconds_per_token_ + 0.1 * seconds;
+    seconds_per_token_ = MovingAverage(seconds_per_token_, seconds);
   }
   ++steps_run_;
   if (options_.log_every_steps > 0 &&

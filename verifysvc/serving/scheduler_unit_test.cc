@@ -525,6 +525,21 @@ class SchedulerUnitTest : public ::testing::Test {
     return request;
   }
 
+  // Runs `prompt` for `max_new_tokens` with drafts of up to `decoding_length`
+  // tokens to its end, and expects plain decoding's first tokens (`plain`).
+  static void DecodeExpectingPlain(Scheduler* scheduler,
+                                   const std::vector<int32_t>& prompt,
+                                   int max_new_tokens, int decoding_length,
+                                   const std::vector<int32_t>& plain,
+                                   RecordingSink* sink) {
+    ASSERT_TRUE(
+        scheduler->Submit(Request(prompt, max_new_tokens, decoding_length), sink)
+            .ok());
+    ASSERT_TRUE(sink->Wait());
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    EXPECT_EQ(sink->tokens(), Head(plain, max_new_tokens));
+  }
+
   // The source's session for `prompt` observed exactly the sink's tokens, in
   // order, and was closed once.
   static void ExpectObservedAndClosed(const ScriptedDraftSource& source,
@@ -619,10 +634,8 @@ TEST_F(SchedulerUnitTest, FlatCostAsksForTheWholeDecodingLength) {
     RecordingSink sink;
     auto scheduler = NewScheduler(&mixer, FlatCost(), {});
     ASSERT_NE(scheduler, nullptr);
-    ASSERT_TRUE(scheduler->Submit(Request(prompt, 40, 12), &sink).ok());
-    ASSERT_TRUE(sink.Wait());
-    ASSERT_TRUE(sink.status().ok()) << sink.status();
-    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+    ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+        scheduler.get(), prompt, 40, 12, truth[prompt], &sink));
     const std::vector<int> asks = source.SessionOf(prompt)->asks;
     ASSERT_FALSE(asks.empty());
     for (int ask : asks) EXPECT_EQ(ask, 12);
@@ -678,10 +691,8 @@ TEST_F(SchedulerUnitTest, FlatCostAsksForTheWholeDecodingLength) {
     RecordingSink sink;
     auto scheduler = NewScheduler(&mixer, FlatCost(), {});
     ASSERT_NE(scheduler, nullptr);
-    ASSERT_TRUE(scheduler->Submit(Request(prompt, 40, 12), &sink).ok());
-    ASSERT_TRUE(sink.Wait());
-    ASSERT_TRUE(sink.status().ok()) << sink.status();
-    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+    ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+        scheduler.get(), prompt, 40, 12, truth[prompt], &sink));
     // The probes hit, so the interval stays DraftPacerOptions' 8.
     const std::vector<int> asks = source.SessionOf(prompt)->asks;
     std::vector<int> expected;
@@ -705,10 +716,8 @@ TEST_F(SchedulerUnitTest, WrongDraftsShrinkTheBudgetToZero) {
   options.pacing.max_probe_interval = 1000;
   auto scheduler = NewScheduler(&mixer, RisingCost(), options);
   ASSERT_NE(scheduler, nullptr);
-  ASSERT_TRUE(scheduler->Submit(Request(prompt, 40, 8), &sink).ok());
-  ASSERT_TRUE(sink.Wait());
-  ASSERT_TRUE(sink.status().ok()) << sink.status();
-  EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+  ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+      scheduler.get(), prompt, 40, 8, truth[prompt], &sink));
 
   // The prior buys a full draft; each miss lowers the quality (x0.7), the
   // budget with it, until no draft pays: 0.9 * 0.7^k < 0.02 / ln 2 by k = 10.
@@ -750,10 +759,8 @@ TEST_F(SchedulerUnitTest, SlowDraftCallsThatFindNothingStopBeingMade) {
     auto scheduler = NewScheduler(
         &mixer, *StepCostModel::Create({{1, 0.001}, {1001, 0.021}}), options);
     ASSERT_NE(scheduler, nullptr);
-    ASSERT_TRUE(scheduler->Submit(Request(prompt, 40, 8), &sink).ok());
-    ASSERT_TRUE(sink.Wait());
-    ASSERT_TRUE(sink.status().ok()) << sink.status();
-    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+    ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+        scheduler.get(), prompt, 40, 8, truth[prompt], &sink));
     const std::vector<int> asks = source.SessionOf(prompt)->asks;
     ASSERT_EQ(asks.size(), 39u);
     EXPECT_GT(asks.front(), 0);  // Nothing timed yet: the prior decides.
@@ -785,10 +792,8 @@ TEST_F(SchedulerUnitTest, ScoredTreesAreCutToWhatPaysForItsRows) {
   options.draft_ask_tokens = 8;
   auto scheduler = NewScheduler(&mixer, RisingCost(), options);
   ASSERT_NE(scheduler, nullptr);
-  ASSERT_TRUE(scheduler->Submit(Request(prompt, 40, 12), &sink).ok());
-  ASSERT_TRUE(sink.Wait());
-  ASSERT_TRUE(sink.status().ok()) << sink.status();
-  EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+  ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+      scheduler.get(), prompt, 40, 12, truth[prompt], &sink));
   const std::vector<int> asks = source.SessionOf(prompt)->asks;
   ASSERT_FALSE(asks.empty());
   EXPECT_GE(*std::max_element(asks.begin(), asks.end()), 8);
@@ -832,10 +837,8 @@ TEST_F(SchedulerUnitTest, FailedProbesDoubleTheInterval) {
     RecordingSink sink;
     auto scheduler = NewScheduler(&mixer, SteepCost(), options);
     ASSERT_NE(scheduler, nullptr);
-    ASSERT_TRUE(scheduler->Submit(Request(prompt, 60, 8), &sink).ok());
-    ASSERT_TRUE(sink.Wait());
-    ASSERT_TRUE(sink.status().ok()) << sink.status();
-    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 60));
+    ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+        scheduler.get(), prompt, 60, 8, truth[prompt], &sink));
     const std::vector<int> asks = source.SessionOf(prompt)->asks;
     if (!probes_hit) {
       EXPECT_EQ(asks.size(), 59u);  // One token per step.
@@ -879,10 +882,8 @@ TEST_F(SchedulerUnitTest, StepsThatRepeatTheirContextArePacedApart) {
     options.pacing.max_probe_interval = 1000;
     auto scheduler = NewScheduler(&mixer, RisingCost(), options);
     ASSERT_NE(scheduler, nullptr);
-    ASSERT_TRUE(scheduler->Submit(Request(prompt, 80, 8), &sink).ok());
-    ASSERT_TRUE(sink.Wait());
-    ASSERT_TRUE(sink.status().ok()) << sink.status();
-    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 80));
+    ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+        scheduler.get(), prompt, 80, 8, truth[prompt], &sink));
     accepted[apart] = sink.usage().accepted_draft_tokens;
     const FakeSession s = *source.SessionOf(prompt);
     for (size_t i = 0; i < s.asks.size(); ++i) {
@@ -1167,10 +1168,8 @@ TEST_F(SchedulerUnitTest, FailingDraftSourceFallsBackToPlainDecoding) {
   auto scheduler = NewScheduler(&mixer, FlatCost(), options);
   ASSERT_NE(scheduler, nullptr);
   RecordingSink sink;
-  ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 8), &sink).ok());
-  ASSERT_TRUE(sink.Wait());
-  ASSERT_TRUE(sink.status().ok()) << sink.status();
-  EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+  ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+      scheduler.get(), prompt, kNew, 8, truth[prompt], &sink));
   EXPECT_EQ(sink.usage().finish_reason, FinishReason::kLength);
   EXPECT_EQ(sink.usage().draft_tokens, 0);
   EXPECT_EQ(sink.usage().decoding_steps, kNew);
@@ -1304,10 +1303,8 @@ TEST_F(SchedulerUnitTest, PredictionsOfEveryVerifiedRowReachTheSource) {
   auto scheduler = NewScheduler(&mixer, FlatCost(), options);
   ASSERT_NE(scheduler, nullptr);
   RecordingSink sink;
-  ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 6), &sink).ok());
-  ASSERT_TRUE(sink.Wait());
-  ASSERT_TRUE(sink.status().ok()) << sink.status();
-  EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+  ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+      scheduler.get(), prompt, kNew, 6, truth[prompt], &sink));
   scheduler.reset();
 
   std::optional<FakeSession> session = source.SessionOf(prompt);
@@ -1401,10 +1398,8 @@ TEST_F(SchedulerUnitTest, UsageCountsDraftTokensPerSource) {
   auto scheduler = NewScheduler(&mixer, FlatCost(), options);
   ASSERT_NE(scheduler, nullptr);
   RecordingSink sink;
-  ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 8), &sink).ok());
-  ASSERT_TRUE(sink.Wait());
-  ASSERT_TRUE(sink.status().ok()) << sink.status();
-  EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+  ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
+      scheduler.get(), prompt, kNew, 8, truth[prompt], &sink));
   scheduler.reset();
 
   const Usage usage = sink.usage();

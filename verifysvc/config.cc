@@ -99,6 +99,13 @@ ABSL_FLAG(bool, charge_draft_calls, true,
           "deciding whether a step asks for drafts, so sequences whose drafts "
           "stopped paying stop asking until their next probe. false: asking "
           "is free; only the rows the drafts add are charged.");
+ABSL_FLAG(bool, inherit_draft_pacing, true,
+          "When the last request of a namespace had none of its drafts "
+          "accepted, start the next one's draft pacing (quality, probe "
+          "interval) where that one left it, so a namespace whose drafts "
+          "do not hold (random text, a high temperature) stops paying the "
+          "prior's asks and early probes on every request. false: every "
+          "request starts from the prior quality.");
 ABSL_FLAG(bool, pace_repeats, true,
           "Learn a sequence's draft quality separately for steps whose last 3 "
           "tokens occur earlier in its prompt or output (where copied drafts "
@@ -408,6 +415,7 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.scheduler.gate.enabled = absl::GetFlag(FLAGS_cost_gates);
   c.scheduler.pace_repeats = absl::GetFlag(FLAGS_pace_repeats);
   c.scheduler.charge_draft_calls = absl::GetFlag(FLAGS_charge_draft_calls);
+  c.scheduler.inherit_pacing = absl::GetFlag(FLAGS_inherit_draft_pacing);
   c.scheduler.assistant_cost_share = absl::GetFlag(FLAGS_assistant_cost_share);
   if (!(c.scheduler.assistant_cost_share >= 0 &&
         c.scheduler.assistant_cost_share <= 1)) {

@@ -30,11 +30,24 @@ void DraftPacer::Update(int verified, int accepted) {
 
 void DraftPacer::Missed() {
   quality_ -= options_.ema_weight * quality_;
-  ++steps_without_draft_;
   if (probing_) {
+    // The next probe comes a whole (doubled) interval later, as after a
+    // probe that was verified and missed; counting on from here would probe
+    // every step once the interval stops growing.
     probe_interval_ =
         std::min(2 * probe_interval_, options_.max_probe_interval);
+    steps_without_draft_ = 0;
+  } else {
+    ++steps_without_draft_;
   }
+}
+
+void DraftPacer::Inherit(const DraftPacer& from) {
+  quality_ = from.quality_;
+  probe_interval_ = from.probe_interval_;
+  steps_without_draft_ =
+      std::max(0, probe_interval_ - options_.probe_interval);
+  probing_ = false;
 }
 
 }  // namespace lookahead::verifysvc

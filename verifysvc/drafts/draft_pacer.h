@@ -4,7 +4,9 @@
 // sequence that got no drafts for `probe_interval` steps gets a probe of
 // `probe_tokens`, and each probe accepting nothing doubles the interval up
 // to `max_probe_interval`, so failing drafts cost ~1% over 128 steps and a
-// changed text can win drafts back. Thread-compatible.
+// changed text can win drafts back. A new sequence may start from the state
+// an earlier one of its namespace ended in (Inherit) instead of the prior.
+// Thread-compatible.
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_PACER_H_
 #define LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_PACER_H_
 
@@ -48,6 +50,13 @@ class DraftPacer {
   // accepted nothing for the quality (so a text the sources cannot match
   // stops costing a round trip per step), as an undrafted one for probing.
   void Missed();
+
+  // Starts from where `from` (a sequence of the same namespace that ended)
+  // left off: its quality and probe interval. The first probe still comes
+  // after options.probe_interval undrafted steps, however long the interval
+  // grew, so a new text that drafts well is found early; after that the
+  // inherited interval applies. Call before the first Candidate.
+  void Inherit(const DraftPacer& from);
 
   double quality() const { return quality_; }
   int probe_interval() const { return probe_interval_; }

@@ -98,9 +98,63 @@ TEST(DraftPacerTest, AskingAndGettingNothingLowersQualityAndCountsAsUndrafted) {
   pacer.Candidate(16, 0);
   pacer.Missed();
   EXPECT_EQ(pacer.Candidate(16, 0).floor, 2);
-  // A probe that gets nothing back doubles the interval, as a missed one.
+  // A probe that gets nothing back doubles the interval, as a missed one,
+  // and the next probe is a whole interval away.
   pacer.Missed();
   EXPECT_EQ(pacer.probe_interval(), 6);
+  SkipSteps(&pacer, 6);
+  EXPECT_EQ(pacer.Candidate(16, 0).floor, 2);
+}
+
+TEST(DraftPacerTest, ProbesThatGetNothingStayAnIntervalApartAtTheMaximum) {
+  // A source with nothing to say (an empty tree per ask): once the interval
+  // stops doubling, probes still come max_probe_interval steps apart, not
+  // every step.
+  DraftPacer pacer(SmallOptions());
+  for (int interval : {3, 6, 12, 12, 12}) {
+    SCOPED_TRACE(interval);
+    SkipSteps(&pacer, interval);
+    ASSERT_EQ(pacer.Candidate(16, 0).floor, 2);
+    pacer.Missed();
+  }
+  EXPECT_EQ(pacer.probe_interval(), 12);
+}
+
+TEST(DraftPacerTest, InheritStartsWhereTheEndedSequenceLeftOff) {
+  // A sequence whose probes all failed: quality down, interval at the max.
+  DraftPacer ended(SmallOptions());
+  for (int interval : {3, 6, 12}) {
+    SkipSteps(&ended, interval);
+    ended.Candidate(16, 0);
+    ended.Update(/*verified=*/2, /*accepted=*/0);
+  }
+  ASSERT_EQ(ended.probe_interval(), 12);
+  ASSERT_LT(ended.quality(), 0.5);
+
+  DraftPacer next(SmallOptions());
+  next.Inherit(ended);
+  EXPECT_DOUBLE_EQ(next.quality(), ended.quality());
+  EXPECT_EQ(next.probe_interval(), 12);
+  EXPECT_DOUBLE_EQ(next.Candidate(16, 0).quality, ended.quality());
+  next.Update(0, 0);
+  // Its first probe comes after options.probe_interval steps (3), as a new
+  // sequence's would; a failed one then waits the inherited interval.
+  SkipSteps(&next, 2);
+  ASSERT_EQ(next.Candidate(16, 0).floor, 2);
+  next.Update(/*verified=*/1, /*accepted=*/0);
+  EXPECT_EQ(next.probe_interval(), 12);
+  SkipSteps(&next, 12);
+  EXPECT_EQ(next.Candidate(16, 0).floor, 2);
+}
+
+TEST(DraftPacerTest, InheritingAFreshPacerChangesNothing) {
+  DraftPacer fresh(SmallOptions());
+  DraftPacer next(SmallOptions());
+  next.Inherit(fresh);
+  EXPECT_DOUBLE_EQ(next.quality(), 0.5);
+  EXPECT_EQ(next.probe_interval(), 3);
+  SkipSteps(&next, 3);
+  EXPECT_EQ(next.Candidate(16, 0).floor, 2);
 }
 
 TEST(DraftPacerTest, ProbeFloorAppearsAfterProbeIntervalUndraftedSteps) {

@@ -365,6 +365,11 @@ std::unique_ptr<Scheduler::Sequence> Scheduler::Start(Pending pending) {
     if (verdict != gate_verdicts_.end()) {
       seq->window_gate.Inherit(verdict->second.window);
       seq->assistant_gate.Inherit(verdict->second.assistant);
+      for (int k = 0; k < 2; ++k) {
+        if (verdict->second.pacers[k].has_value()) {
+          seq->pacers[k].Inherit(*verdict->second.pacers[k]);
+        }
+      }
     }
   }
   return seq;
@@ -618,7 +623,9 @@ absl::StatusOr<std::vector<torch::Tensor>> Scheduler::RunForward(
   // sequence, same prefill), before the model learns from this pass.
   plan->plain_step_seconds = cost_.Seconds(
       static_cast<int>(plan->decoding.size()) + plan->prefill_tokens);
-  cost_.Observe(static_cast<int>(plan->batch_tokens), plan->forward_seconds);
+  if (options_.follow_step_costs) {
+    cost_.Observe(static_cast<int>(plan->batch_tokens), plan->forward_seconds);
+  }
   return logits;
 }
 
@@ -1006,7 +1013,21 @@ void Scheduler::KeepGateVerdict(const Sequence& seq) {
   const bool window = WindowRowsOf(policy) > 0 && seq.window_gate.runs() > 0;
   const bool assistant = policy.MayUse(engine::DraftSourceTag::kAssistant) &&
                          seq.assistant_gate.runs() > 0;
-  if (!window && !assistant) return;
+  // Pacing carries over only from a sequence whose drafts never held over
+  // a few probes' worth of steps: a namespace of text its sources cannot
+  // match (random tokens, a high temperature) stops paying the prior's asks
+  // and early probes on every request, while in one whose drafts hold at
+  // all each request starts from the prior (a new prompt may be a new
+  // document to copy from; measured, inheriting every verdict cost RAG and
+  // code EDL).
+  const bool hopeless = seq.steps >= 2 * options_.pacing.probe_interval &&
+                        seq.accepted_draft_tokens == 0;
+  auto kept = gate_verdicts_.find(policy.name_space);
+  const bool pacing =
+      options_.inherit_pacing &&
+      (hopeless || (kept != gate_verdicts_.end() &&
+                    kept->second.pacers[0].has_value()));
+  if (!window && !assistant && !pacing) return;
   // Bounded: namespaces come from clients.
   constexpr size_t kMaxVerdicts = 1024;
   if (gate_verdicts_.size() >= kMaxVerdicts &&
@@ -1016,6 +1037,13 @@ void Scheduler::KeepGateVerdict(const Sequence& seq) {
   GateVerdict& verdict = gate_verdicts_[policy.name_space];
   if (window) verdict.window.Inherit(seq.window_gate);
   if (assistant) verdict.assistant.Inherit(seq.assistant_gate);
+  for (int k = 0; pacing && k < 2; ++k) {
+    if (hopeless) {
+      verdict.pacers[k].emplace(seq.pacers[k]);
+    } else {
+      verdict.pacers[k].reset();
+    }
+  }
 }
 
 void Scheduler::End(Sequence* seq, absl::Status status) {

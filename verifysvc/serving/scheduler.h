@@ -27,6 +27,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,6 +74,18 @@ struct SchedulerOptions {
   // drafts stopped paying stops asking instead of asking for ever smaller
   // gains. Trees are still cut by what their rows cost once they arrive.
   bool charge_draft_calls = true;
+  // A new sequence's pacers start from where the last sequence of its
+  // namespace left them (DraftPacer::Inherit) if that sequence's drafts
+  // never held (none accepted in at least 2 * pacing.probe_interval steps):
+  // a namespace whose drafts do not hold (random text, sampling at a high
+  // temperature) stops paying the prior's first asks and the early probes
+  // on every request. After a sequence whose drafts held at all, the next
+  // starts from pacing.prior_quality again; false: every sequence does.
+  bool inherit_pacing = true;
+  // Timed passes move the step cost model (StepCostModel::Observe), so it
+  // follows the machine's load. false keeps the curve it was created with
+  // (tests that count asks against a curve of their own).
+  bool follow_step_costs = true;
   // Where to report (not owned; null: nowhere). PrometheusObserver exports
   // the series.
   SchedulerObserver* observer = nullptr;
@@ -203,7 +216,8 @@ class Scheduler {
   void RecyclePredictions(Sequence* seq, int asked,
                           const engine::DraftTree& tree,
                           const torch::Tensor& logits, StepPlan* plan);
-  // Keeps the sequence's measured gates as its namespace's verdict.
+  // Keeps the sequence's measured gates (and pacers) as its namespace's
+  // verdict.
   void KeepGateVerdict(const Sequence& seq);
   Usage UsageOf(const Sequence& seq, FinishReason finish) const;
   void End(Sequence* seq, absl::Status status);
@@ -224,11 +238,13 @@ class Scheduler {
   double seconds_per_token_ = 0;       // moving average; 0 until a step emits
   // Moving average of the draft calls that asked for tokens; 0 until one.
   double draft_call_seconds_ = 0;
-  // Per namespace, the cost gates of the last sequence that measured them:
-  // a new sequence starts from their verdict (CostGate::Inherit).
+  // Per namespace, the cost gates of the last sequence that measured them
+  // and the pacers of the last if its drafts never held: a new sequence
+  // starts from their verdict (CostGate::Inherit, DraftPacer::Inherit).
   struct GateVerdict {
     CostGate window;
     CostGate assistant;
+    std::optional<DraftPacer> pacers[2];  // as Sequence::pacers
   };
   std::map<std::string, GateVerdict> gate_verdicts_;
 

@@ -772,6 +772,88 @@ TEST_F(SchedulerUnitTest, SlowDraftCallsThatFindNothingStopBeingMade) {
   EXPECT_GE(asking_steps[false], 3);
 }
 
+TEST_F(SchedulerUnitTest, ANamespaceWhoseDraftsNeverHoldStartsFromItsVerdict) {
+  // A source that has nothing (random text, a high temperature) until told
+  // to draft right. The first request of a namespace asks from the prior
+  // until its misses have lowered its quality, probing between; the next
+  // request of that namespace starts where the first left off: no asks but
+  // its probes, the first after probe_interval steps, then one per
+  // (inherited) max interval. After a request whose drafts held, the next
+  // starts from the prior again; so does another namespace, and every
+  // request with inheritance off.
+  std::vector<std::vector<int32_t>> prompts;
+  Continuations truth;
+  for (uint64_t seed : {4, 9, 11, 13, 15}) {
+    prompts.push_back(PromptWithoutEos(seed, 6, 40));
+    truth[prompts.back()] = PlainDecode(prompts.back(), 40 + kSlack);
+  }
+  bool right = false;
+  const DraftScript chain = ChainDrafts(&truth, 1.0);
+  // Asks (one per step) of `prompt` decoded in `name_space`.
+  const auto run = [&](Scheduler* scheduler, ScriptedDraftSource* source,
+                       const std::vector<int32_t>& prompt,
+                       const std::string& name_space) {
+    GenerationRequest request = Request(prompt, 40, 8);
+    request.draft.name_space = name_space;
+    RecordingSink sink;
+    EXPECT_TRUE(scheduler->Submit(std::move(request), &sink).ok());
+    EXPECT_TRUE(sink.Wait());
+    EXPECT_TRUE(sink.status().ok()) << sink.status();
+    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+    EXPECT_EQ(sink.usage().accepted_draft_tokens > 0, right);
+    std::optional<FakeSession> session = source->SessionOf(prompt);
+    return session.has_value() ? session->asks : std::vector<int>();
+  };
+  // The steps that asked for drafts.
+  const auto asking = [](const std::vector<int>& asks) {
+    std::vector<int> steps;
+    for (size_t i = 0; i < asks.size(); ++i) {
+      if (asks[i] > 0) steps.push_back(static_cast<int>(i));
+    }
+    return steps;
+  };
+  for (bool inherit : {true, false}) {
+    SCOPED_TRACE(inherit ? "inherited" : "not inherited");
+    right = false;
+    ScriptedDraftSource source([&](const FakeSession& s, int budget) {
+      return right ? chain(s, budget) : DraftTree();
+    });
+    DraftMixer mixer({&source}, kVocab);
+    SchedulerOptions options;
+    options.pacing.probe_interval = 4;
+    options.pacing.max_probe_interval = 8;
+    options.pace_repeats = false;
+    options.charge_draft_calls = false;  // Pacing alone decides,
+    options.follow_step_costs = false;   // on this curve.
+    options.inherit_pacing = inherit;
+    auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    const std::vector<int> fresh =
+        run(scheduler.get(), &source, prompts[0], "a");
+    ASSERT_EQ(fresh.size(), 39u);
+    EXPECT_GT(fresh.front(), 0);  // The prior asks at once.
+    const std::vector<int> next =
+        run(scheduler.get(), &source, prompts[1], "a");
+    ASSERT_EQ(next.size(), 39u);
+    if (inherit) {
+      EXPECT_EQ(asking(next), (std::vector<int>{4, 13, 22, 31}));
+      EXPECT_LT(asking(next).size(), asking(fresh).size());
+    } else {
+      EXPECT_EQ(asking(next), asking(fresh));
+    }
+    // Namespace "b" has no verdict: the prior.
+    EXPECT_EQ(asking(run(scheduler.get(), &source, prompts[2], "b")),
+              asking(fresh));
+    // A request of "a" whose drafts hold, then one whose drafts do not:
+    // the latter starts from the prior.
+    right = true;
+    run(scheduler.get(), &source, prompts[3], "a");
+    right = false;
+    EXPECT_EQ(asking(run(scheduler.get(), &source, prompts[4], "a")),
+              asking(fresh));
+  }
+}
+
 TEST_F(SchedulerUnitTest, ScoredTreesAreCutToWhatPaysForItsRows) {
   // Scored chains whose first two nodes are likely (0.9) and the rest long
   // shots (0.001): with each row costing 2% of a step, the scheduler asks

@@ -19,7 +19,8 @@ struct Pending {
   int32_t token;
   int32_t parent;  // Output index; -1 = root.
   int32_t rank;
-  int32_t id;  // Index into the tails store (unique: the last tie-break).
+  int32_t match;  // Longest pool key behind it (NgramMatch::key_length).
+  int32_t id;     // Index into the tails store (unique: the last tie-break).
 };
 
 // Max-heap order: higher p, then shallower, then smaller token, then first
@@ -94,8 +95,10 @@ CandidateTree NgramCandidates(absl::Span<const NgramPool* const> pools,
   const size_t context_size = extended.size();
 
   // Pushes the children of output node `parent` (-1: root) whose
-  // probability is `p` and whose own continuation tails are `own`.
-  auto expand = [&](int32_t parent, int32_t depth, float p, Tails own) {
+  // probability is `p` and whose own continuation tails are `own`, stored
+  // under a key of `own_match` tokens.
+  auto expand = [&](int32_t parent, int32_t depth, float p, Tails own,
+                    int32_t own_match) {
     // The path of `parent` after the context.
     extended.resize(context_size);
     std::vector<int32_t> path;
@@ -108,45 +111,61 @@ CandidateTree NgramCandidates(absl::Span<const NgramPool* const> pools,
     std::stable_sort(own.begin(), own.end(), [](const auto& a, const auto& b) {
       return a.second > b.second;
     });
-    std::vector<std::pair<int32_t, Tails>> children;
-    auto add = [&](absl::Span<const int32_t> continuation, int64_t count) {
+    // A child's evidence is the longest key behind it: the rest of an
+    // n-gram keeps the key it was stored under, as a trie branch keeps its
+    // match length (a 4-token key is accepted far more often than a
+    // 1-token one; the calibration learns by how much).
+    struct Child {
+      int32_t token;
+      Tails tails;
+      int32_t match;
+    };
+    std::vector<Child> children;
+    auto add = [&](absl::Span<const int32_t> continuation, int64_t count,
+                   int32_t match) {
       const int32_t token = continuation[0];
       auto it = std::find_if(children.begin(), children.end(),
-                             [&](const auto& c) { return c.first == token; });
+                             [&](const Child& c) { return c.token == token; });
       if (it == children.end()) {
-        children.emplace_back(token, Tails());
+        children.push_back(Child{token, Tails(), match});
         it = children.end() - 1;
       }
+      it->match = std::max(it->match, match);
       if (continuation.size() > 1) {
-        it->second.emplace_back(
+        it->tails.emplace_back(
             std::vector<int32_t>(continuation.begin() + 1, continuation.end()),
             count);
       }
     };
-    for (const auto& [continuation, count] : own) add(continuation, count);
+    for (const auto& [continuation, count] : own) {
+      add(continuation, count, own_match);
+    }
     for (const NgramPool* pool : pools) {
       if (pool == nullptr) continue;
       for (const NgramMatch& m : pool->Lookup(extended, per_node)) {
-        add(m.continuation, m.count);
+        add(m.continuation, m.count, m.key_length);
       }
     }
     for (size_t r = 0; r < children.size(); ++r) {
       const int32_t rank = static_cast<int32_t>(r);
-      const float child_p = p * rates.rate(DraftSource::kNgram, depth, rank);
+      const int32_t match = children[r].match;
+      const float child_p =
+          p * rates.rate(DraftSource::kNgram, depth, rank, match);
       const int32_t id = static_cast<int32_t>(tails.size());
-      tails.push_back(std::move(children[r].second));
-      heap.push(Pending{child_p, depth, children[r].first, parent, rank, id});
+      tails.push_back(std::move(children[r].tails));
+      heap.push(
+          Pending{child_p, depth, children[r].token, parent, rank, match, id});
     }
   };
 
-  expand(-1, 1, 1.0f, Tails());
+  expand(-1, 1, 1.0f, Tails(), 0);
   while (!heap.empty() && static_cast<int32_t>(out.nodes.size()) < budget) {
     const Pending e = heap.top();
     heap.pop();
     const int32_t index = static_cast<int32_t>(out.nodes.size());
-    out.nodes.push_back(CandidateNode{e.token, e.parent, e.rank});
+    out.nodes.push_back(CandidateNode{e.token, e.parent, e.rank, e.match});
     if (e.depth < branch_length) {
-      expand(index, e.depth + 1, e.p, std::move(tails[e.id]));
+      expand(index, e.depth + 1, e.p, std::move(tails[e.id]), e.match);
     }
   }
   return out;

@@ -60,6 +60,8 @@ CandidateTree TrieCandidates(const TrieDraft& draft, DraftSource source);
 // hold for the context extended by the node's path (so 1-token recycled
 // predictions chain into deep branches), each pool's Lookup merged in pool
 // order (`pools` best first; null pools skipped), `per_node` results each.
+// A node's match is the longest pool key behind it (the rest of a
+// continuation keeps its key's length), and its rate is that match's.
 CandidateTree NgramCandidates(absl::Span<const NgramPool* const> pools,
                               absl::Span<const int32_t> context,
                               const CalibrationTable& rates, int32_t budget,

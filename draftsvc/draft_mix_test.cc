@@ -201,5 +201,46 @@ TEST(DraftMixTest, NgramCandidatesChainOneTokenContinuations) {
   EXPECT_TRUE(NgramCandidates(pools, unknown, rates, 16, 8, 4).nodes.empty());
 }
 
+TEST(DraftMixTest, NgramCandidatesCarryTheirKeyLengthAsTheirMatch) {
+  auto pool = NgramPool::Create({}).value();
+  // After ... 1 2 3: a continuation 30 31 stored under the 3-token key and
+  // 40 under the 1-token key 3.
+  ASSERT_TRUE(pool->Add({1, 2, 3}, {30, 31}).ok());
+  ASSERT_TRUE(pool->Add({3}, {40}).ok());
+  const NgramPool* pools[] = {pool.get()};
+  const std::vector<int32_t> context = {9, 1, 2, 3};
+  CalibrationTable rates = CalibrationTable::Prior();
+  CandidateTree c = NgramCandidates(pools, context, rates, 16, 8, 4);
+  ASSERT_EQ(c.nodes.size(), 3u);
+  // Longest key first (rank 0), then the other root child; the rest of a
+  // continuation keeps its key's length.
+  EXPECT_EQ(c.nodes[0].token, 30);
+  EXPECT_EQ(c.nodes[0].match, 3);
+  EXPECT_EQ(c.nodes[1].token, 40);
+  EXPECT_EQ(c.nodes[1].match, 1);
+  EXPECT_EQ(c.nodes[2].token, 31);
+  EXPECT_EQ(c.nodes[2].parent, 0);
+  EXPECT_EQ(c.nodes[2].match, 3);
+  // The rates are the match's: where 1-token keys have been accepted far
+  // more often than 3-token ones, 40 is the one best node.
+  for (int rank = 0; rank < CalibrationTable::kRankBuckets; ++rank) {
+    const int d = CalibrationTable::DepthBucket(1);
+    rates.set_rate(DraftSource::kNgram, d, rank,
+                   CalibrationTable::MatchBucket(1), 0.9f);
+    rates.set_rate(DraftSource::kNgram, d, rank,
+                   CalibrationTable::MatchBucket(3), 0.1f);
+  }
+  c = NgramCandidates(pools, context, rates, 1, 8, 4);
+  ASSERT_EQ(c.nodes.size(), 1u);
+  EXPECT_EQ(c.nodes[0].token, 40);
+  // And the mixer scores them by it too.
+  const CandidateTree trees[] = {
+      NgramCandidates(pools, context, rates, 16, 8, 4)};
+  const TrieDraft draft = MixDrafts(trees, rates, {1, 8});
+  ASSERT_EQ(draft.nodes.size(), 1u);
+  EXPECT_EQ(draft.nodes[0].token, 40);
+  EXPECT_EQ(draft.nodes[0].matches[static_cast<int>(DraftSource::kNgram)], 1);
+}
+
 }  // namespace
 }  // namespace lookahead::draftsvc

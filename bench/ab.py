@@ -14,6 +14,9 @@ must equal its side's plain one (exit 1 otherwise).
     /usr/bin/python3 bench/ab.py --common_flag=--activations=int8 \\
         --a_flag=--pace_repeats=false --b_flag=--pace_repeats=true \\
         --out=bench/results/pace_repeats/run1
+
+Two builds: --a_bin_dir and --b_bin_dir name folders laid out as
+.bazel/bin (draftsvc/draftsvc, verifysvc/verifysvc).
 """
 import argparse
 import contextlib
@@ -53,6 +56,9 @@ def parse_args(argv):
     p.add_argument("--max_new_tokens", type=int, default=128)
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--bin_dir", default=os.path.join(ROOT, ".bazel", "bin"))
+    p.add_argument("--a_bin_dir", help="side A's draftsvc/ and verifysvc/ "
+                   "binaries (default --bin_dir): A/B two builds")
+    p.add_argument("--b_bin_dir", help="side B's, as --a_bin_dir")
     p.add_argument("--cache", default=fetch_workloads.default_cache())
     p.add_argument("--out", help="folder for results.json and report.md")
     args = p.parse_args(argv)
@@ -79,9 +85,10 @@ def scrape(port):
 
 def start_side(stack, args, name, flags, work):
     port_file = os.path.join(work, f"{name}.metrics_port")
+    bin_dir = getattr(args, f"{name.lower()}_bin_dir") or args.bin_dir
     # Listed after start_services' --metrics_port=0, so this file names it.
     address, _ = harness.start_services(
-        stack, args.bin_dir,
+        stack, bin_dir,
         verifysvc_flags=[*args.common_flag, *flags,
                          f"--metrics_port_file={port_file}"])
     deadline = time.monotonic() + 60
@@ -99,6 +106,7 @@ def main(argv):
             for side in ("A", "B")]
     results = {"started": datetime.datetime.now().isoformat(),
                "a_flags": args.a_flag, "b_flags": args.b_flag,
+               "a_bin_dir": args.a_bin_dir, "b_bin_dir": args.b_bin_dir,
                "common_flags": args.common_flag, "records": []}
     mismatches = 0
     with contextlib.ExitStack() as stack:
@@ -158,8 +166,8 @@ def main(argv):
         with open(os.path.join(args.out, "results.json"), "w") as f:
             json.dump(results, f, indent=1)
         with open(os.path.join(args.out, "report.md"), "w") as f:
-            f.write(f"# A/B: {' '.join(args.a_flag) or '(defaults)'} vs "
-                    f"{' '.join(args.b_flag) or '(defaults)'}\n\n"
+            f.write(f"# A/B: {side_name(args, 'A')} vs {side_name(args, 'B')}"
+                    "\n\n"
                     f"- started {results['started']}, common flags "
                     f"`{' '.join(args.common_flag)}`\n"
                     f"- `bench/ab.py {' '.join(argv)}`\n\n"
@@ -168,6 +176,13 @@ def main(argv):
                     "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n"
                     + "\n".join(lines) + "\n")
     return 1 if mismatches else 0
+
+
+def side_name(args, side):
+    """A side's flags and, if its own, its binaries' folder."""
+    flags = " ".join(getattr(args, f"{side.lower()}_flag")) or "(defaults)"
+    bin_dir = getattr(args, f"{side.lower()}_bin_dir")
+    return f"{flags} ({bin_dir})" if bin_dir else flags
 
 
 def report_rows(workload, records, runs):

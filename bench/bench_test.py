@@ -53,6 +53,11 @@ class AbTest(unittest.TestCase):
         self.assertEqual(rows[3], "| rag | B | trie | 50.0 | 1.000x | 1.60 "
                                   "| 10 (1.00) | 1/2 |")
 
+    def test_a_side_is_named_by_its_flags_and_own_binaries(self):
+        args = ab.parse_args(["--a_flag=--x=1", "--b_bin_dir=/b"])
+        self.assertEqual(ab.side_name(args, "A"), "--x=1")
+        self.assertEqual(ab.side_name(args, "B"), "(defaults) (/b)")
+
     def test_rejects_plain_and_unknown_modes(self):
         for modes in ("plain,trie", "trie,nonesuch"):
             with self.assertRaises(SystemExit):

@@ -1020,12 +1020,14 @@ void Scheduler::KeepGateVerdict(const Sequence& seq) {
   // all each request starts from the prior (a new prompt may be a new
   // document to copy from; measured, inheriting every verdict cost RAG and
   // code EDL).
-  const bool hopeless = seq.steps >= 2 * options_.pacing.probe_interval &&
-                        seq.accepted_draft_tokens == 0;
+  // A sequence too short to tell leaves the verdict as it is.
+  const bool held = seq.accepted_draft_tokens > 0;
+  const bool hopeless =
+      !held && seq.steps >= 2 * options_.pacing.probe_interval;
   auto kept = gate_verdicts_.find(policy.name_space);
   const bool pacing =
       options_.inherit_pacing &&
-      (hopeless || (kept != gate_verdicts_.end() &&
+      (hopeless || (held && kept != gate_verdicts_.end() &&
                     kept->second.pacers[0].has_value()));
   if (!window && !assistant && !pacing) return;
   // Bounded: namespaces come from clients.

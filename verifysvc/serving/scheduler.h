@@ -80,7 +80,8 @@ struct SchedulerOptions {
   // a namespace whose drafts do not hold (random text, sampling at a high
   // temperature) stops paying the prior's first asks and the early probes
   // on every request. After a sequence whose drafts held at all, the next
-  // starts from pacing.prior_quality again; false: every sequence does.
+  // starts from pacing.prior_quality again (a shorter sequence with none
+  // accepted changes nothing); false: every sequence starts from it.
   bool inherit_pacing = true;
   // Timed passes move the step cost model (StepCostModel::Observe), so it
   // follows the machine's load. false keeps the curve it was created with

@@ -783,23 +783,23 @@ TEST_F(SchedulerUnitTest, ANamespaceWhoseDraftsNeverHoldStartsFromItsVerdict) {
   // request with inheritance off.
   std::vector<std::vector<int32_t>> prompts;
   Continuations truth;
-  for (uint64_t seed : {4, 9, 11, 13, 15}) {
+  for (uint64_t seed : {4, 9, 11, 13, 15, 17}) {
     prompts.push_back(PromptWithoutEos(seed, 6, 40));
     truth[prompts.back()] = PlainDecode(prompts.back(), 40 + kSlack);
   }
   bool right = false;
   const DraftScript chain = ChainDrafts(&truth, 1.0);
-  // Asks (one per step) of `prompt` decoded in `name_space`.
+  // Asks (one per step) of `prompt` decoded for `tokens` in `name_space`.
   const auto run = [&](Scheduler* scheduler, ScriptedDraftSource* source,
                        const std::vector<int32_t>& prompt,
-                       const std::string& name_space) {
-    GenerationRequest request = Request(prompt, 40, 8);
+                       const std::string& name_space, int tokens = 40) {
+    GenerationRequest request = Request(prompt, tokens, 8);
     request.draft.name_space = name_space;
     RecordingSink sink;
     EXPECT_TRUE(scheduler->Submit(std::move(request), &sink).ok());
     EXPECT_TRUE(sink.Wait());
     EXPECT_TRUE(sink.status().ok()) << sink.status();
-    EXPECT_EQ(sink.tokens(), Head(truth[prompt], 40));
+    EXPECT_EQ(sink.tokens(), Head(truth[prompt], tokens));
     EXPECT_EQ(sink.usage().accepted_draft_tokens > 0, right);
     std::optional<FakeSession> session = source->SessionOf(prompt);
     return session.has_value() ? session->asks : std::vector<int>();
@@ -832,6 +832,9 @@ TEST_F(SchedulerUnitTest, ANamespaceWhoseDraftsNeverHoldStartsFromItsVerdict) {
         run(scheduler.get(), &source, prompts[0], "a");
     ASSERT_EQ(fresh.size(), 39u);
     EXPECT_GT(fresh.front(), 0);  // The prior asks at once.
+    // A request too short to tell (under 2 probe intervals) changes no
+    // verdict.
+    run(scheduler.get(), &source, prompts[5], "a", /*tokens=*/6);
     const std::vector<int> next =
         run(scheduler.get(), &source, prompts[1], "a");
     ASSERT_EQ(next.size(), 39u);

@@ -329,6 +329,9 @@ absl::StatusOr<std::vector<torch::Tensor>> LlamaModel::ForwardRows(
       (TorchStatusOr<std::vector<torch::Tensor>>("LlamaModel::Forward", [&] {
         auto result = native_ ? native_->Forward(batch, pool_.get())
                               : ForwardUnchecked(batch);
+        // The scheduler's bookkeeping and the stream writes come next, on
+        // this thread: the pool's workers need not hold a core meanwhile.
+        if (pool_ != nullptr) pool_->Park();
         // Returns when the logits exist, so step timings mean the same
         // on a GPU as on the CPU (acceptance reads them next anyway).
         if (options_.device.is_cuda()) {

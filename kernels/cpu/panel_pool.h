@@ -43,6 +43,12 @@ class PanelPool {
   void Run(int64_t n, int64_t chunk,
            const std::function<void(int64_t, int64_t)>& fn);
 
+  // No job follows soon (a forward pass just ended): idle workers sleep now
+  // instead of spinning out their poll, so a core shared with the process's
+  // other threads (gRPC, a co-located client or draft service) is given
+  // back at once. The next Run wakes them; nothing else changes.
+  void Park();
+
  private:
   // Claims and runs chunks of job `generation` until none is left.
   void Work(uint32_t generation);
@@ -69,6 +75,7 @@ class PanelPool {
   int sleeping_ = 0;         // Guarded by mu_.
   bool stop_ = false;        // Guarded by mu_.
   std::atomic<uint32_t> published_{0};  // Latest generation, for spinning.
+  std::atomic<bool> parked_{false};     // Park() since the last Run.
 };
 
 }  // namespace lookahead::kernels

@@ -61,6 +61,41 @@ TEST(PanelPoolTest, WorkersTakeChunks) {
   EXPECT_EQ(distinct.load(), 1) << "no chunk ever ran on a worker";
 }
 
+// Parked between jobs (as after every forward pass), the workers sleep and
+// the next Run wakes them: every job is still complete, and a worker still
+// takes chunks after a park that certainly put it to sleep. Parks racing
+// with jobs from another thread change nothing either.
+TEST(PanelPoolTest, ParkedWorkersWakeForTheNextJob) {
+  PanelPool pool(3);
+  std::atomic<bool> stop{false};
+  std::thread parker([&] {
+    while (!stop.load()) pool.Park();
+  });
+  for (int job = 0; job < 500; ++job) {
+    const int64_t n = 1 + job % 37;
+    std::vector<std::atomic<int>> visits(n);
+    pool.Run(n, 2, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) visits[i].fetch_add(1);
+    });
+    pool.Park();
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i].load(), 1) << job;
+  }
+  stop = true;
+  parker.join();
+
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> distinct{0};
+  for (int attempt = 0; attempt < 50 && distinct.load() == 0; ++attempt) {
+    pool.Park();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // asleep
+    pool.Run(8, 1, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() != caller) distinct = 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  EXPECT_EQ(distinct.load(), 1) << "no chunk ran on a worker after a park";
+}
+
 // Run from several threads at once: serialized, each job complete.
 TEST(PanelPoolTest, ConcurrentCallersAreSerialized) {
   PanelPool pool(2);

@@ -532,9 +532,18 @@ class SchedulerUnitTest : public ::testing::Test {
                                    int max_new_tokens, int decoding_length,
                                    const std::vector<int32_t>& plain,
                                    RecordingSink* sink) {
-    ASSERT_TRUE(
-        scheduler->Submit(Request(prompt, max_new_tokens, decoding_length), sink)
-            .ok());
+    DecodeRequestExpectingPlain(
+        scheduler, Request(prompt, max_new_tokens, decoding_length), plain,
+        sink);
+  }
+
+  // The same for a request built by the caller.
+  static void DecodeRequestExpectingPlain(Scheduler* scheduler,
+                                          GenerationRequest request,
+                                          const std::vector<int32_t>& plain,
+                                          RecordingSink* sink) {
+    const int max_new_tokens = request.max_new_tokens;
+    ASSERT_TRUE(scheduler->Submit(std::move(request), sink).ok());
     ASSERT_TRUE(sink->Wait());
     ASSERT_TRUE(sink->status().ok()) << sink->status();
     EXPECT_EQ(sink->tokens(), Head(plain, max_new_tokens));
@@ -796,10 +805,8 @@ TEST_F(SchedulerUnitTest, ANamespaceWhoseDraftsNeverHoldStartsFromItsVerdict) {
     GenerationRequest request = Request(prompt, tokens, 8);
     request.draft.name_space = name_space;
     RecordingSink sink;
-    EXPECT_TRUE(scheduler->Submit(std::move(request), &sink).ok());
-    EXPECT_TRUE(sink.Wait());
-    EXPECT_TRUE(sink.status().ok()) << sink.status();
-    EXPECT_EQ(sink.tokens(), Head(truth[prompt], tokens));
+    EXPECT_NO_FATAL_FAILURE(DecodeRequestExpectingPlain(
+        scheduler, std::move(request), truth[prompt], &sink));
     EXPECT_EQ(sink.usage().accepted_draft_tokens > 0, right);
     std::optional<FakeSession> session = source->SessionOf(prompt);
     return session.has_value() ? session->asks : std::vector<int>();
@@ -1585,10 +1592,8 @@ TEST_F(SchedulerUnitTest, AssistantIsWithheldWhileItsPassesCostMoreThanItAdds) {
     GenerationRequest request = Request(prompt, kNew, 4);
     request.draft.sources = assistant;
     RecordingSink sink;
-    ASSERT_TRUE(scheduler->Submit(std::move(request), &sink).ok());
-    ASSERT_TRUE(sink.Wait());
-    ASSERT_TRUE(sink.status().ok()) << sink.status();
-    EXPECT_EQ(sink.tokens(), Head(truth[prompt], kNew));
+    ASSERT_NO_FATAL_FAILURE(DecodeRequestExpectingPlain(
+        scheduler.get(), std::move(request), truth[prompt], &sink));
     scheduler.reset();
     const std::vector<engine::DraftSourceSet> withheld =
         source.SessionOf(prompt)->withheld;

@@ -47,6 +47,9 @@ def parse_args(argv):
                    help="a verifysvc flag of side B (repeatable)")
     p.add_argument("--common_flag", action="append", default=[],
                    help="a verifysvc flag of both sides (repeatable)")
+    p.add_argument("--draftsvc_flag", action="append", default=[],
+                   help="a draftsvc flag of both sides (repeatable), e.g. "
+                        "--self_draft for the assistant and mixed modes")
     p.add_argument("--workloads", default="rag,code,chat")
     p.add_argument("--modes", default="trie,default",
                    help="draft modes (bench/harness.py SOURCE_MODES)")
@@ -88,7 +91,7 @@ def start_side(stack, args, name, flags, work):
     bin_dir = getattr(args, f"{name.lower()}_bin_dir") or args.bin_dir
     # Listed after start_services' --metrics_port=0, so this file names it.
     address, _ = harness.start_services(
-        stack, bin_dir,
+        stack, bin_dir, draftsvc_flags=args.draftsvc_flag,
         verifysvc_flags=[*args.common_flag, *flags,
                          f"--metrics_port_file={port_file}"])
     deadline = time.monotonic() + 60
@@ -107,7 +110,8 @@ def main(argv):
     results = {"started": datetime.datetime.now().isoformat(),
                "a_flags": args.a_flag, "b_flags": args.b_flag,
                "a_bin_dir": args.a_bin_dir, "b_bin_dir": args.b_bin_dir,
-               "common_flags": args.common_flag, "records": []}
+               "common_flags": args.common_flag,
+               "draftsvc_flags": args.draftsvc_flag, "records": []}
     mismatches = 0
     with contextlib.ExitStack() as stack:
         work = stack.enter_context(tempfile.TemporaryDirectory(prefix="ab."))

@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<AssistantDrafter>> AssistantDrafter::Create(
   }
   std::unique_ptr<AssistantDrafter> drafter(
       new AssistantDrafter(model, options));
+  RETURN_IF_ERROR(drafter->Calibrate());
   for (int i = 0; i < options.predraft_threads; ++i) {
     drafter->workers_.emplace_back([d = drafter.get()] { d->WorkerLoop(); });
   }
@@ -316,6 +317,7 @@ absl::Status AssistantDrafter::RunTokens(Session* s,
   if (tokens.size() == 1) {
     pass_seconds_ =
         pass_seconds_ == 0 ? seconds : 0.8 * pass_seconds_ + 0.2 * seconds;
+    pass_timed_ = absl::Now();
   }
   return absl::OkStatus();
 }
@@ -397,6 +399,39 @@ AssistantDraft AssistantDrafter::Assemble(const Session& s, int chain,
   out.tree.sources.assign(out.tree.tokens.size(),
                           engine::DraftSourceTag::kAssistant);
   return out;
+}
+
+absl::Status AssistantDrafter::Calibrate() {
+  // The first pass warms caches and pages in weights: timed passes follow.
+  constexpr int kTimedPasses = 5;
+  const engine::LlamaModel& model = model_->model();
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> cache,
+                   model.NewCache(kTimedPasses + 1));
+  std::vector<double> seconds;
+  for (int i = 0; i <= kTimedPasses; ++i) {
+    const int32_t token = i % model_->config().vocab_size;
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(model.Prefill(cache.get(), {&token, 1}).status());
+    if (i > 0) seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2,
+                   seconds.end());
+  absl::MutexLock lock(&mu_);
+  pass_seconds_ = seconds[seconds.size() / 2];
+  pass_timed_ = absl::Now();
+  return absl::OkStatus();
+}
+
+double AssistantDrafter::RecentSecondsPerPass(absl::Duration max_age) {
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (now - pass_timed_ <= max_age) return pass_seconds_;
+    pass_timed_ = now;  // this caller times them; concurrent ones need not
+  }
+  // Out of memory for the scratch cache: the last measurement stands.
+  Calibrate().IgnoreError();
+  return PassSeconds();
 }
 
 double AssistantDrafter::PassSeconds() const {

@@ -155,6 +155,16 @@ class AssistantDrafter {
 
   AssistantDrafterStats stats() const;
 
+  // Seconds of one one-token model pass: measured by Create before any
+  // session runs (so a verifier knows what the assistant costs before it
+  // first asks), then a moving average of the sessions' one-token passes.
+  double seconds_per_pass() const { return PassSeconds(); }
+  // seconds_per_pass(), timed again first (as Create does, ~6 passes) when
+  // no one-token pass was timed for `max_age`: verifiers that stopped
+  // asking an assistant that cost more than it added learn when the
+  // machine's load changed that.
+  double RecentSecondsPerPass(absl::Duration max_age) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   // One drafted token: the chain's choice at its position and the best
   // other token (the runner-up sibling), each with its probability.
@@ -250,6 +260,9 @@ class AssistantDrafter {
       ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // Seconds one model pass is expected to take (an average of the last).
   double PassSeconds() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Times a few one-token passes on a scratch cache into pass_seconds_
+  // (their median); the model's errors (out of memory) as they are.
+  absl::Status Calibrate() ABSL_LOCKS_EXCLUDED(mu_);
   // Locks s->mu unless `deadline` passes first; true iff it did.
   static bool LockBefore(Session* s, absl::Time deadline)
       ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true, s->mu);
@@ -268,6 +281,7 @@ class AssistantDrafter {
   int64_t cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   AssistantDrafterStats stats_ ABSL_GUARDED_BY(mu_);
   double pass_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // EWMA of one pass
+  absl::Time pass_timed_ ABSL_GUARDED_BY(mu_);     // when it last changed
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> queued_ ABSL_GUARDED_BY(mu_);
   int busy_workers_ ABSL_GUARDED_BY(mu_) = 0;

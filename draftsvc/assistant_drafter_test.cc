@@ -262,6 +262,25 @@ TEST(AssistantDrafterTest, PredraftHitEqualsAFreshDraft) {
   EXPECT_EQ(drafter->stats().predraft_misses, 0);
 }
 
+// Create times a one-token pass before any session runs one (what draftsvc
+// tells verifiers at OpenSession, so they know the assistant's cost before
+// asking it); a measurement older than asked for is timed again. Neither
+// counts as a session's pass.
+TEST(AssistantDrafterTest, APassIsTimedBeforeAnySessionRunsOne) {
+  auto model = LoadAssistant("all");
+  ASSERT_NE(model, nullptr);
+  AssistantDrafterOptions options;
+  options.predraft_threads = 0;
+  auto drafter = MakeDrafter(model.get(), options);
+  ASSERT_NE(drafter, nullptr);
+  const double timed = drafter->seconds_per_pass();
+  EXPECT_GT(timed, 0);
+  EXPECT_LT(timed, 10);
+  EXPECT_EQ(drafter->RecentSecondsPerPass(absl::Hours(1)), timed);
+  EXPECT_GT(drafter->RecentSecondsPerPass(absl::ZeroDuration()), 0);
+  EXPECT_EQ(drafter->stats().forward_passes, 0);
+}
+
 TEST(AssistantDrafterTest, PastDeadlineDoesNoModelWork) {
   auto model = LoadAssistant("all");
   ASSERT_NE(model, nullptr);

@@ -336,6 +336,13 @@ class AssistantSource {
   const AssistantModel& model() const { return *model_; }
   absl::Duration step_deadline() const { return step_deadline_; }
   AssistantDrafterStats stats() const { return drafter_->stats(); }
+  // What a drafted token costs at least: one one-token pass.
+  double seconds_per_token() const { return drafter_->seconds_per_pass(); }
+  // The same, timed again first if no pass was timed for a minute (an
+  // assistant the verifiers stopped asking runs none).
+  double RecentSecondsPerToken() {
+    return drafter_->RecentSecondsPerPass(absl::Minutes(1));
+  }
 
   // After the index opened `id` as `serial`: remembers its context and
   // sampling for a drafter session, or why the session cannot use the
@@ -612,6 +619,11 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
     }
     response->set_namespace_(opened->name_space);
     response->set_prompt_nodes(opened->prompt_nodes);
+    if (assistant_ != nullptr &&
+        assistant_->model().CheckVocabulary(request->vocab_size()).ok()) {
+      response->set_assistant_seconds_per_token(
+          assistant_->RecentSecondsPerToken());
+    }
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -1085,6 +1097,13 @@ absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
       "lookahead_assistant_seconds_per_token",
       "The assistant's model time per drafted token, since start.",
       [assistant] { return assistant->stats().seconds_per_drafted_token(); }));
+  RETURN_IF_ERROR(registry->AddGaugeCallback(
+      "lookahead_assistant_pass_seconds",
+      "What one token the assistant drafts costs at least, as verifiers are "
+      "told at each OpenSession: its one-token pass, measured at load and "
+      "averaged over its passes since. A verifier whose own token costs "
+      "less never asks the assistant.",
+      [assistant] { return assistant->seconds_per_token(); }));
   RETURN_IF_ERROR(registry->AddCounterCallback(
       "lookahead_assistant_predraft_hits_total",
       "Assistant drafts answered whole from a background pre-draft.",

@@ -232,6 +232,7 @@ TEST_F(DraftServiceTest, DraftsComeFromPromptAndOutputAndSurviveRestart) {
     ASSERT_TRUE(h->Open("s1", "", {7, 8, 9, 10, 7, 8}, kVocab, &opened).ok());
     EXPECT_EQ(opened.namespace_(), "default");
     EXPECT_GT(opened.prompt_nodes(), 0);
+    EXPECT_EQ(opened.assistant_seconds_per_token(), 0);  // none runs
     // The prompt alone predicts 9 after "7 8".
     v1::SessionDraft d = h->StepOne("s1", {}, 8);
     EXPECT_EQ(d.code(), 0) << d.message();
@@ -1088,8 +1089,12 @@ TEST_F(AssistantServiceTest, AnotherVocabularyCannotAskForTheAssistant) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(refused.error_message(), HasSubstr("500"));
   EXPECT_THAT(refused.error_message(), HasSubstr("1000"));
-  // Opened without naming it, the session only fails the entries that do.
-  ASSERT_TRUE(h->Open("small", "other", {1, 2, 3, 1, 2}, /*vocab=*/500).ok());
+  // Opened without naming it, the session only fails the entries that do;
+  // the assistant's cost is not reported to a session it cannot serve.
+  v1::OpenSessionResponse small;
+  ASSERT_TRUE(
+      h->Open("small", "other", {1, 2, 3, 1, 2}, /*vocab=*/500, &small).ok());
+  EXPECT_EQ(small.assistant_seconds_per_token(), 0);
   const v1::SessionDraft named = StepSources(
       *h, "small", {3}, {v1::DRAFT_SOURCE_PROMPT, v1::DRAFT_SOURCE_ASSISTANT});
   EXPECT_EQ(named.code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -1111,6 +1116,11 @@ TEST_F(AssistantServiceTest, AnotherVocabularyCannotAskForTheAssistant) {
   open.set_vocab_size(kVocab);
   grpc::ClientContext named_context;
   EXPECT_TRUE(h->stub->OpenSession(&named_context, open, &opened).ok());
+  // With what one of its passes costs, measured at load (no session has
+  // run one yet).
+  EXPECT_EQ(h->draft->assistant_stats().forward_passes, 0);
+  EXPECT_GT(opened.assistant_seconds_per_token(), 0);
+  EXPECT_LT(opened.assistant_seconds_per_token(), 10);
   // And uses it by default.
   ASSERT_TRUE(h->Open("full", "ns", {1, 2, 3}).ok());
   const v1::SessionDraft full = StepSources(*h, "full", {4}, {});

@@ -135,6 +135,7 @@ TEST_F(ServiceAssistantTest, DraftsvcExportsTheAssistantsSeries) {
                              "lookahead_assistant_predraft_misses_total",
                              "lookahead_assistant_deadline_cuts_total",
                              "lookahead_assistant_seconds_per_token",
+                             "lookahead_assistant_pass_seconds",
                              "lookahead_assistant_cached_tokens",
                              "lookahead_assistant_evictions_total",
                              "lookahead_assistant_sessions"}) {
@@ -144,6 +145,11 @@ TEST_F(ServiceAssistantTest, DraftsvcExportsTheAssistantsSeries) {
     absl::StrAppend(&line, " ", series, "=", *value);
   }
   std::printf("draftsvc:%s\n", line.c_str());
+  // Measured when the assistant loaded, before any session ran a pass.
+  absl::StatusOr<double> pass = ScrapeMetric(
+      pair_->draftsvc_metrics_port(), "lookahead_assistant_pass_seconds");
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_GT(*pass, 0);
   absl::StatusOr<double> drafted =
       ScrapeMetric(pair_->draftsvc_metrics_port(),
                    "lookahead_assistant_drafted_tokens_total");

@@ -13,21 +13,22 @@ double CostGate::cost() const {
 }
 
 bool CostGate::Pays(double seconds_per_token, double known_cost,
-                    double max_gain) const {
+                    double max_gain, double min_cost) const {
   const double g = gain(max_gain);
   if (known_cost >= 0) return g * seconds_per_token >= known_cost;
   // A measured cost can miss work done out of the verifier's sight (an
   // assistant prefilling the prompt in draftsvc's background), which still
   // took the shared cores and a draft round trip each step: a mechanism
   // that added nothing does not pay, whatever cost was measured.
-  return g > 0 && g * seconds_per_token >= cost();
+  return g > 0 && g * seconds_per_token >= std::max(cost(), min_cost);
 }
 
 bool CostGate::Decide(double seconds_per_token, double known_cost,
-                      double max_gain) {
+                      double max_gain, double min_cost) {
   if (!options_.enabled) return true;
   // Hopeless: not even every proposed token accepted would pay.
-  if (known_cost >= 0 && max_gain * seconds_per_token < known_cost) {
+  const double least = known_cost >= 0 ? known_cost : min_cost;
+  if (max_gain * seconds_per_token < least) {
     probe_left_ = 0;
     probed_ = false;
     return false;
@@ -36,7 +37,7 @@ bool CostGate::Decide(double seconds_per_token, double known_cost,
     --probe_left_;
     return true;
   }
-  const bool pays = Pays(seconds_per_token, known_cost, max_gain);
+  const bool pays = Pays(seconds_per_token, known_cost, max_gain, min_cost);
   if (probed_) {
     probed_ = false;
     interval_ = pays ? options_.probe_interval

@@ -53,8 +53,14 @@ class CostGate {
   // costs at the step's current throughput (step seconds / tokens emitted,
   // > 0). known_cost: its cost this step in seconds when the caller knows
   // it, < 0 to use the measured cost. max_gain: the most tokens it can add
-  // per step it runs (>= 0).
-  bool Decide(double seconds_per_token, double known_cost, double max_gain);
+  // per step it runs (>= 0). min_cost: what a run costs at least when the
+  // cost is measured (the assistant's passes for max_gain tokens, measured
+  // where they run, before any run: its first run may cost far more, a
+  // prefill of the whole context); the measured cost counts as at least
+  // this, and a mechanism that could not pay it even with every token
+  // accepted never runs, not even as a probe.
+  bool Decide(double seconds_per_token, double known_cost, double max_gain,
+              double min_cost = 0);
 
   // After each step (whether it ran or not): ran = what Decide returned;
   // gain = tokens credited to it this step (accepted tokens it proposed,
@@ -75,7 +81,8 @@ class CostGate {
   int64_t runs() const { return total_runs_; }
 
  private:
-  bool Pays(double seconds_per_token, double known_cost, double max_gain) const;
+  bool Pays(double seconds_per_token, double known_cost, double max_gain,
+            double min_cost) const;
 
   CostGateOptions options_;
   double runs_ = 0, gains_ = 0, costs_ = 0;  // decayed sums

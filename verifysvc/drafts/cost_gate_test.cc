@@ -19,6 +19,40 @@ TEST(CostGateTest, HopelessKnownCostNeverRunsNorProbes) {
   }
 }
 
+// An assistant whose one pass costs more than a token is worth (6 ms
+// against 5 ms): even drafting 4 tokens all accepted, a step of it cannot
+// pay, so it never runs, not even its optimistic start or a probe, whatever
+// it was measured to cost or gain before.
+TEST(CostGateTest, MeasuredCostBelowTheFloorNeverRunsNorProbes) {
+  CostGate gate;
+  for (int step = 0; step < 2000; ++step) {
+    ASSERT_FALSE(gate.Decide(kSecondsPerToken, -1, 4, /*min_cost=*/4 * 0.006))
+        << step;
+    gate.Record(false, 0, 0);
+  }
+  // A verdict that it paid (all 4 tokens, no measured cost) changes nothing.
+  CostGate paid;
+  for (int step = 0; step < 5; ++step) {
+    ASSERT_TRUE(paid.Decide(kSecondsPerToken, -1, 4));
+    paid.Record(true, 4, 0);
+  }
+  ASSERT_TRUE(paid.Decide(kSecondsPerToken, -1, 4));
+  EXPECT_FALSE(paid.Decide(kSecondsPerToken, -1, 4, 4 * 0.006));
+}
+
+// Below the bound, the floor stands in for a lower measured cost: 3 of 4
+// tokens accepted pay 15 ms, so a 2 ms measured cost runs it, but not a 4
+// ms pass floor (16 ms); an optimistic start runs on the bound alone.
+TEST(CostGateTest, TheFloorCountsWhereTheMeasuredCostIsLower) {
+  CostGate gate;
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(gate.Decide(kSecondsPerToken, -1, 4, 4 * 0.004)) << step;
+    gate.Record(true, 3, 0.002);
+  }
+  EXPECT_TRUE(gate.Decide(kSecondsPerToken, -1, 4, 4 * 0.003));
+  EXPECT_FALSE(gate.Decide(kSecondsPerToken, -1, 4, 4 * 0.004));
+}
+
 TEST(CostGateTest, CheapKnownCostRunsUntilMeasuredGainFallsShort) {
   CostGate gate;
   // 1 ms of rows: pays while the bound (2 tokens) is trusted.

@@ -174,6 +174,8 @@ DraftCost DraftMixer::cost() const {
     const DraftCost c = source->cost();
     total.seconds_per_call += c.seconds_per_call;
     total.seconds_per_token += c.seconds_per_token;
+    total.assistant_seconds_per_token = CheaperAssistant(
+        total.assistant_seconds_per_token, c.assistant_seconds_per_token);
   }
   return total;
 }

@@ -37,7 +37,20 @@ namespace lookahead::verifysvc {
 struct DraftCost {
   double seconds_per_call = 0;
   double seconds_per_token = 0;
+  // What one token drafted by an assistant model costs at least: its
+  // model's one-token pass as the source last measured it (0: unknown, or
+  // no assistant runs). The assistant's gate never runs it where this alone
+  // outweighs what an accepted token is worth.
+  double assistant_seconds_per_token = 0;
 };
+
+// The cheaper of two assistant_seconds_per_token values, 0 (unknown) only if
+// both are: what several sources' assistants cost at least.
+inline double CheaperAssistant(double a, double b) {
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return a < b ? a : b;
+}
 
 // A source's health, for Stats and metrics.
 struct DraftSourceStats {

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -49,7 +50,13 @@ absl::Status DraftClient::OpenSession(
   lookahead::v1::OpenSessionResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, options_.session_deadline);
-  return FromGrpcStatus(stub_->OpenSession(&context, request, &response));
+  grpc::Status status = stub_->OpenSession(&context, request, &response);
+  if (status.ok()) {
+    assistant_seconds_per_token_.store(
+        std::max(0.0, response.assistant_seconds_per_token()),
+        std::memory_order_relaxed);
+  }
+  return FromGrpcStatus(status);
 }
 
 absl::StatusOr<std::vector<absl::StatusOr<engine::DraftTree>>>

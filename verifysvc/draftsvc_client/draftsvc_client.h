@@ -12,6 +12,7 @@
 
 #include <grpcpp/security/credentials.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -81,6 +82,12 @@ class DraftClient {
 
   absl::Status CloseSession(absl::string_view session_id);
 
+  // draftsvc's assistant model's one-token pass in seconds, as its last
+  // OpenSession answer measured it; 0 before one, or when it runs none.
+  double assistant_seconds_per_token() const {
+    return assistant_seconds_per_token_.load(std::memory_order_relaxed);
+  }
+
  private:
   DraftClient(std::unique_ptr<lookahead::v1::DraftService::Stub> stub,
               DraftClientOptions options)
@@ -88,6 +95,7 @@ class DraftClient {
 
   const std::unique_ptr<lookahead::v1::DraftService::Stub> stub_;
   const DraftClientOptions options_;
+  std::atomic<double> assistant_seconds_per_token_{0};
 };
 
 // Converts a wire tree into the verifier's DraftTree, with each node's

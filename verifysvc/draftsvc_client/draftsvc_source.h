@@ -70,7 +70,13 @@ class DraftsvcSource : public DraftSource {
   std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,
                                          bool* called) override;
   void Close(int64_t handle) override;
-  DraftCost cost() const override { return {}; }  // microseconds
+  // Retrieval costs microseconds (0); the assistant's passes as draftsvc
+  // measured them.
+  DraftCost cost() const override {
+    DraftCost cost;
+    cost.assistant_seconds_per_token = client_->assistant_seconds_per_token();
+    return cost;
+  }
   DraftSourceStats Stats() const override;
 
  private:

@@ -246,7 +246,17 @@ void ShardedDraftSource::Close(int64_t handle) {
   routes_.erase(it);
 }
 
-DraftCost ShardedDraftSource::cost() const { return shards_[0].source->cost(); }
+DraftCost ShardedDraftSource::cost() const {
+  // Shards run the same draftsvc build: shard 0's retrieval cost stands for
+  // all, but each measures its own assistant.
+  DraftCost cost = shards_[0].source->cost();
+  for (size_t i = 1; i < shards_.size(); ++i) {
+    cost.assistant_seconds_per_token =
+        CheaperAssistant(cost.assistant_seconds_per_token,
+                         shards_[i].source->cost().assistant_seconds_per_token);
+  }
+  return cost;
+}
 
 DraftSourceStats ShardedDraftSource::Stats() const {
   DraftSourceStats total;

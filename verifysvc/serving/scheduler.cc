@@ -161,6 +161,7 @@ Scheduler::Scheduler(const engine::LlamaModel* model,
                                             : new SchedulerObserver()),
       own_observer_(options.observer != nullptr ? nullptr : observer_),
       cost_(std::move(cost)),
+      startup_plain_seconds_(cost_.Seconds(1)),
       thread_([this] { Loop(); }) {}
 
 Scheduler::~Scheduler() { Shutdown(absl::ZeroDuration()); }
@@ -490,7 +491,8 @@ void Scheduler::Draft(StepPlan* plan) {
             : std::max(budget[i],
                        std::min(candidates[i].cap, options_.draft_ask_tokens));
     DraftAsk a{seq->draft_handle, ask, seq->request.draft.mode};
-    if (!AssistantRuns(plan->decoding[i], candidates[i].cap)) {
+    if (!AssistantRuns(plan->decoding[i], ask, candidates[i].cap,
+                       draft_cost.assistant_seconds_per_token)) {
       a.withheld = engine::SourceBit(engine::DraftSourceTag::kAssistant);
     }
     asks.push_back(a);
@@ -721,17 +723,45 @@ void Scheduler::AdvanceWindow(Sequence* seq, const torch::Tensor& logits,
   }
 }
 
-bool Scheduler::AssistantRuns(Sequence* seq, int cap) {
+bool Scheduler::AssistantRuns(Sequence* seq, int ask, int cap,
+                              double pass_seconds) {
   seq->assistant_runs = false;
   if (!seq->request.draft.MayUse(engine::DraftSourceTag::kAssistant)) {
+    return false;
+  }
+  // Its passes' cost as draftsvc measured them says an assistant runs.
+  if (pass_seconds > 0) seq->assistant_seen = true;
+  // A step that asks for no draft does not start it either: the first
+  // Step entry it may draft for opens its draftsvc session, which prefills
+  // the whole context in the background.
+  if (ask == 0) {
+    if (seq->assistant_seen) {
+      observer_->OnCostGate(GatedMechanism::kAssistant, false);
+    }
     return false;
   }
   // Only default sources, and no sign of an assistant yet: nothing to gate
   // (draftsvc may run none).
   if (!seq->assistant_seen) return seq->assistant_runs = true;
-  // Its cost is only known once measured (draftsvc reports its passes).
-  seq->assistant_runs =
-      seq->assistant_gate.Decide(SecondsPerToken(), /*known_cost=*/-1, cap);
+  // Its cost is measured from what draftsvc reports, and is at least a
+  // pass per token it drafts. draftsvc timed that pass at a short context,
+  // as this scheduler timed its plain step at start; at the context of now
+  // both grow alike. A drafted token accepted saves at most the plain step
+  // that would make it otherwise, less the row it adds to the verify pass
+  // (the cost curve's average over the sequence's cap; the throughput's
+  // price of a token can be higher, after big trees that missed). An
+  // assistant whose pass alone costs more than that (the target itself as
+  // its own drafter on the verifier's cores) is never asked, so it never
+  // prefills a context it cannot pay back.
+  const double plain = cost_.Seconds(1);
+  const double pass = startup_plain_seconds_ > 0
+                          ? pass_seconds * plain / startup_plain_seconds_
+                          : pass_seconds;
+  const double row = cap > 0 ? (cost_.Seconds(1 + cap) - plain) / cap : 0;
+  const double worth = std::max(0.0, std::min(SecondsPerToken(), plain - row));
+  seq->assistant_runs = seq->assistant_gate.Decide(
+      worth, /*known_cost=*/-1, cap,
+      /*min_cost=*/cap * pass * options_.assistant_cost_share);
   observer_->OnCostGate(GatedMechanism::kAssistant, seq->assistant_runs);
   return seq->assistant_runs;
 }

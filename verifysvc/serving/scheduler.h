@@ -207,7 +207,10 @@ class Scheduler {
   // The assistant's gate: whether it drafts for `seq` this step (the
   // draftsvc entry withholds it otherwise), and after the step its credit
   // (accepted tokens only it proposed) and cost (its reported seconds).
-  bool AssistantRuns(Sequence* seq, int cap);
+  // ask: the tokens the step asks draftsvc for; cap: the most the
+  // sequence's drafts may hold; pass_seconds:
+  // DraftCost::assistant_seconds_per_token.
+  bool AssistantRuns(Sequence* seq, int ask, int cap, double pass_seconds);
   void RecordAssistant(Sequence* seq, const engine::DraftTree& tree,
                        absl::Span<const int32_t> path, int hits);
   // What a token costs at the current throughput (for the gates).
@@ -233,6 +236,9 @@ class Scheduler {
 
   // Owned by the scheduler thread.
   StepCostModel cost_;  // Calibrated at start, then follows observed passes.
+  // cost_.Seconds(1) as calibrated at start (a short context, like the
+  // assistant's pass draftsvc times at its start).
+  double startup_plain_seconds_ = 0;
   std::vector<std::unique_ptr<Sequence>> running_;
   int64_t steps_run_ = 0;
   int64_t prefix_evictions_seen_ = 0;  // prefix cache evictions reported

@@ -1616,6 +1616,94 @@ TEST_F(SchedulerUnitTest, AssistantIsWithheldWhileItsPassesCostMoreThanItAdds) {
   }
 }
 
+// An assistant whose one pass, as its source measured it, costs more than a
+// token is worth at the verifier's throughput (the target drafting for
+// itself on the verifier's cores) is withheld from the first ask on: it
+// never starts a session it cannot pay back, though it would draft the
+// truth and report no cost. Where draftsvc has cores of its own
+// (assistant_cost_share 0), or the pass is cheap, it runs from the start.
+TEST_F(SchedulerUnitTest, AnAssistantWhosePassCostsMoreThanATokenIsNeverAsked) {
+  constexpr int kNew = 40;
+  const std::vector<int32_t> prompt = PromptWithoutEos(920, 7, kNew);
+  Continuations truth;
+  truth[prompt] = PlainDecode(prompt, kNew + kSlack);
+  const engine::DraftSourceSet assistant =
+      engine::SourceBit(engine::DraftSourceTag::kAssistant);
+  struct Case {
+    double pass_seconds;
+    double cost_share;
+    bool withheld;
+  };
+  for (const Case& c : {Case{10.0, 1.0, true}, Case{10.0, 0.0, false},
+                        Case{1e-9, 1.0, false}, Case{0.0, 1.0, false}}) {
+    SCOPED_TRACE(absl::StrCat(c.pass_seconds, " s a pass, cost share ",
+                              c.cost_share));
+    DraftScript chain = ChainDrafts(&truth, /*right_fraction=*/1.0);
+    ScriptedDraftSource source(
+        [chain, assistant](const FakeSession& s, int budget) {
+          DraftTree tree;
+          if (s.withheld.back() & assistant) return tree;
+          tree = chain(s, budget);
+          tree.sources.assign(tree.size(), engine::DraftSourceTag::kAssistant);
+          return tree;
+        });
+    DraftCost cost;
+    cost.assistant_seconds_per_token = c.pass_seconds;
+    source.SetCost(cost);
+    DraftMixer mixer({&source}, kVocab);
+    SchedulerOptions options;
+    options.assistant_cost_share = c.cost_share;
+    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    GenerationRequest request = Request(prompt, kNew, 4);
+    request.draft.sources = assistant;
+    RecordingSink sink;
+    ASSERT_NO_FATAL_FAILURE(DecodeRequestExpectingPlain(
+        scheduler.get(), std::move(request), truth[prompt], &sink));
+    scheduler.reset();
+    const std::vector<engine::DraftSourceSet> withheld =
+        source.SessionOf(prompt)->withheld;
+    ASSERT_GE(withheld.size(), 4u);
+    for (size_t k = 0; k < withheld.size(); ++k) {
+      EXPECT_EQ(withheld[k], c.withheld ? assistant : 0u) << "ask " << k;
+    }
+  }
+}
+
+// A step that asks draftsvc for no draft tokens withholds the assistant
+// too, whatever its gate would say: the first entry it may draft for opens
+// its session, which prefills the whole context. Here nothing drafts (the
+// source has nothing), so the pacer soon asks for none between probes.
+TEST_F(SchedulerUnitTest, AStepThatAsksForNoDraftWithholdsTheAssistant) {
+  constexpr int kNew = 60;
+  const std::vector<int32_t> prompt = PromptWithoutEos(930, 7, kNew);
+  Continuations truth;
+  truth[prompt] = PlainDecode(prompt, kNew + kSlack);
+  const engine::DraftSourceSet assistant =
+      engine::SourceBit(engine::DraftSourceTag::kAssistant);
+  ScriptedDraftSource source(
+      [](const FakeSession&, int) { return DraftTree(); });
+  DraftMixer mixer({&source}, kVocab);
+  auto scheduler = NewScheduler(&mixer, FlatCost(), SchedulerOptions());
+  ASSERT_NE(scheduler, nullptr);
+  GenerationRequest request = Request(prompt, kNew, 4);
+  request.draft.sources = assistant;
+  RecordingSink sink;
+  ASSERT_NO_FATAL_FAILURE(DecodeRequestExpectingPlain(
+      scheduler.get(), std::move(request), truth[prompt], &sink));
+  scheduler.reset();
+  const std::optional<FakeSession> session = source.SessionOf(prompt);
+  ASSERT_TRUE(session.has_value());
+  ASSERT_EQ(session->asks.size(), session->withheld.size());
+  int empty_asks = 0;
+  for (size_t k = 0; k < session->asks.size(); ++k) {
+    if (session->asks[k] != 0) continue;
+    ++empty_asks;
+    EXPECT_EQ(session->withheld[k], assistant) << "ask " << k;
+  }
+  EXPECT_GT(empty_asks, 0);
+}
+
 // The Jacobi window's gate: on a cost curve where its rows cost more than
 // every n-gram accepted could add it never runs (a 2-core CPU); where rows
 // are free (a GPU below its critical length) it runs every step. Output is

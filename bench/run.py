@@ -153,7 +153,8 @@ def parse_args(argv):
     group.add_argument("--split_cores", action="store_true",
                        help="after --source_modes, run the drafted modes "
                        "again with draftsvc pinned to CPU 0 and verifysvc "
-                       "to CPU 1 (--matmul_threads=1); their speedup is "
+                       "to CPU 1 (--matmul_threads=1, "
+                       "--assistant_cost_share=0); their speedup is "
                        "against plain decoding on both cores from the "
                        "first table")
     group.add_argument("--source_modes", default="",
@@ -318,6 +319,12 @@ def run_workload(connection, workload, namespace_prefix, args):
     return records
 
 
+# The verifier's flags with draftsvc on a core of its own: one matmul thread
+# on its one core, and none of the assistant's pass time charged to the
+# verify pass (the assistant drafts on draftsvc's core).
+SPLIT_VERIFYSVC_FLAGS = ["--matmul_threads=1", "--assistant_cost_share=0"]
+
+
 def run_split_cores(args, selected, prefix):
     """The drafted source modes with draftsvc on CPU 0 and verifysvc on CPU
     1 (one matmul thread), on a fresh pair; plain decoding is not rerun:
@@ -328,13 +335,13 @@ def run_split_cores(args, selected, prefix):
                                            if m != "plain"]
     section = {"modes": split_args.source_modes, "records": [], "errors": {},
                "draftsvc_cpus": "0", "verifysvc_cpus": "1",
-               "verifysvc_flags": ["--matmul_threads=1"]}
+               "verifysvc_flags": SPLIT_VERIFYSVC_FLAGS}
     print("draft sources, split cores: draftsvc on CPU 0, verifysvc on CPU 1",
           flush=True)
     with contextlib.ExitStack() as stack:
         address, _ = harness.start_services(
             stack, args.bin_dir, args.draftsvc_flag,
-            args.verifysvc_flag + ["--matmul_threads=1"],
+            args.verifysvc_flag + SPLIT_VERIFYSVC_FLAGS,
             draftsvc_cpus="0", verifysvc_cpus="1")
         connection = stack.enter_context(harness.Connection(address))
         connection.client.wait_ready(timeout=30)

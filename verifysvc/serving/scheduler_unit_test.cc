@@ -294,6 +294,23 @@ DraftScript ChainDrafts(const Continuations* truth, double right_fraction) {
   };
 }
 
+// The true continuation as the assistant's chain, its passes reported to
+// cost `seconds`; nothing when the ask withholds the assistant.
+DraftScript AssistantChain(const Continuations* truth, double seconds) {
+  DraftScript chain = ChainDrafts(truth, /*right_fraction=*/1.0);
+  return [chain, seconds](const FakeSession& s, int budget) {
+    DraftTree tree;
+    if (s.withheld.back() &
+        engine::SourceBit(engine::DraftSourceTag::kAssistant)) {
+      return tree;
+    }
+    tree = chain(s, budget);
+    tree.sources.assign(tree.size(), engine::DraftSourceTag::kAssistant);
+    tree.source_seconds = seconds;
+    return tree;
+  };
+}
+
 // Random trees: nothing (a quarter of the asks), or a few random nodes, a
 // copy of 0..budget true tokens (a third of them with one token changed),
 // and random nodes hung anywhere (siblings, branches). No two siblings carry
@@ -547,6 +564,31 @@ class SchedulerUnitTest : public ::testing::Test {
     ASSERT_TRUE(sink->Wait());
     ASSERT_TRUE(sink->status().ok()) << sink->status();
     EXPECT_EQ(sink->tokens(), Head(plain, max_new_tokens));
+  }
+
+  // Decodes `prompt` as an assistant-only request (new_tokens,
+  // decoding length 4) through a fresh scheduler over `source`, checked
+  // against `plain`; *session: what the source recorded of it.
+  static void DecodeAssistantOnly(ScriptedDraftSource* source,
+                                  const SchedulerOptions& options,
+                                  const std::vector<int32_t>& prompt,
+                                  int new_tokens,
+                                  const std::vector<int32_t>& plain,
+                                  FakeSession* session) {
+    DraftMixer mixer({source}, kVocab);
+    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    GenerationRequest request = Request(prompt, new_tokens, 4);
+    request.draft.sources =
+        engine::SourceBit(engine::DraftSourceTag::kAssistant);
+    RecordingSink sink;
+    ASSERT_NO_FATAL_FAILURE(DecodeRequestExpectingPlain(
+        scheduler.get(), std::move(request), plain, &sink));
+    scheduler.reset();
+    std::optional<FakeSession> recorded = source->SessionOf(prompt);
+    ASSERT_TRUE(recorded.has_value()) << "never opened";
+    ASSERT_EQ(recorded->asks.size(), recorded->withheld.size());
+    *session = *std::move(recorded);
   }
 
   // The source's session for `prompt` observed exactly the sink's tokens, in
@@ -1571,32 +1613,14 @@ TEST_F(SchedulerUnitTest, AssistantIsWithheldWhileItsPassesCostMoreThanItAdds) {
       engine::SourceBit(engine::DraftSourceTag::kAssistant);
   for (double seconds : {0.0, 1.0}) {
     SCOPED_TRACE(absl::StrCat(seconds, " s of assistant passes per draft"));
-    DraftScript chain = ChainDrafts(&truth, /*right_fraction=*/1.0);
-    // An assistant that drafts the truth unless withheld, each draft
-    // reported to cost `seconds`.
-    ScriptedDraftSource source(
-        [chain, seconds, assistant](const FakeSession& s, int budget) {
-          DraftTree tree;
-          if (s.withheld.back() & assistant) return tree;
-          tree = chain(s, budget);
-          tree.sources.assign(tree.size(), engine::DraftSourceTag::kAssistant);
-          tree.source_seconds = seconds;
-          return tree;
-        });
-    DraftMixer mixer({&source}, kVocab);
+    ScriptedDraftSource source(AssistantChain(&truth, seconds));
     RecordingObserver observer;
     SchedulerOptions options;
     options.observer = &observer;
-    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
-    ASSERT_NE(scheduler, nullptr);
-    GenerationRequest request = Request(prompt, kNew, 4);
-    request.draft.sources = assistant;
-    RecordingSink sink;
-    ASSERT_NO_FATAL_FAILURE(DecodeRequestExpectingPlain(
-        scheduler.get(), std::move(request), truth[prompt], &sink));
-    scheduler.reset();
-    const std::vector<engine::DraftSourceSet> withheld =
-        source.SessionOf(prompt)->withheld;
+    FakeSession session;
+    ASSERT_NO_FATAL_FAILURE(DecodeAssistantOnly(&source, options, prompt, kNew,
+                                                truth[prompt], &session));
+    const std::vector<engine::DraftSourceSet>& withheld = session.withheld;
     ASSERT_GE(withheld.size(), 4u);
     int withheld_asks = 0;
     for (engine::DraftSourceSet set : withheld) withheld_asks += set != 0;
@@ -1638,31 +1662,16 @@ TEST_F(SchedulerUnitTest, AnAssistantWhosePassCostsMoreThanATokenIsNeverAsked) {
                         Case{1e-9, 1.0, false}, Case{0.0, 1.0, false}}) {
     SCOPED_TRACE(absl::StrCat(c.pass_seconds, " s a pass, cost share ",
                               c.cost_share));
-    DraftScript chain = ChainDrafts(&truth, /*right_fraction=*/1.0);
-    ScriptedDraftSource source(
-        [chain, assistant](const FakeSession& s, int budget) {
-          DraftTree tree;
-          if (s.withheld.back() & assistant) return tree;
-          tree = chain(s, budget);
-          tree.sources.assign(tree.size(), engine::DraftSourceTag::kAssistant);
-          return tree;
-        });
+    ScriptedDraftSource source(AssistantChain(&truth, /*seconds=*/0));
     DraftCost cost;
     cost.assistant_seconds_per_token = c.pass_seconds;
     source.SetCost(cost);
-    DraftMixer mixer({&source}, kVocab);
     SchedulerOptions options;
     options.assistant_cost_share = c.cost_share;
-    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
-    ASSERT_NE(scheduler, nullptr);
-    GenerationRequest request = Request(prompt, kNew, 4);
-    request.draft.sources = assistant;
-    RecordingSink sink;
-    ASSERT_NO_FATAL_FAILURE(DecodeRequestExpectingPlain(
-        scheduler.get(), std::move(request), truth[prompt], &sink));
-    scheduler.reset();
-    const std::vector<engine::DraftSourceSet> withheld =
-        source.SessionOf(prompt)->withheld;
+    FakeSession session;
+    ASSERT_NO_FATAL_FAILURE(DecodeAssistantOnly(&source, options, prompt, kNew,
+                                                truth[prompt], &session));
+    const std::vector<engine::DraftSourceSet>& withheld = session.withheld;
     ASSERT_GE(withheld.size(), 4u);
     for (size_t k = 0; k < withheld.size(); ++k) {
       EXPECT_EQ(withheld[k], c.withheld ? assistant : 0u) << "ask " << k;
@@ -1683,23 +1692,15 @@ TEST_F(SchedulerUnitTest, AStepThatAsksForNoDraftWithholdsTheAssistant) {
       engine::SourceBit(engine::DraftSourceTag::kAssistant);
   ScriptedDraftSource source(
       [](const FakeSession&, int) { return DraftTree(); });
-  DraftMixer mixer({&source}, kVocab);
-  auto scheduler = NewScheduler(&mixer, FlatCost(), SchedulerOptions());
-  ASSERT_NE(scheduler, nullptr);
-  GenerationRequest request = Request(prompt, kNew, 4);
-  request.draft.sources = assistant;
-  RecordingSink sink;
-  ASSERT_NO_FATAL_FAILURE(DecodeRequestExpectingPlain(
-      scheduler.get(), std::move(request), truth[prompt], &sink));
-  scheduler.reset();
-  const std::optional<FakeSession> session = source.SessionOf(prompt);
-  ASSERT_TRUE(session.has_value());
-  ASSERT_EQ(session->asks.size(), session->withheld.size());
+  FakeSession session;
+  ASSERT_NO_FATAL_FAILURE(DecodeAssistantOnly(&source, SchedulerOptions(),
+                                              prompt, kNew, truth[prompt],
+                                              &session));
   int empty_asks = 0;
-  for (size_t k = 0; k < session->asks.size(); ++k) {
-    if (session->asks[k] != 0) continue;
+  for (size_t k = 0; k < session.asks.size(); ++k) {
+    if (session.asks[k] != 0) continue;
     ++empty_asks;
-    EXPECT_EQ(session->withheld[k], assistant) << "ask " << k;
+    EXPECT_EQ(session.withheld[k], assistant) << "ask " << k;
   }
   EXPECT_GT(empty_asks, 0);
 }

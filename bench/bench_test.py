@@ -14,6 +14,7 @@ import unittest
 
 import ab
 import ceiling
+import draft_head
 import harness
 import hf_peer
 import report
@@ -603,6 +604,39 @@ class RunArgsTest(unittest.TestCase):
         self.assertEqual([(w, p.id) for w, p in jobs],
                          [("rag", "r1"), ("chat", "c1"), ("adversarial", "e1"),
                           ("rag", "r2"), ("adversarial", "e2")])
+
+
+class DraftHeadTest(unittest.TestCase):
+    def test_a_step_keeps_the_longest_matching_chain_prefix(self):
+        ids = [1, 2, 3, 4, 5]
+        self.assertEqual(draft_head.chain_accepted([[3, 9], [3, 4, 7]], ids, 1), 2)
+        self.assertEqual(draft_head.chain_accepted([[9]], ids, 1), 0)
+        # A chain running past the output's end accepts only what is there.
+        self.assertEqual(draft_head.chain_accepted([[4, 5, 6]], ids, 2), 2)
+
+    def test_simulate_steps_over_accepted_drafts_and_one_more_token(self):
+        ids = [7, 1, 2, 3, 4, 5, 6]
+        seen = []
+
+        def propose(s):
+            seen.append(s)
+            return [ids[s + 1:s + 3]] if s == 1 else [[0]]
+        # Root 1 accepts 2 and 3 (+ token 4); then one token a step.
+        self.assertEqual(draft_head.simulate(ids, 1, propose), [2, 0, 0, 0])
+        self.assertEqual(seen, [1, 4, 5, 6])
+
+    def test_speedup_bound_charges_rows_and_head_evaluations(self):
+        curve = {1: 4.0, 3: 6.0}
+        # Two steps of 2 accepted: 6 tokens for 2 passes of 3 rows.
+        self.assertAlmostEqual(
+            draft_head.speedup_bound([2, 2], 2, 0, curve, 0), 6 * 4 / 12)
+        self.assertAlmostEqual(
+            draft_head.speedup_bound([2, 2], 2, 2, curve, 0.5), 6 * 4 / 14)
+
+    def test_the_bench_split_is_held_out(self):
+        self.assertEqual(draft_head.split_of("a", {"a", "b"}, {"a"}), "measured")
+        self.assertEqual(draft_head.split_of("b", {"a", "b"}, {"a"}), "warmup")
+        self.assertEqual(draft_head.split_of("c", {"a", "b"}, {"a"}), "train")
 
 
 if __name__ == "__main__":

@@ -360,9 +360,11 @@ def head_mib(dim, hidden, vocab):
     return weights * 34 / 32 / 2**20
 
 
-def report(out, target_mib):
+def report(out, target_mib, curve=None):
+    """report.md; `curve` ({rows: ms}) replaces the collect run's own."""
+    source = "given with --curve" if curve else "verifysvc's startup measurement"
     with open(os.path.join(out, "outputs.json")) as f:
-        curve = {int(k): v for k, v in json.load(f)["curve"].items()}
+        curve = curve or {int(k): v for k, v in json.load(f)["curve"].items()}
     with open(os.path.join(out, "head_results.json")) as f:
         results = json.load(f)
     trained = results["train"]
@@ -379,7 +381,7 @@ def report(out, target_mib):
         f"{trained['label_coverage']:.1%} of training labels), "
         f"{trained['epochs']} epochs unrolled {trained['unroll']} steps, "
         f"loss per epoch {trained['losses']}",
-        "- cost curve (ms by rows): " + " ".join(
+        f"- cost curve (ms by rows, {source}): " + " ".join(
             f"{k}:{v}" for k, v in sorted(curve.items())),
         f"- head evaluation estimated at {draft_ms:.3f} ms "
         f"({head_mib(576, trained['hidden'], trained['vocab']):.1f} MiB at "
@@ -416,6 +418,10 @@ def main(argv):
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--curve", default="",
+                        help="report on this cost curve instead of the "
+                             "collect run's startup one: rows:ms pairs, "
+                             "e.g. 1:3.7,2:4.5,3:5.1,4:6.0,8:13.1")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if args.step in ("all", "collect"):
@@ -431,7 +437,9 @@ def main(argv):
         with open(os.path.join(args.out, "outputs.json")) as f:
             log = "\n".join(json.load(f)["verifysvc_log"])
         found = re.search(r"(\d+) MiB", log)
-        report(args.out, int(found.group(1)) if found else 124)
+        curve = {int(k): float(v) for k, v in
+                 (pair.split(":") for pair in args.curve.split(",") if pair)}
+        report(args.out, int(found.group(1)) if found else 124, curve)
     return 0
 
 

@@ -43,6 +43,8 @@ import subprocess
 import sys
 import time
 
+import ceiling
+
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = ("chat", "code")
 BENCH_WARMUP, BENCH_LIMIT = 4, 16   # tools/bench.sh's split, held out
@@ -82,7 +84,6 @@ def simulate(ids, first, propose):
 def speedup_bound(accepted, rows, evaluations, curve, draft_ms):
     """Plain decoding's cost (one token a pass) over the drafted steps':
     each verifies 1 + rows rows and runs the head `evaluations` times."""
-    import ceiling
     tokens = sum(a + 1 for a in accepted)
     step_ms = ceiling.forward_ms(curve, 1 + rows) + evaluations * draft_ms
     return tokens * ceiling.forward_ms(curve, 1) / (len(accepted) * step_ms)
@@ -96,17 +97,23 @@ def split_of(prompt_id, bench_ids, measured_ids):
 
 # --- collect: system Python. ---------------------------------------------
 
+def _all_prompts(cache, name):
+    """Every prompt of workload `name` in workloads.load's shuffled order,
+    and the ids of its warm-up and measured splits."""
+    import workloads
+    count = len(workloads._read_jsonl(os.path.join(cache, f"{name}.jsonl")))
+    (split,) = workloads.load(cache, [name], 49152, BENCH_WARMUP,
+                              count - BENCH_WARMUP)
+    measured = {p.id for p in split.measured[:BENCH_LIMIT]}
+    bench = measured | {p.id for p in split.warmup}
+    return split.warmup + split.measured, bench, measured
+
+
 def collect(out, bin_dir):
-    import random
     import fetch_workloads
     import harness
     import hf_peer
-    import workloads
     cache = fetch_workloads.default_cache()
-    builders = {"chat": lambda: workloads.chat_prompts(
-                    os.path.join(cache, "chat.jsonl")),
-                "code": lambda: workloads.code_prompts(
-                    os.path.join(cache, "code.jsonl"))}
     records = []
     with contextlib.ExitStack() as stack:
         address, verifysvc = harness.start_services(
@@ -114,12 +121,7 @@ def collect(out, bin_dir):
         log = verifysvc.log().splitlines()
         with harness.Connection(address) as connection:
             for name in WORKLOADS:
-                split = workloads.load(cache, [name], 49152, BENCH_WARMUP,
-                                       BENCH_LIMIT)[0]
-                bench_ids = {p.id for p in split.warmup + split.measured}
-                measured_ids = {p.id for p in split.measured}
-                prompts = builders[name]()
-                random.Random(f"bench-{name}").shuffle(prompts)
+                prompts, bench_ids, measured_ids = _all_prompts(cache, name)
                 for n, prompt in enumerate(prompts):
                     ids = hf_peer.prompt_ids(connection.client, prompt.request)
                     _, output, _ = harness.measure(
@@ -131,7 +133,6 @@ def collect(out, bin_dir):
                     if n % 40 == 0:
                         print(f"draft_head: {name} {n}/{len(prompts)}",
                               flush=True)
-    import ceiling
     with open(os.path.join(out, "outputs.json"), "w") as f:
         json.dump({"curve": ceiling.cost_curve(log),
                    "verifysvc_log": log, "records": records}, f)
@@ -139,9 +140,8 @@ def collect(out, bin_dir):
 
 # --- The venv half. --------------------------------------------------------
 
-def _np_path(out, name):
+def _cache_path(name):
     """Features and the trained head: large, kept out of the results."""
-    del out
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return os.path.join(base, "lookahead", "bench", "draft_head", name)
 
@@ -156,8 +156,8 @@ def features(out, model_path):
     model = AutoModelForCausalLM.from_pretrained(
         os.path.dirname(os.path.abspath(model_path)),
         gguf_file=os.path.basename(model_path), dtype=torch.float32).eval()
-    os.makedirs(os.path.dirname(_np_path(out, "E.npy")), exist_ok=True)
-    np.save(_np_path(out, "E.npy"), model.lm_head.weight.detach().numpy())
+    os.makedirs(os.path.dirname(_cache_path("E.npy")), exist_ok=True)
+    np.save(_cache_path("E.npy"), model.lm_head.weight.detach().numpy())
     hidden, tokens, greedy, meta = [], [], [], []
     agree = total = offset = 0
     for record in records:
@@ -179,25 +179,25 @@ def features(out, model_path):
     if agree != total:
         raise RuntimeError(f"transformers' argmax matches {agree} of {total} "
                            "greedy tokens: its hidden states are not ours")
-    np.save(_np_path(out, "H.npy"), np.concatenate(hidden))
-    np.save(_np_path(out, "T.npy"), np.concatenate(tokens))
-    np.save(_np_path(out, "P.npy"), np.concatenate(greedy))
-    with open(_np_path(out, "meta.json"), "w") as f:
+    np.save(_cache_path("H.npy"), np.concatenate(hidden))
+    np.save(_cache_path("T.npy"), np.concatenate(tokens))
+    np.save(_cache_path("P.npy"), np.concatenate(greedy))
+    with open(_cache_path("meta.json"), "w") as f:
         json.dump({"records": meta, "greedy_agree": agree}, f)
     print(f"draft_head: features of {offset} positions, argmax = our greedy "
           f"output on {agree}/{total} tokens", flush=True)
 
 
 class _Data:
-    def __init__(self, out):
+    def __init__(self):
         import numpy as np
         import torch
         self.H = torch.from_numpy(
-            np.load(_np_path(out, "H.npy")).astype(np.float32))
-        self.T = torch.from_numpy(np.load(_np_path(out, "T.npy")).astype(np.int64))
-        self.P = torch.from_numpy(np.load(_np_path(out, "P.npy")).astype(np.int64))
-        self.E = torch.from_numpy(np.load(_np_path(out, "E.npy")))
-        with open(_np_path(out, "meta.json")) as f:
+            np.load(_cache_path("H.npy")).astype(np.float32))
+        self.T = torch.from_numpy(np.load(_cache_path("T.npy")).astype(np.int64))
+        self.P = torch.from_numpy(np.load(_cache_path("P.npy")).astype(np.int64))
+        self.E = torch.from_numpy(np.load(_cache_path("E.npy")))
+        with open(_cache_path("meta.json")) as f:
             self.records = json.load(f)["records"]
 
 
@@ -233,7 +233,7 @@ def train(out, vocab_size, hidden, epochs, seed=0):
     import torch.nn as nn
     torch.manual_seed(seed)
     torch.set_num_threads(2)
-    data = _Data(out)
+    data = _Data()
     train_records = [r for r in data.records if r["split"] == "train"]
     starts = torch.from_numpy(np.concatenate([
         np.arange(r["offset"] + 1, r["offset"] + r["len"] - UNROLL)
@@ -246,7 +246,7 @@ def train(out, vocab_size, hidden, epochs, seed=0):
     coverage = float((restricted[labels] >= 0).float().mean())
     head = _head_class()(data.E.shape[1], hidden, data.E, vocab)
     optimizer = torch.optim.AdamW(
-        [p for p in head.parameters() if p.requires_grad], lr=1e-3,
+        head.parameters(), lr=1e-3,
         weight_decay=0.01)
     batch = 256
     total_steps = epochs * math.ceil(len(starts) / batch)
@@ -278,7 +278,7 @@ def train(out, vocab_size, hidden, epochs, seed=0):
         losses.append(round(summed / len(starts) / UNROLL, 4))
         print(f"draft_head: epoch {epoch} loss {losses[-1]} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
-    torch.save(head.state_dict(), _np_path(out, "head.pt"))
+    torch.save(head.state_dict(), _cache_path("head.pt"))
     return {"train_positions": len(starts), "vocab": vocab_size,
             "label_coverage": coverage, "hidden": hidden, "epochs": epochs,
             "unroll": UNROLL, "losses": losses,
@@ -289,10 +289,10 @@ def train(out, vocab_size, hidden, epochs, seed=0):
 def evaluate(out, vocab_size, hidden, splits=("measured",)):
     import torch
     torch.set_num_threads(2)
-    data = _Data(out)
+    data = _Data()
     head = _head_class()(data.E.shape[1], hidden, data.E,
                          torch.zeros(vocab_size, dtype=torch.long))
-    head.load_state_dict(torch.load(_np_path(out, "head.pt")))
+    head.load_state_dict(torch.load(_cache_path("head.pt")))
     head.eval()
 
     def proposer(record, depth, width):
@@ -368,7 +368,6 @@ def report(out, target_mib, curve=None):
     with open(os.path.join(out, "head_results.json")) as f:
         results = json.load(f)
     trained = results["train"]
-    import ceiling
     draft_ms = (head_mib(576, trained["hidden"], trained["vocab"]) *
                 ceiling.forward_ms(curve, 1) / target_mib)
     lines = [

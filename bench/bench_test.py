@@ -638,6 +638,47 @@ class DraftHeadTest(unittest.TestCase):
         self.assertEqual(draft_head.split_of("b", {"a", "b"}, {"a"}), "warmup")
         self.assertEqual(draft_head.split_of("c", {"a", "b"}, {"a"}), "train")
 
+    def test_extra_chat_questions_come_from_titles_and_terms(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "library"))
+            with open(os.path.join(root, "glossary.rst.txt"), "w") as f:
+                f.write(".. glossary::\n\n   bytecode\n      What the "
+                        "interpreter runs.\n\n   ``>>>``\n      A prompt.\n")
+            with open(os.path.join(root, "library", "json.rst.txt"), "w") as f:
+                f.write(":mod:`json` --- JSON encoder and decoder\n"
+                        "========================================\n\n"
+                        "Basic Usage\n-----------\n\nPOP3 Objects\n"
+                        "------------\n\nNot a title\n--\n")
+            questions = draft_head.extra_chat_questions(root, 100)
+            self.assertCountEqual(questions, [
+                "What is bytecode in Python?",
+                "How do I use Python's json module?",
+                "What is the json module in Python used for (JSON encoder "
+                "and decoder)?",
+                "Can you show an example of JSON encoder and decoder with "
+                "Python's json module?",
+                "Explain basic Usage in Python's json module.",
+                "Explain POP3 Objects in Python's json module."])
+            self.assertEqual(draft_head.extra_chat_questions(root, 2),
+                             questions[:2])
+
+    def test_extra_code_prompts_stop_after_the_docstring(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "test"))
+            body = ('    """Returns the sum of a and b, or a alone when b '
+                    'is None."""\n    return a + (b or 0)\n')
+            with open(os.path.join(root, "m.py"), "w") as f:
+                f.write("def add(a, b=None):\n" + body +
+                        "def _private(a, b):\n" + body +
+                        "@cache\ndef decorated(a, b):\n" + body +
+                        'def only_doc(a, b):\n    """Returns nothing at all, '
+                        'only a docstring here."""\n')
+            with open(os.path.join(root, "test", "t.py"), "w") as f:
+                f.write("def skipped(a, b=None):\n" + body)
+            self.assertEqual(draft_head.extra_code_prompts(root, 10), [
+                'def add(a, b=None):\n    """Returns the sum of a and b, or '
+                'a alone when b is None."""\n'])
+
 
 if __name__ == "__main__":
     unittest.main()

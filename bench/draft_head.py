@@ -16,10 +16,17 @@ UNROLL steps on its own predicted states, with feature noise.
             cost curve. The bench's warm-up and measured prompts
             (workloads.py's split, 4 + 16) are held out: the head trains on
             the other prompts of the same workloads (156 chat, 144 code).
+  extra     optional, system Python: more training data, the plain greedy
+            outputs of questions made from the Python docs (not the FAQ,
+            the chat workload's source) and of HumanEval-like prompts made
+            from the standard library's functions (signature and
+            docstring), 8 requests at a time (~10 minutes for 2000).
   features  the venv of hf_peer.py (transformers on the same GGUF): final
             hidden states (after the output norm) of every position; fails
-            unless its argmax reproduces our greedy outputs.
-  train     the venv: trains the head on the held-out split.
+            unless its argmax reproduces our greedy outputs on the bench's
+            prompts (the extra ones: counted).
+  train     the venv: trains the head on the held-out split and the extra
+            outputs.
   evaluate  the venv: simulated decoding of the measured prompts' plain
             outputs: each step the verifier knows the last accepted
             position's hidden state and the root token; the head drafts
@@ -31,13 +38,17 @@ UNROLL steps on its own predicted states, with feature noise.
             at the target's measured ms per MiB of weights).
 
     bench/draft_head.py all --out=bench/results/draft_head   # ~20 minutes
+    bench/draft_head.py extra && bench/draft_head.py head --epochs=3 \
+        && bench/draft_head.py report                        # ~60 minutes
 """
 
 import argparse
 import contextlib
 import json
 import math
+import glob
 import os
+import random
 import re
 import subprocess
 import sys
@@ -109,6 +120,89 @@ def _all_prompts(cache, name):
     return split.warmup + split.measured, bench, measured
 
 
+_TITLE = re.compile(r"([-=~^\"*+#])\1{3,}")
+_MODULE = re.compile(r":mod:`([\w.]+)` -+ (.+)")
+_CHAT_TEMPLATES = (
+    "How do I use Python's {module} module?",
+    "What is the {module} module in Python used for ({what})?",
+    "Can you show an example of {what} with Python's {module} module?",
+)
+
+
+def _lower_first(title):
+    """"Running Subprocesses" -> "running Subprocesses"; "POP3" stays."""
+    return title if title[1:2].isupper() else title[0].lower() + title[1:]
+
+
+def extra_chat_questions(doc_root, limit):
+    """Questions about Python that are not the FAQ's (the chat workload's
+    source): glossary terms ("What is ... in Python?"), the library's
+    module titles in three forms, and section titles of the library,
+    tutorial and howto pages ("Explain ..."). Deterministic order."""
+    questions = []
+    glossary = os.path.join(doc_root, "glossary.rst.txt")
+    for line in open(glossary, encoding="utf-8").read().splitlines():
+        term = re.fullmatch(r"   ([A-Za-z][\w .-]*[\w.])", line)
+        if term:
+            questions.append(f"What is {term.group(1)} in Python?")
+    sections = []
+    for folder in ("library", "tutorial", "howto"):
+        for path in sorted(glob.glob(os.path.join(doc_root, folder,
+                                                  "*.rst.txt"))):
+            lines = open(path, encoding="utf-8").read().splitlines()
+            module = None
+            for title, underline in zip(lines, lines[1:]):
+                title = title.strip()
+                if not (_TITLE.fullmatch(underline.strip()) and
+                        len(underline.strip()) >= len(title) > 3):
+                    continue
+                found = _MODULE.fullmatch(title)
+                if found:
+                    module = found.group(1)
+                    what = found.group(2).rstrip(".")
+                    questions += [t.format(module=module,
+                                           what=_lower_first(what))
+                                  for t in _CHAT_TEMPLATES]
+                elif re.fullmatch(r"[A-Za-z][A-Za-z0-9 ,'()-]+", title):
+                    where = f" in Python's {module} module" if module else \
+                        " in Python"
+                    sections.append(f"Explain {_lower_first(title)}{where}.")
+    questions += sections
+    random.Random("draft_head-chat").shuffle(questions)
+    return list(dict.fromkeys(questions))[:limit]
+
+
+def extra_code_prompts(lib_root, limit):
+    """HumanEval-like prompts from the standard library's public top-level
+    functions: the signature and docstring, the body left to the model."""
+    import ast
+    prompts = []
+    for path in sorted(glob.glob(os.path.join(lib_root, "**", "*.py"),
+                                 recursive=True)):
+        if re.search(r"/(test|tests|idlelib|lib2to3|site-packages|"
+                     r"dist-packages)/", path):
+            continue
+        try:
+            source = open(path, encoding="utf-8").read()
+            tree = ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        lines = source.splitlines()
+        for node in tree.body:
+            if (not isinstance(node, ast.FunctionDef) or
+                    node.name.startswith("_") or node.decorator_list):
+                continue
+            doc = ast.get_docstring(node)
+            if not doc or not 40 <= len(doc) <= 800:
+                continue
+            end = node.body[0].end_lineno
+            if end >= node.body[-1].end_lineno:
+                continue   # a docstring alone: nothing to write
+            prompts.append("\n".join(lines[node.lineno - 1:end]) + "\n")
+    random.Random("draft_head-code").shuffle(prompts)
+    return prompts[:limit]
+
+
 def collect(out, bin_dir):
     import fetch_workloads
     import harness
@@ -138,6 +232,61 @@ def collect(out, bin_dir):
                    "verifysvc_log": log, "records": records}, f)
 
 
+def collect_extra(out, bin_dir, chat, code, concurrency):
+    """Plain greedy outputs of `chat` questions and `code` prompts made from
+    the Python docs and standard library (extra_chat_questions,
+    extra_code_prompts), `concurrency` requests at a time: batched decoding
+    gives each the tokens it gets alone (row invariance)."""
+    import concurrent.futures
+    import shutil
+    import tempfile
+    import fetch_workloads
+    import harness
+    import hf_peer
+    import workloads
+    cache = fetch_workloads.default_cache()
+    version = "%d.%d" % sys.version_info[:2]
+    deb = fetch_workloads.apt_deb(f"python{version}-doc",
+                                  os.path.join(cache, "debs"))
+    docs = tempfile.mkdtemp(dir=cache)
+    try:
+        fetch_workloads.extract_deb(
+            deb, [f"./usr/share/doc/python{version}/html/_sources/*"], docs)
+        questions = extra_chat_questions(os.path.join(
+            docs, f"usr/share/doc/python{version}/html/_sources"), chat)
+    finally:
+        shutil.rmtree(docs)
+    prompts = [workloads.Prompt(f"extra-chat-{n}", {"chat": [
+        {"role": "user", "content": q}]}) for n, q in enumerate(questions)]
+    prompts += [workloads.Prompt(f"extra-code-{n}", {"prompt": p}) for n, p in
+                enumerate(extra_code_prompts(os.path.dirname(os.__file__),
+                                             code))]
+    records = []
+    with contextlib.ExitStack() as stack:
+        address, _ = harness.start_services(
+            stack, bin_dir, verifysvc_flags=["--prefix_cache_mib=0"])
+        with harness.Connection(address) as connection:
+            def run(prompt):
+                ids = hf_peer.prompt_ids(connection.client, prompt.request)
+                _, output, _ = harness.measure(
+                    connection, prompt, "off", "", MAX_NEW_TOKENS, 600)
+                return {"workload": prompt.id.split("-")[1], "id": prompt.id,
+                        "split": "extra", "prompt_ids": ids,
+                        "output_ids": output}
+            start = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+                for n, record in enumerate(pool.map(run, prompts)):
+                    records.append(record)
+                    if n % 200 == 0:
+                        print(f"draft_head: extra {n}/{len(prompts)} "
+                              f"({time.perf_counter() - start:.0f} s)",
+                              flush=True)
+    os.makedirs(os.path.dirname(_cache_path("extra_outputs.json")),
+                exist_ok=True)
+    with open(_cache_path("extra_outputs.json"), "w") as f:
+        json.dump({"records": records}, f)
+
+
 # --- The venv half. --------------------------------------------------------
 
 def _cache_path(name):
@@ -147,20 +296,43 @@ def _cache_path(name):
 
 
 def features(out, model_path):
-    import numpy as np
+    """Features of the bench's records (outputs.json; H.npy, T.npy, P.npy,
+    meta.json) and, if collect_extra ran, of the extra ones (the same names
+    with an "extra-" prefix); each set only if missing."""
     import torch
     from transformers import AutoModelForCausalLM
     torch.set_num_threads(2)
-    with open(os.path.join(out, "outputs.json")) as f:
-        records = json.load(f)["records"]
-    model = AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(os.path.abspath(model_path)),
-        gguf_file=os.path.basename(model_path), dtype=torch.float32).eval()
+    sets = [("", os.path.join(out, "outputs.json"), True),
+            ("extra-", _cache_path("extra_outputs.json"), False)]
+    model = None
+    for prefix, path, exact in sets:
+        if not os.path.exists(path) or os.path.exists(
+                _cache_path(prefix + "meta.json")):
+            continue
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(
+                os.path.dirname(os.path.abspath(model_path)),
+                gguf_file=os.path.basename(model_path),
+                dtype=torch.float32).eval()
+        with open(path) as f:
+            records = json.load(f)["records"]
+        _features_of(model, records, prefix, exact)
+
+
+def _features_of(model, records, prefix, exact):
+    """Final hidden states, tokens and transformers' greedy choices of every
+    position of `records`. With `exact`, fails unless the greedy choices
+    are our outputs on every output token; else counts the ones that are
+    (a near-tie may go either way across two float32 implementations)."""
+    import numpy as np
+    import torch
     os.makedirs(os.path.dirname(_cache_path("E.npy")), exist_ok=True)
-    np.save(_cache_path("E.npy"), model.lm_head.weight.detach().numpy())
+    if not os.path.exists(_cache_path("E.npy")):
+        np.save(_cache_path("E.npy"), model.lm_head.weight.detach().numpy())
     hidden, tokens, greedy, meta = [], [], [], []
     agree = total = offset = 0
-    for record in records:
+    start = time.perf_counter()
+    for n, record in enumerate(records):
         ids = record["prompt_ids"] + record["output_ids"]
         with torch.inference_mode():
             result = model(torch.tensor([ids]), output_hidden_states=True)
@@ -176,29 +348,45 @@ def features(out, model_path):
         meta.append({k: record[k] for k in ("workload", "id", "split")} |
                     {"offset": offset, "len": len(ids), "prompt": p})
         offset += len(ids)
-    if agree != total:
+        if n % 200 == 0:
+            print(f"draft_head: {prefix}features {n}/{len(records)} "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+    if exact and agree != total:
         raise RuntimeError(f"transformers' argmax matches {agree} of {total} "
                            "greedy tokens: its hidden states are not ours")
-    np.save(_cache_path("H.npy"), np.concatenate(hidden))
-    np.save(_cache_path("T.npy"), np.concatenate(tokens))
-    np.save(_cache_path("P.npy"), np.concatenate(greedy))
-    with open(_cache_path("meta.json"), "w") as f:
-        json.dump({"records": meta, "greedy_agree": agree}, f)
-    print(f"draft_head: features of {offset} positions, argmax = our greedy "
-          f"output on {agree}/{total} tokens", flush=True)
+    np.save(_cache_path(prefix + "H.npy"), np.concatenate(hidden))
+    np.save(_cache_path(prefix + "T.npy"), np.concatenate(tokens))
+    np.save(_cache_path(prefix + "P.npy"), np.concatenate(greedy))
+    with open(_cache_path(prefix + "meta.json"), "w") as f:
+        json.dump({"records": meta, "greedy_agree": agree,
+                   "greedy_total": total}, f)
+    print(f"draft_head: {prefix}features of {offset} positions, argmax = our "
+          f"greedy output on {agree}/{total} tokens", flush=True)
 
 
 class _Data:
+    """The features in one set of arrays: the bench's records first, then
+    the extra ones (offsets shifted) if their features exist."""
+
     def __init__(self):
         import numpy as np
         import torch
-        self.H = torch.from_numpy(
-            np.load(_cache_path("H.npy")).astype(np.float32))
-        self.T = torch.from_numpy(np.load(_cache_path("T.npy")).astype(np.int64))
-        self.P = torch.from_numpy(np.load(_cache_path("P.npy")).astype(np.int64))
+        H, T, P, self.records = [], [], [], []
+        offset = 0
+        for prefix in ("", "extra-"):
+            if not os.path.exists(_cache_path(prefix + "meta.json")):
+                continue
+            H.append(np.load(_cache_path(prefix + "H.npy")))
+            T.append(np.load(_cache_path(prefix + "T.npy")))
+            P.append(np.load(_cache_path(prefix + "P.npy")))
+            with open(_cache_path(prefix + "meta.json")) as f:
+                for r in json.load(f)["records"]:
+                    self.records.append(r | {"offset": r["offset"] + offset})
+            offset += len(T[-1])
+        self.H = torch.from_numpy(np.concatenate(H).astype(np.float32))
+        self.T = torch.from_numpy(np.concatenate(T).astype(np.int64))
+        self.P = torch.from_numpy(np.concatenate(P).astype(np.int64))
         self.E = torch.from_numpy(np.load(_cache_path("E.npy")))
-        with open(_cache_path("meta.json")) as f:
-            self.records = json.load(f)["records"]
 
 
 def _head_class():
@@ -234,7 +422,8 @@ def train(out, vocab_size, hidden, epochs, seed=0):
     torch.manual_seed(seed)
     torch.set_num_threads(2)
     data = _Data()
-    train_records = [r for r in data.records if r["split"] == "train"]
+    train_records = [r for r in data.records
+                     if r["split"] in ("train", "extra")]
     starts = torch.from_numpy(np.concatenate([
         np.arange(r["offset"] + 1, r["offset"] + r["len"] - UNROLL)
         for r in train_records]))
@@ -275,6 +464,10 @@ def train(out, vocab_size, hidden, epochs, seed=0):
             loss.backward()
             optimizer.step()
             summed += float(loss) * len(t)
+            if step % 500 == 0:
+                print(f"draft_head: step {step}/{total_steps} loss "
+                      f"{float(loss) / UNROLL:.3f} "
+                      f"({time.perf_counter() - start:.0f} s)", flush=True)
         losses.append(round(summed / len(starts) / UNROLL, 4))
         print(f"draft_head: epoch {epoch} loss {losses[-1]} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
@@ -407,7 +600,8 @@ def report(out, target_mib, curve=None):
 def main(argv):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("all", "collect", "head", "report"))
+    parser.add_argument("step", choices=("all", "collect", "extra", "head",
+                                         "report"))
     parser.add_argument("--out", default=os.path.join(
         BENCH_DIR, "results", "draft_head"))
     parser.add_argument("--bin_dir", default=os.path.join(
@@ -417,6 +611,12 @@ def main(argv):
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--extra_chat", type=int, default=1000,
+                        help="extra: questions from the Python docs")
+    parser.add_argument("--extra_code", type=int, default=1000,
+                        help="extra: prompts from the standard library")
+    parser.add_argument("--concurrency", type=int, default=8,
+                        help="extra: requests at a time")
     parser.add_argument("--curve", default="",
                         help="report on this cost curve instead of the "
                              "collect run's startup one: rows:ms pairs, "
@@ -425,6 +625,9 @@ def main(argv):
     os.makedirs(args.out, exist_ok=True)
     if args.step in ("all", "collect"):
         collect(args.out, args.bin_dir)
+    if args.step == "extra":
+        collect_extra(args.out, args.bin_dir, args.extra_chat, args.extra_code,
+                      args.concurrency)
     if args.step in ("all", "head"):
         import hf_peer
         python = hf_peer.ensure_venv(hf_peer.default_venv())

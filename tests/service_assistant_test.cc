@@ -33,9 +33,13 @@ class ServiceAssistantTest : public SharedPairTest<ServiceAssistantTest> {
     options.name = "assistant";
     // Deadlines no pass on a loaded 2-core machine misses, so that drafts
     // do not depend on timing: the assistant's (the default 2 ms would
-    // leave some Steps with only pre-drafts) and the verifier's wait for
-    // the Step (default 20 ms, less than a few passes of this assistant).
-    options.draftsvc_flags = {"--self_draft", "--assistant_deadline_ms=200"};
+    // leave some Steps with only pre-drafts; the flag's maximum, 1000 ms,
+    // because without AVX-512 VNNI one int8 pass on one thread costs ~2x
+    // the verifier's, 13-30 ms, and a chain of 8 after catching up with the
+    // prompt took more than 200 ms on an AMD EPYC) and the verifier's wait
+    // for the Step (default 20 ms, less than a few passes of this
+    // assistant).
+    options.draftsvc_flags = {"--self_draft", "--assistant_deadline_ms=1000"};
     // The assistant drafts every step it is asked to, so its path is
     // checked whatever its cost gate would decide on this machine.
     options.verifysvc_flags = {"--draft_deadline_ms=10000",

@@ -145,10 +145,12 @@ std::string NativeForward::Describe() const {
                       isa_ == kernels::QuantIsa::kAvx512 ? "AVX-512"
                       : isa_ == kernels::QuantIsa::kAvx2 ? "AVX2"
                                                          : "scalar",
-                      !output_.int8() ? ""
-                      : kernels::BestInt8Isa() == kernels::Int8Isa::kAvx512Vnni
-                          ? ", int8 activations (AVX-512 VNNI)"
-                          : ", int8 activations (scalar)",
+                      !output_.int8()
+                          ? ""
+                          : absl::StrCat(", int8 activations (",
+                                         kernels::Int8IsaName(
+                                             kernels::BestInt8Isa()),
+                                         ")"),
                       ", ", HugePageMiB(), " MiB in 2 MiB pages");
 }
 

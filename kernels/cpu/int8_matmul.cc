@@ -56,9 +56,25 @@ Int8Isa BestInt8Isa() {
         __builtin_cpu_supports("avx512vnni")) {
       return Int8Isa::kAvx512Vnni;
     }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
+      return Int8Isa::kAvx2;
+    }
     return Int8Isa::kScalar;
   }();
   return best;
+}
+
+const char* Int8IsaName(Int8Isa isa) {
+  switch (isa) {
+    case Int8Isa::kScalar:
+      return "scalar";
+    case Int8Isa::kAvx2:
+      return "AVX2";
+    case Int8Isa::kAvx512Vnni:
+      return "AVX-512 VNNI";
+  }
+  return "?";
 }
 
 bool Int8Computes(QuantType type) { return Int8PackedBlockBytes(type) != 0; }
@@ -70,6 +86,8 @@ void QuantizeInt8Rows(Int8Isa isa, const float* x, int64_t m, int64_t k,
   if (isa == Int8Isa::kAvx512Vnni) {
     internal::QuantizeInt8RowsAvx512Vnni(x, m, k, out);
   } else {
+    // AVX2 too: a pass quantizes m x k values against the matmul's m x k x
+    // n multiply-adds.
     internal::QuantizeInt8RowsScalar(x, m, k, out);
   }
 }
@@ -185,6 +203,9 @@ void Int8Matmul(Int8Isa isa, QuantType type, const uint8_t* xq, int64_t m,
     case Int8Isa::kScalar:
       internal::Int8MatmulScalar(type, xq, m, k, packed, n_begin, n_end, y,
                                  ldy);
+      return;
+    case Int8Isa::kAvx2:
+      internal::Int8MatmulAvx2(type, xq, m, k, packed, n_begin, n_end, y, ldy);
       return;
     case Int8Isa::kAvx512Vnni:
       internal::Int8MatmulAvx512Vnni(type, xq, m, k, packed, n_begin, n_end,

@@ -1,7 +1,7 @@
 // y = x · Wᵀ with int8 activations: each row of x is quantized per 32
 // values to int8 (scale d = max|x| / 127, round to nearest even), and each
 // block's dot product with a Q4_0, Q4_1 or Q8_0 weight block is one exact
-// integer sum (AVX-512 VNNI), scaled in float. This is llama.cpp's compute
+// integer sum (AVX-512 VNNI, or AVX2), scaled in float. This is llama.cpp's compute
 // form for these weights: cheaper per row than quant_matmul's float32
 // multiply-adds, and lossy against them (a different model output, close
 // but not bit-identical to the float32 path or HF transformers).
@@ -32,13 +32,19 @@
 
 namespace lookahead::kernels {
 
+// Ordered: a CPU that runs one runs those before it.
 enum class Int8Isa : uint8_t {
   kScalar,      // Portable reference over the packed layout.
+  kAvx2,        // AVX2 + FMA + F16C (vpmaddubsw, vpmaddwd).
   kAvx512Vnni,  // AVX-512F + BW + VNNI.
 };
 
-// The fastest Int8Isa this CPU runs (checked once).
+// The fastest Int8Isa this CPU runs (checked once): the CPU runs `isa` iff
+// BestInt8Isa() >= isa.
 Int8Isa BestInt8Isa();
+
+// "scalar", "AVX2", "AVX-512 VNNI".
+const char* Int8IsaName(Int8Isa isa);
 
 // Returns true iff int8 activations compute weights of `type` (Q4_0, Q4_1,
 // Q8_0).

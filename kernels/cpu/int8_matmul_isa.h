@@ -57,6 +57,9 @@ void QuantizeInt8RowsAvx512Vnni(const float* x, int64_t m, int64_t k,
 void Int8MatmulScalar(QuantType type, const uint8_t* xq, int64_t m, int64_t k,
                       const uint8_t* packed, int64_t n_begin, int64_t n_end,
                       float* y, int64_t ldy);
+void Int8MatmulAvx2(QuantType type, const uint8_t* xq, int64_t m, int64_t k,
+                    const uint8_t* packed, int64_t n_begin, int64_t n_end,
+                    float* y, int64_t ldy);
 void Int8MatmulAvx512Vnni(QuantType type, const uint8_t* xq, int64_t m,
                           int64_t k, const uint8_t* packed, int64_t n_begin,
                           int64_t n_end, float* y, int64_t ldy);

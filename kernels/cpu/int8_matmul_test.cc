@@ -34,14 +34,16 @@ std::string Name(QuantType type) {
 }
 
 std::vector<Int8Isa> Isas() {
-  std::vector<Int8Isa> isas = {Int8Isa::kScalar};
-  if (BestInt8Isa() == Int8Isa::kAvx512Vnni) {
-    isas.push_back(Int8Isa::kAvx512Vnni);
-  } else {
-    static bool said = false;
-    if (!said) std::cout << "[ SKIPPED  ] AVX-512 VNNI: not on this CPU\n";
-    said = true;
+  std::vector<Int8Isa> isas;
+  static bool said = false;
+  for (Int8Isa isa : {Int8Isa::kScalar, Int8Isa::kAvx2, Int8Isa::kAvx512Vnni}) {
+    if (BestInt8Isa() >= isa) {
+      isas.push_back(isa);
+    } else if (!said) {
+      std::cout << "[ SKIPPED  ] " << Int8IsaName(isa) << ": not on this CPU\n";
+    }
   }
+  said = true;
   return isas;
 }
 

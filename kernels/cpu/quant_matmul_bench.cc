@@ -1,6 +1,7 @@
 // Single-thread QuantMatmul on SmolLM2-135M's matmul shapes, Q4_1, Q8_0 and
 // F32 weights, against PackedMatmul on F32, and Int8Matmul (int8
-// activations, their quantization included) on Q4_1 and Q8_0. Prints ms per call (the median
+// activations, their quantization included; on the same instruction set or
+// the best one below it) on Q4_1 and Q8_0. Prints ms per call (the median
 // call's thread CPU time) and the weight bytes streamed per second;
 // asserts nothing.
 //
@@ -114,7 +115,8 @@ Result BenchQuant(QuantIsa isa, QuantType type, const Shape& s, int64_t m,
 }
 
 // Int8Matmul over the weight packed for it, quantizing x in every call.
-Result BenchInt8(QuantType type, const Shape& s, int64_t m, std::mt19937& rng) {
+Result BenchInt8(Int8Isa isa, QuantType type, const Shape& s, int64_t m,
+                 std::mt19937& rng) {
   const int64_t bytes = Int8PackedBytes(type, s.k, s.n);
   const int64_t copies = std::clamp<int64_t>(kWorkingSet / bytes, 1, 512);
   const std::vector<uint8_t> one = RandomWeight(type, s.n, s.k, rng);
@@ -128,9 +130,9 @@ Result BenchInt8(QuantType type, const Shape& s, int64_t m, std::mt19937& rng) {
   for (float& f : x) f = normal(rng);
   std::vector<uint8_t> xq(m * Int8RowBytes(s.k));
   return Time(copies, bytes, [&](int64_t c) {
-    QuantizeInt8Rows(BestInt8Isa(), x.data(), m, s.k, xq.data());
-    Int8Matmul(BestInt8Isa(), type, xq.data(), m, s.k, &w[c * bytes], 0, s.n,
-               y.data(), s.n);
+    QuantizeInt8Rows(isa, x.data(), m, s.k, xq.data());
+    Int8Matmul(isa, type, xq.data(), m, s.k, &w[c * bytes], 0, s.n, y.data(),
+               s.n);
   });
 }
 
@@ -184,13 +186,19 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  // Int8Matmul on the same instruction set, or the best one below it.
+  const Int8Isa int8_isa = std::min(
+      BestInt8Isa(), isa == QuantIsa::kScalar ? Int8Isa::kScalar
+                     : isa == QuantIsa::kAvx2 ? Int8Isa::kAvx2
+                                              : Int8Isa::kAvx512Vnni);
   const bool packed = BestPackedIsa() != PackedIsa::kNone;
   std::printf(
-      "QuantMatmul %s vs PackedMatmul %s, 1 thread; ms per call "
-      "(weight GB/s)\n\n",
+      "QuantMatmul %s vs PackedMatmul %s and Int8Matmul %s, 1 thread; ms per "
+      "call (weight GB/s)\n\n",
       IsaName(isa),
       packed ? (BestPackedIsa() == PackedIsa::kAvx512 ? "avx512" : "avx2")
-             : "n/a");
+             : "n/a",
+      Int8IsaName(int8_isa));
   std::printf("%-20s %3s | %-16s | %-16s | %-16s | %-16s | %-16s | %-16s\n",
               "shape", "m", "Q4_1", "Q8_0", "F32", "F32 packed", "Q4_1 int8",
               "Q8_0 int8");
@@ -211,7 +219,7 @@ int Main(int argc, char** argv) {
         std::printf(" | %16s ", "n/a");
       }
       for (QuantType type : {QuantType::kQ4_1, QuantType::kQ8_0}) {
-        const Result r = BenchInt8(type, s, m, rng);
+        const Result r = BenchInt8(int8_isa, type, s, m, rng);
         std::printf(" | %7.3f (%5.1f) ", r.ms, r.gbs);
       }
       std::printf("\n");

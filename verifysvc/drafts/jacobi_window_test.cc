@@ -284,8 +284,11 @@ TEST_F(JacobiWindowTest, RowsFollowTheDocumentedMask) {
 // it, and so does the committed K/V. On the native pass bit for bit: each
 // row's attention runs over the keys its mask allows and the matmuls do not
 // depend on the other rows. On the LibTorch pass allclose with the same
-// argmax: its softmax runs over the wider masked span, so the summation
-// order may differ. Either way acceptance sees the same choices.
+// argmax: its softmax runs over the wider masked span and BLAS blocks a
+// matmul by its row count (how, depends on the CPU's OpenBLAS kernel), so
+// the summation order may differ: float32 rounding, ~1e-5 on logits of
+// magnitude ~20 on an AMD EPYC, where a window leaking into the kept rows
+// would move them by tenths. Either way acceptance sees the same choices.
 TEST_F(JacobiWindowTest, KeptRowsUnchangedByWindow) {
   for (engine::LlamaModel* model : {model_, reference_}) {
     SCOPED_TRACE(model->native() ? "native" : "libtorch");
@@ -308,13 +311,15 @@ TEST_F(JacobiWindowTest, KeptRowsUnchangedByWindow) {
     if (model->native()) {
       EXPECT_TRUE(torch::equal(kept, *want)) << "max |diff| " << diff;
     }
-    EXPECT_LT(diff, 1e-5);
+    EXPECT_LT(diff, 1e-4);
     EXPECT_TRUE(torch::equal(kept.argmax(1), want->argmax(1)));
     std::cout << (model->native() ? "native" : "libtorch")
               << ": kept rows max |diff| with the window " << diff << "\n";
     ASSERT_TRUE(alone->CommitPath({0, 1, 3, 4}).ok());
     ASSERT_TRUE(with->CommitPath({0, 1, 3, 4}).ok());
-    EXPECT_LT(engine::MaxCommittedCacheDiff(*alone, *with), 1e-6);
+    const double cache_diff = engine::MaxCommittedCacheDiff(*alone, *with);
+    if (model->native()) EXPECT_EQ(cache_diff, 0);
+    EXPECT_LT(cache_diff, 1e-5);
   }
 }
 

@@ -56,8 +56,10 @@ Int8Isa BestInt8Isa() {
         __builtin_cpu_supports("avx512vnni")) {
       return Int8Isa::kAvx512Vnni;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+    // The AVX2 kernel needs FMA and F16C too: exactly what a non-scalar
+    // BestQuantIsa() checked (clang's __builtin_cpu_supports lacks "f16c").
+    if (__builtin_cpu_supports("avx2") &&
+        BestQuantIsa() != QuantIsa::kScalar) {
       return Int8Isa::kAvx2;
     }
     return Int8Isa::kScalar;

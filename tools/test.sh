@@ -22,16 +22,20 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 bazel test --test_output=errors //... 2>&1 | tee "$log" || status=$?
+echo "test.sh: setup and bazel test //... took $SECONDS s"
 passed=$(grep -cE '^//.* PASSED' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|INCOMPLETE)' "$log" || true)
 # Each extra step counts as one test.
+# Each step's wall time goes to the log, so a slow CI run says which step.
 run_step() {
+  local start=$SECONDS
   if "$@"; then
     passed=$((passed + 1))
   else
     status=1
     failed=$((failed + 1))
   fi
+  echo "test.sh: $* took $((SECONDS - start)) s (total $SECONDS s)"
 }
 if ((status == 0)); then
   run_step /usr/bin/python3 tools/layering_test.py --bazel

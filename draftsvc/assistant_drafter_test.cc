@@ -132,7 +132,9 @@ TEST_P(DrafterTest, IncrementalDraftsEqualFromScratchContinuation) {
   }
   const AssistantDrafterStats stats = drafter->stats();
   EXPECT_EQ(stats.predraft_hits + stats.predraft_misses, 24);
-  if (GetParam().predraft_threads > 0) EXPECT_GT(stats.predraft_hits, 0);
+  if (GetParam().predraft_threads > 0) {
+    EXPECT_GT(stats.predraft_hits, 0);
+  }
   EXPECT_EQ(stats.sessions, 1);
   EXPECT_GT(stats.cached_tokens, 0);
   ASSERT_TRUE(drafter->Close("s").ok());

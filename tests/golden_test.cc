@@ -14,7 +14,7 @@
 // Needs the real model (tools/setup.sh fetches it).
 
 #include <google/protobuf/util/json_util.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <cmath>

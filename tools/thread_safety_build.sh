@@ -3,7 +3,8 @@
 # annotations with clang's -Wthread-safety as an error, so the annotations
 # mean something (GCC ignores them). Its own Bazel output base, so the GCC
 # build's cache stays warm; the targets are those whose sources hold
-# annotations, plus their tests.
+# annotations, plus their tests. The analysis is clang's front end: objects
+# are compiled without optimization or debug info and nothing is linked.
 #
 #   tools/thread_safety_build.sh
 set -euo pipefail
@@ -47,5 +48,6 @@ bazel --output_base="$OUTPUT_BASE" build \
   --symlink_prefix=/ \
   --copt=-Wthread-safety --copt=-Werror=thread-safety \
   --copt=-Wno-unknown-warning-option \
+  --copt=-O0 --copt=-g0 --output_groups=compilation_outputs \
   --keep_going "${TARGETS[@]}"
 echo "thread_safety_build: no thread-safety warnings"

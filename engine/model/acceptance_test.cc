@@ -2,7 +2,7 @@
 // pure function of the token prefix, decoded plainly one token at a time.
 #include "engine/model/acceptance.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <random>
 #include <set>

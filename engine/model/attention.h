@@ -9,7 +9,7 @@
 #ifndef LOOKAHEAD_ENGINE_MODEL_ATTENTION_H_
 #define LOOKAHEAD_ENGINE_MODEL_ATTENTION_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <memory>
 #include <string>

@@ -3,7 +3,7 @@
 // change the kept rows' logits or what is committed; bad rows are named.
 #include "engine/model/batch.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <memory>
 #include <vector>

@@ -6,7 +6,7 @@
 #ifndef LOOKAHEAD_ENGINE_MODEL_CUDA_OPS_H_
 #define LOOKAHEAD_ENGINE_MODEL_CUDA_OPS_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <vector>

@@ -12,7 +12,7 @@
 #ifndef LOOKAHEAD_ENGINE_MODEL_KV_CACHE_H_
 #define LOOKAHEAD_ENGINE_MODEL_KV_CACHE_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

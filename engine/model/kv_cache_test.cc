@@ -1,6 +1,6 @@
 #include "engine/model/kv_cache.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <random>
 #include <vector>

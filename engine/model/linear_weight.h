@@ -7,7 +7,7 @@
 #ifndef LOOKAHEAD_ENGINE_MODEL_LINEAR_WEIGHT_H_
 #define LOOKAHEAD_ENGINE_MODEL_LINEAR_WEIGHT_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 

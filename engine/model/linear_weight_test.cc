@@ -1,6 +1,7 @@
 #include "engine/model/linear_weight.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "engine/model/threading.h"
 #include "gtest/gtest.h"

@@ -9,7 +9,7 @@
 #ifndef LOOKAHEAD_ENGINE_MODEL_LLAMA_MODEL_H_
 #define LOOKAHEAD_ENGINE_MODEL_LLAMA_MODEL_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

@@ -1,7 +1,7 @@
 // LlamaModel on the real embedded model (SmolLM2-135M-Instruct Q4_1): the
 // config read from metadata, tree-mask metamorphic properties and KV commit.
 // Needs the model (tools/setup.sh).
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <memory>
 #include <random>

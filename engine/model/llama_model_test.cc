@@ -3,7 +3,7 @@
 // and bad input.
 #include "engine/model/llama_model.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <memory>
 #include <random>

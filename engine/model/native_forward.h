@@ -20,7 +20,7 @@
 #ifndef LOOKAHEAD_ENGINE_MODEL_NATIVE_FORWARD_H_
 #define LOOKAHEAD_ENGINE_MODEL_NATIVE_FORWARD_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

@@ -4,7 +4,7 @@
 
 #include "engine/model/prefix_cache.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>
@@ -292,7 +292,9 @@ TEST(PrefixCacheTest, RandomizedAgainstOracle) {
       const PrefixCacheStats stats = cache->Stats();
       EXPECT_LE(stats.peak_bytes, cap_blocks * cache->block_bytes());
       EXPECT_GT(stats.hit_tokens, 0);
-      if (cap_blocks == 6) EXPECT_GT(stats.evicted_blocks, 0);
+      if (cap_blocks == 6) {
+        EXPECT_GT(stats.evicted_blocks, 0);
+      }
     }
   }
 }

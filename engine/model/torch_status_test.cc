@@ -1,6 +1,6 @@
 #include "engine/model/torch_status.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <new>
 #include <stdexcept>

@@ -64,7 +64,9 @@ TEST(WeightArenaTest, HugePageBytesNeverExceedTheMapping) {
   std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string modes;
   std::getline(mode, modes);
-  if (modes.find("[never]") != std::string::npos) EXPECT_EQ(huge, 0);
+  if (modes.find("[never]") != std::string::npos) {
+    EXPECT_EQ(huge, 0);
+  }
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 #ifndef LOOKAHEAD_ENGINE_TESTING_ENGINE_TEST_UTIL_H_
 #define LOOKAHEAD_ENGINE_TESTING_ENGINE_TEST_UTIL_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

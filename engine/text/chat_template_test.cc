@@ -264,7 +264,9 @@ TEST(ChatSegmentsTest, ConcatenationIsRenderInEveryFormat) {
         for (size_t i = 0; i < segments->size(); ++i) {
           const ChatSegment& s = (*segments)[i];
           EXPECT_FALSE(s.text.empty());
-          if (i > 0) EXPECT_NE(s.kind, (*segments)[i - 1].kind);
+          if (i > 0) {
+            EXPECT_NE(s.kind, (*segments)[i - 1].kind);
+          }
           joined += s.text;
         }
         EXPECT_EQ(joined, *text);

@@ -1027,7 +1027,9 @@ TEST_F(SmolLm2Test, StreamingDetokenizationOfRandomIds) {
     ASSERT_TRUE(IsValidUtf8(tail));
     streamed += tail;
     EXPECT_EQ(streamed, SanitizeUtf8(*batch));
-    if (IsValidUtf8(*batch)) EXPECT_EQ(streamed, *batch);
+    if (IsValidUtf8(*batch)) {
+      EXPECT_EQ(streamed, *batch);
+    }
   }
 }
 

@@ -5,7 +5,7 @@
 #include "kernels/cuda/reference.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <random>

@@ -18,7 +18,7 @@
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_JACOBI_WINDOW_H_
 #define LOOKAHEAD_VERIFYSVC_DRAFTS_JACOBI_WINDOW_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

@@ -4,7 +4,7 @@
 // a chat prompt with the window in every verify pass and drafts from its
 // n-grams gives exactly plain decoding's tokens. Needs the model
 // (tools/setup.sh).
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <memory>
 #include <vector>

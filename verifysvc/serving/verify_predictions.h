@@ -7,7 +7,7 @@
 #ifndef LOOKAHEAD_VERIFYSVC_SERVING_VERIFY_PREDICTIONS_H_
 #define LOOKAHEAD_VERIFYSVC_SERVING_VERIFY_PREDICTIONS_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/status/statusor.h"
 #include "engine/model/draft_tree.h"

@@ -3,7 +3,8 @@
 
 #include "verifysvc/serving/verify_predictions.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <limits>
 #include <vector>

@@ -1,5 +1,6 @@
 #include "engine/model/torch_status.h"
 
+#include <ATen/Parallel.h>
 #include <torch/types.h>
 
 #include <new>

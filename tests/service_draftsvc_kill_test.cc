@@ -31,6 +31,10 @@ constexpr int kStreams = 8;
 constexpr int kNewTokens = 48;
 // The verifier reconnects with backoff; it gets this long after the restart.
 constexpr int kResumeWithinMs = 10000;
+// The repeat's EDL that says drafts are back: 1.0 while draftsvc is down.
+// Not higher: how far drafts go is the verifier's cost curve's call, and
+// on an AVX2-only CPU (8 rows cost 4.5x one) the repeat levels at 1.88.
+constexpr double kResumedEdl = 1.5;
 
 const char* const kWarmUp =
     "List the months of the year, one per line, each with its number of days.";
@@ -165,10 +169,10 @@ TEST(ServiceDraftsvcKillTest, StreamsSurviveKillAndDraftsResumeAfterRestart) {
         "repeat %d at %.1f s after restart: edl %.3f; %s\n", tries, elapsed,
         edl,
         now.ok() ? StatsLine(*now).c_str() : now.status().ToString().c_str());
-    if (edl > 2.0 || elapsed * 1000 > kResumeWithinMs) break;
+    if (edl > kResumedEdl || elapsed * 1000 > kResumeWithinMs) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  EXPECT_GT(edl, 2.0) << "drafts did not resume within " << kResumeWithinMs
+  EXPECT_GT(edl, kResumedEdl) << "drafts did not resume within " << kResumeWithinMs
                       << " ms of the restart";
 }
 

@@ -172,8 +172,9 @@ TEST(ServiceDraftsvcKillTest, StreamsSurviveKillAndDraftsResumeAfterRestart) {
     if (edl > kResumedEdl || elapsed * 1000 > kResumeWithinMs) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  EXPECT_GT(edl, kResumedEdl) << "drafts did not resume within " << kResumeWithinMs
-                      << " ms of the restart";
+  EXPECT_GT(edl, kResumedEdl)
+      << "drafts did not resume within " << kResumeWithinMs
+      << " ms of the restart";
 }
 
 // A draftsvc that restarts under a running stream has lost its session:

@@ -25,8 +25,8 @@ bazel test --test_output=errors //... 2>&1 | tee "$log" || status=$?
 echo "test.sh: setup and bazel test //... took $SECONDS s"
 passed=$(grep -cE '^//.* PASSED' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|INCOMPLETE)' "$log" || true)
-# Each extra step counts as one test.
-# Each step's wall time goes to the log, so a slow CI run says which step.
+# Each extra step counts as one test; its wall time goes to the log, so a
+# slow CI run says which step.
 run_step() {
   local start=$SECONDS
   if "$@"; then

@@ -463,10 +463,11 @@ def train(out, vocab_size, hidden, epochs, seed=0):
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            summed += float(loss) * len(t)
+            loss = loss.item()
+            summed += loss * len(t)
             if step % 500 == 0:
                 print(f"draft_head: step {step}/{total_steps} loss "
-                      f"{float(loss) / UNROLL:.3f} "
+                      f"{loss / UNROLL:.3f} "
                       f"({time.perf_counter() - start:.0f} s)", flush=True)
         losses.append(round(summed / len(starts) / UNROLL, 4))
         print(f"draft_head: epoch {epoch} loss {losses[-1]} "

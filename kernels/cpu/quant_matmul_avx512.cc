@@ -14,6 +14,7 @@ struct Isa {
   // vectors (4 from the buffer) and a row of x in flight.
   static constexpr int kDirectRows = 4;
   static constexpr int kDirectCols = 4;
+  static constexpr int kSingleRowCols = kDirectCols;
   static constexpr int kRows = 4;
   static constexpr int kCols = 4;
 

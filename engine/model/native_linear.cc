@@ -57,6 +57,10 @@ absl::StatusOr<NativeLinear> NativeLinear::Create(
     }
     part.int8 = activations == LinearActivations::kInt8 &&
                 kernels::Int8Computes(part.type) && in % 32 == 0 && in > 0;
+    if (part.int8) {
+      part.form = kernels::Int8ActivationsFor(part.type);
+      w.int8_forms_ |= 1u << static_cast<int>(part.form);
+    }
     part.size = part.int8 ? kernels::Int8PackedBytes(part.type, in, part.rows)
                           : static_cast<int64_t>(bytes.size());
     std::shared_ptr<uint8_t> data =
@@ -84,10 +88,7 @@ int64_t NativeLinear::bytes() const {
   return total;
 }
 
-bool NativeLinear::int8() const {
-  return std::any_of(parts_.begin(), parts_.end(),
-                     [](const Block& p) { return p.int8; });
-}
+bool NativeLinear::int8() const { return int8_forms_ != 0; }
 
 std::string NativeLinear::TypeName() const {
   std::vector<std::string> types;
@@ -103,26 +104,32 @@ std::string NativeLinear::TypeName() const {
 void NativeLinear::Apply(kernels::QuantIsa isa, const float* x, int64_t m,
                          float* y, int64_t ldy,
                          kernels::PanelPool* pool) const {
-  // Int8 parts read x quantized once here, by the calling thread. The
-  // buffer is the thread's own and only grows, so a pass allocates nothing
-  // once it has seen its sizes.
-  thread_local std::vector<uint8_t> xq;
-  const bool any_int8 = int8();
-  if (any_int8) {
-    const size_t need = m * kernels::Int8RowBytes(in_);
-    if (xq.size() < need) xq.resize(need);
-    kernels::QuantizeInt8Rows(kernels::BestInt8Isa(), x, m, in_, xq.data());
-  }
-  const uint8_t* const xq_data = any_int8 ? xq.data() : nullptr;
+  // Int8 parts read x quantized once here, by the calling thread, in each
+  // form a part takes (a Q4_K_M model stacks K types with Q5_0 or Q8_0).
+  // The buffers are the thread's own and only grow, so a pass allocates
+  // nothing once it has seen its sizes.
+  // (The pool's workers read them through xq_data: a thread_local named
+  // in the lambda below would be the worker's own.)
+  thread_local std::vector<uint8_t> xq[2];
+  const uint8_t* xq_data[2] = {nullptr, nullptr};
   const kernels::Int8Isa int8_isa = kernels::BestInt8Isa();
+  for (int f = 0; f < 2; ++f) {
+    if ((int8_forms_ & (1u << f)) == 0) continue;
+    const auto form = static_cast<kernels::Int8Activations>(f);
+    const size_t need = m * kernels::Int8RowBytes(form, in_);
+    if (xq[f].size() < need) xq[f].resize(need);
+    kernels::QuantizeInt8Rows(int8_isa, form, x, m, in_, xq[f].data());
+    xq_data[f] = xq[f].data();
+  }
   const auto run = [&](int64_t begin, int64_t end) {
     for (const Block& p : parts_) {
       const int64_t b = std::max(begin, p.first) - p.first;
       const int64_t e = std::min(end, p.first + p.rows) - p.first;
       if (b >= e) continue;
       if (p.int8) {
-        kernels::Int8Matmul(int8_isa, p.type, xq_data, m, in_, p.data.get(),
-                            b, e, y + p.first, ldy);
+        kernels::Int8Matmul(int8_isa, p.type,
+                            xq_data[static_cast<int>(p.form)], m, in_,
+                            p.data.get(), b, e, y + p.first, ldy);
       } else {
         kernels::QuantMatmul(isa, p.type, x, m, in_, p.data.get(), b, e,
                              y + p.first, ldy);

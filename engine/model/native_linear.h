@@ -1,5 +1,5 @@
 // NativeLinear: a matmul weight kept in memory as the GGUF file stores it
-// (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), computed with
+// (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K), computed with
 // kernels/cpu/quant_matmul, which dequantizes in registers: y = x Wᵀ with
 // fp32 activations and sums; or, with LinearActivations::kInt8, Q4_0, Q4_1
 // and Q8_0 weights repacked for kernels/cpu/int8_matmul. Several GGUF
@@ -33,12 +33,14 @@ enum class LinearActivations {
   // dequantized weight's, so outputs match HF transformers' greedy tokens
   // (golden_test). The default, and the verifier's.
   kF32,
-  // Activations quantized to int8 per 32 values, integer dot products with
-  // Q4_0/Q4_1/Q8_0 weights (int8_matmul; llama.cpp's form for them): about
+  // Activations quantized to int8 (per 32 values, or per 256 for the K
+  // types), integer dot products with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+  // Q5_K and Q6_K weights (int8_matmul; llama.cpp's form for them): about
   // 2x cheaper matmuls with AVX-512 VNNI (quant_matmul_bench), but a lossy,
   // slightly different model. Still row-invariant, so drafting stays
-  // lossless against plain decoding in the same form. Other weight types,
-  // and any weight whose input size is not a multiple of 32, stay kF32.
+  // lossless against plain decoding in the same form. Other weight types
+  // (F32, F16, BF16, Q2_K, Q3_K), and any weight whose input size is not a
+  // multiple of 32, stay kF32.
   kInt8,
 };
 
@@ -98,10 +100,14 @@ class NativeLinear {
     // The GGUF rows (rows * row_bytes), or if `int8` the same packed by
     // kernels::PackInt8Weights.
     bool int8 = false;
+    kernels::Int8Activations form = kernels::Int8Activations::kBlock32;
     std::shared_ptr<const uint8_t> data;
     int64_t size = 0;  // bytes at data
   };
   int64_t in_ = 0, out_ = 0;
+  // Bit f set iff a part computes with int8 activations in form f
+  // (kernels::Int8Activations).
+  unsigned int8_forms_ = 0;
   std::vector<Block> parts_;
 };
 

@@ -13,8 +13,9 @@
 namespace lookahead::kernels {
 namespace {
 
-using internal::Int8PackedBlockBytes;
+using internal::Int8Layout;
 using internal::kInt8Tile;
+using internal::LayoutOf;
 
 uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;
@@ -22,28 +23,183 @@ uint16_t LoadU16(const uint8_t* p) {
   return v;
 }
 
-// One block of 32 values into q (and u = q + 128); returns its scale, sum.
-void QuantizeBlock(const float* x, int8_t* q, uint8_t* u, float* d,
-                   int32_t* sum) {
+uint32_t LoadU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// `block` values into q (and, if u is not null, u = q + 128); returns
+// their scale and sum.
+void QuantizeBlock(const float* x, int block, int8_t* q, uint8_t* u,
+                   float* d, int32_t* sum) {
   float amax = 0.0f;
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < block; ++i) {
     const float a = std::fabs(x[i]);
     if (a > amax) amax = a;  // NaN compares false
   }
   const bool usable = amax > 0.0f && std::isfinite(amax);
   const float id = usable ? 127.0f / amax : 0.0f;
   int32_t s = 0;
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < block; ++i) {
     float v = x[i] * id;  // |v| <= 127 up to rounding, or NaN
     if (std::isnan(v)) v = 0.0f;
     v = v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v;
     const int qi = static_cast<int>(std::nearbyint(v));  // to nearest even
     q[i] = static_cast<int8_t>(qi);
-    u[i] = static_cast<uint8_t>(qi + 128);
+    if (u != nullptr) u[i] = static_cast<uint8_t>(qi + 128);
     s += qi;
   }
   *d = usable ? amax / 127.0f : 0.0f;
   *sum = s;
+}
+
+// One GGUF weight block, decoded to its stored codes and scales.
+struct BlockCodes {
+  uint8_t v[256];   // stored codes (Q8_0: int8 bit patterns)
+  uint8_t d[2];     // half d, as stored
+  uint8_t m[2];     // half m (Q4_1, Q5_1) or dmin (Q4_K, Q5_K), as stored
+  uint8_t sc[16];   // K types: sub-block scales (Q6_K: int8)
+  uint8_t mn[8];    // Q4_K, Q5_K: sub-block mins
+};
+
+// Q4_K and Q5_K's 6-bit scale and min of sub-block j (ggml's
+// get_scale_min_k4).
+void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *mn = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// The codes of one block of `type` at src (layouts as ggml-common.h).
+void DecodeBlock(QuantType type, const uint8_t* src, BlockCodes* out) {
+  std::memset(out, 0, sizeof(*out));
+  switch (type) {
+    case QuantType::kQ4_0:
+    case QuantType::kQ4_1:
+    case QuantType::kQ5_0:
+    case QuantType::kQ5_1: {
+      const bool has_m = type == QuantType::kQ4_1 || type == QuantType::kQ5_1;
+      const bool q5 = type == QuantType::kQ5_0 || type == QuantType::kQ5_1;
+      std::memcpy(out->d, src, 2);
+      if (has_m) std::memcpy(out->m, src + 2, 2);
+      const uint8_t* p = src + (has_m ? 4 : 2);
+      const uint32_t qh = q5 ? LoadU32(p) : 0;
+      const uint8_t* qs = p + (q5 ? 4 : 0);
+      for (int j = 0; j < 32; ++j) {
+        const int nibble = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+        out->v[j] = static_cast<uint8_t>(nibble | (((qh >> j) & 1) << 4));
+      }
+      return;
+    }
+    case QuantType::kQ8_0:
+      std::memcpy(out->d, src, 2);
+      std::memcpy(out->v, src + 2, 32);
+      return;
+    case QuantType::kQ4_K:
+    case QuantType::kQ5_K: {
+      const bool q5 = type == QuantType::kQ5_K;
+      std::memcpy(out->d, src, 2);
+      std::memcpy(out->m, src + 2, 2);
+      const uint8_t* scales = src + 4;
+      const uint8_t* qh = src + 16;
+      const uint8_t* qs = src + (q5 ? 48 : 16);
+      for (int j = 0; j < 8; ++j) {
+        ScaleMinK4(j, scales, &out->sc[j], &out->mn[j]);
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t byte = qs[32 * (j / 2) + l];
+          const int nibble = j % 2 == 0 ? byte & 15 : byte >> 4;
+          const int high = q5 ? (qh[l] >> j) & 1 : 0;
+          out->v[32 * j + l] = static_cast<uint8_t>(nibble | high << 4);
+        }
+      }
+      return;
+    }
+    case QuantType::kQ6_K: {
+      const uint8_t* ql = src;
+      const uint8_t* qh = src + 128;
+      std::memcpy(out->sc, src + 192, 16);
+      std::memcpy(out->d, src + 208, 2);
+      for (int e = 0; e < 256; ++e) {
+        const int n = e / 128, quarter = (e % 128) / 32, l = e % 32;
+        const uint8_t low_byte = ql[64 * n + l + 32 * (quarter % 2)];
+        const int low = quarter < 2 ? low_byte & 15 : low_byte >> 4;
+        const int high = (qh[32 * n + l] >> (2 * quarter)) & 3;
+        out->v[e] = static_cast<uint8_t>(low | high << 4);
+      }
+      return;
+    }
+    default:
+      return;  // not computed (REQUIRES)
+  }
+}
+
+// Writes column c of a tile-block from its codes (layout in
+// int8_matmul_isa.h).
+void PackBlock(QuantType type, const BlockCodes& codes, int c, uint8_t* dst) {
+  const Int8Layout l = LayoutOf(type);
+  for (int64_t j = 0; j < l.block / 32; ++j) {
+    const uint8_t* v = codes.v + 32 * j;
+    uint8_t* sub = dst + j * l.sub_bytes;
+    for (int e = 0; e < 4; ++e) {
+      if (l.bits == 8) {
+        for (int s = 0; s < 8; ++s) sub[64 * s + 4 * c + e] = v[4 * s + e];
+        continue;
+      }
+      for (int g = 0; g < 4; ++g) {
+        sub[64 * g + 4 * c + e] = static_cast<uint8_t>(
+            (v[4 * g + e] & 15) | (v[16 + 4 * g + e] & 15) << 4);
+      }
+      if (l.bits == 5) {
+        uint8_t bits = 0;
+        for (int s = 0; s < 8; ++s) bits |= ((v[4 * s + e] >> 4) & 1) << s;
+        sub[256 + 4 * c + e] = bits;
+      } else if (l.bits == 6) {
+        for (int p = 0; p < 2; ++p) {
+          uint8_t bits = 0;
+          for (int i = 0; i < 4; ++i) {
+            bits |= ((v[4 * (4 * p + i) + e] >> 4) & 3) << (2 * i);
+          }
+          sub[256 + 64 * p + 4 * c + e] = bits;
+        }
+      }
+    }
+  }
+  std::memcpy(dst + l.d_at + 2 * c, codes.d, 2);
+  if (type == QuantType::kQ8_0) {
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) sum += static_cast<int8_t>(codes.v[i]);
+    const int32_t corr = 128 * sum;
+    std::memcpy(dst + l.m_at + 4 * c, &corr, 4);
+  } else if (l.m_at != 0) {
+    std::memcpy(dst + l.m_at + 2 * c, codes.m, 2);
+  }
+  if (l.sc_at != 0) {
+    const int groups = type == QuantType::kQ6_K ? 16 : 8;
+    for (int g = 0; g < groups; ++g) dst[l.sc_at + 16 * g + c] = codes.sc[g];
+  }
+  if (l.mn_at != 0) {
+    for (int j = 0; j < 8; ++j) dst[l.mn_at + 16 * j + c] = codes.mn[j];
+  }
+}
+
+// The stored code of value i (< block) of column c in a tile-block.
+int32_t PackedCode(const Int8Layout& l, const uint8_t* blk, int c,
+                   int64_t i) {
+  const uint8_t* sub = blk + (i / 32) * l.sub_bytes;
+  const int s = static_cast<int>(i % 32) / 4, e = static_cast<int>(i % 4);
+  if (l.bits == 8) return static_cast<int8_t>(sub[64 * s + 4 * c + e]);
+  const uint8_t byte = sub[64 * (s % 4) + 4 * c + e];
+  int32_t v = s < 4 ? byte & 15 : byte >> 4;
+  if (l.bits == 5) v |= ((sub[256 + 4 * c + e] >> s) & 1) << 4;
+  if (l.bits == 6) {
+    v |= ((sub[256 + 64 * (s / 4) + 4 * c + e] >> (2 * (s % 4))) & 3) << 4;
+  }
+  return v;
 }
 
 }  // namespace
@@ -79,75 +235,84 @@ const char* Int8IsaName(Int8Isa isa) {
   return "?";
 }
 
-bool Int8Computes(QuantType type) { return Int8PackedBlockBytes(type) != 0; }
+bool Int8Computes(QuantType type) { return LayoutOf(type).bits != 0; }
 
-int64_t Int8RowBytes(int64_t k) { return 2 * k + 12 * (k / 32); }
+Int8Activations Int8ActivationsFor(QuantType type) {
+  return LayoutOf(type).block == 256 ? Int8Activations::kBlock256
+                                     : Int8Activations::kBlock32;
+}
 
-void QuantizeInt8Rows(Int8Isa isa, const float* x, int64_t m, int64_t k,
-                      uint8_t* out) {
+int64_t Int8BlockSize(Int8Activations form) {
+  return form == Int8Activations::kBlock256 ? 256 : 32;
+}
+
+int64_t Int8RowBytes(Int8Activations form, int64_t k) {
+  return form == Int8Activations::kBlock256 ? k + 4 * (k / 256) + 4 * (k / 16)
+                                            : 2 * k + 12 * (k / 32);
+}
+
+void QuantizeInt8Rows(Int8Isa isa, Int8Activations form, const float* x,
+                      int64_t m, int64_t k, uint8_t* out) {
   if (isa == Int8Isa::kAvx512Vnni) {
-    internal::QuantizeInt8RowsAvx512Vnni(x, m, k, out);
+    internal::QuantizeInt8RowsAvx512Vnni(form, x, m, k, out);
   } else {
     // AVX2 too: a pass quantizes m x k values against the matmul's m x k x
     // n multiply-adds.
-    internal::QuantizeInt8RowsScalar(x, m, k, out);
+    internal::QuantizeInt8RowsScalar(form, x, m, k, out);
   }
 }
 
-void internal::QuantizeInt8RowsScalar(const float* x, int64_t m, int64_t k,
-                                      uint8_t* out) {
-  const int64_t nb = k / 32;
+void internal::QuantizeInt8RowsScalar(Int8Activations form, const float* x,
+                                      int64_t m, int64_t k, uint8_t* out) {
   for (int64_t r = 0; r < m; ++r) {
-    uint8_t* row = out + r * Int8RowBytes(k);
+    uint8_t* row = out + r * Int8RowBytes(form, k);
+    const float* xr = x + r * k;
     int8_t* q = reinterpret_cast<int8_t*>(row);
+    if (form == Int8Activations::kBlock256) {
+      float* d = reinterpret_cast<float*>(row + k);
+      int32_t* sum16 = reinterpret_cast<int32_t*>(d + k / 256);
+      for (int64_t b = 0; b < k / 256; ++b) {
+        int32_t sum;
+        QuantizeBlock(xr + 256 * b, 256, q + 256 * b, nullptr, d + b, &sum);
+      }
+      for (int64_t g = 0; g < k / 16; ++g) {
+        int32_t s = 0;
+        for (int i = 0; i < 16; ++i) s += q[16 * g + i];
+        sum16[g] = s;
+      }
+      continue;
+    }
+    const int64_t nb = k / 32;
     uint8_t* u = row + k;
     float* d = reinterpret_cast<float*>(row + 2 * k);
     float* ds = d + nb;
     int32_t* sum = reinterpret_cast<int32_t*>(ds + nb);
     for (int64_t b = 0; b < nb; ++b) {
-      QuantizeBlock(x + r * k + 32 * b, q + 32 * b, u + 32 * b, d + b,
-                    sum + b);
+      QuantizeBlock(xr + 32 * b, 32, q + 32 * b, u + 32 * b, d + b, sum + b);
       ds[b] = d[b] * static_cast<float>(sum[b]);
     }
   }
 }
 
 int64_t Int8PackedBytes(QuantType type, int64_t k, int64_t n) {
+  const Int8Layout l = LayoutOf(type);
   const int64_t tiles = (n + kInt8Tile - 1) / kInt8Tile;
-  return tiles * (k / 32) * Int8PackedBlockBytes(type);
+  return tiles * (k / l.block) * l.bytes;
 }
 
 void PackInt8Weights(QuantType type, const uint8_t* w, int64_t k, int64_t n,
                      uint8_t* out) {
-  const int64_t nb = k / 32, bytes = Int8PackedBlockBytes(type);
+  const Int8Layout l = LayoutOf(type);
+  const int64_t nb = k / l.block;
   const int64_t row_bytes = QuantRowBytes(type, k);
+  const int64_t block_bytes = QuantRowBytes(type, l.block);
   std::memset(out, 0, Int8PackedBytes(type, k, n));
+  BlockCodes codes;
   for (int64_t col = 0; col < n; ++col) {
     const int64_t t = col / kInt8Tile, c = col % kInt8Tile;
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* src = w + col * row_bytes + b * QuantRowBytes(type, 32);
-      uint8_t* dst = out + (t * nb + b) * bytes;
-      if (type == QuantType::kQ8_0) {
-        int32_t sum = 0;
-        for (int s = 0; s < 8; ++s) {
-          for (int e = 0; e < 4; ++e) {
-            dst[64 * s + 4 * c + e] = src[2 + 4 * s + e];
-            sum += static_cast<int8_t>(src[2 + 4 * s + e]);
-          }
-        }
-        std::memcpy(dst + 512 + 2 * c, src, 2);
-        const int32_t corr = 128 * sum;
-        std::memcpy(dst + 544 + 4 * c, &corr, 4);
-      } else {
-        const int header = type == QuantType::kQ4_1 ? 4 : 2;
-        // Group g's bytes 4c + e are qs[4g + e]: element 4g + e in the low
-        // nibble, 16 + 4g + e (step g + 4) in the high one.
-        for (int g = 0; g < 4; ++g) {
-          std::memcpy(dst + 64 * g + 4 * c, src + header + 4 * g, 4);
-        }
-        std::memcpy(dst + 256 + 2 * c, src, 2);
-        if (type == QuantType::kQ4_1) std::memcpy(dst + 288 + 2 * c, src + 2, 2);
-      }
+      DecodeBlock(type, w + col * row_bytes + b * block_bytes, &codes);
+      PackBlock(type, codes, static_cast<int>(c), out + (t * nb + b) * l.bytes);
     }
   }
 }
@@ -157,37 +322,55 @@ namespace internal {
 void Int8MatmulScalar(QuantType type, const uint8_t* xq, int64_t m, int64_t k,
                       const uint8_t* packed, int64_t n_begin, int64_t n_end,
                       float* y, int64_t ldy) {
-  const int64_t nb = k / 32, bytes = Int8PackedBlockBytes(type);
+  const Int8Layout l = LayoutOf(type);
+  const Int8Activations form = Int8ActivationsFor(type);
+  const int64_t nb = k / l.block;
+  const int32_t offset = Int8ValueOffset(type);
   for (int64_t r = 0; r < m; ++r) {
-    const Int8Row x = Int8RowAt(xq, r, k);
+    const Int8Row x = Int8RowAt(form, xq, r, k);
     for (int64_t col = n_begin; col < n_end; ++col) {
-      const int64_t t = col / kInt8Tile, c = col % kInt8Tile;
+      const int c = static_cast<int>(col % kInt8Tile);
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = packed + (t * nb + b) * bytes;
-        const int8_t* a = x.q + 32 * b;
-        int32_t p = 0;
-        if (type == QuantType::kQ8_0) {
-          for (int s = 0; s < 8; ++s) {
-            for (int e = 0; e < 4; ++e) {
-              p += static_cast<int8_t>(blk[64 * s + 4 * c + e]) * a[4 * s + e];
+        const uint8_t* blk = packed + ((col / kInt8Tile) * nb + b) * l.bytes;
+        const int8_t* a = x.q + l.block * b;
+        const float dw = HalfToFloat(LoadU16(blk + l.d_at + 2 * c));
+        if (l.block == 32) {
+          int32_t p = 0;
+          for (int i = 0; i < 32; ++i) p += PackedCode(l, blk, c, i) * a[i];
+          p -= offset * x.sum[b];
+          acc = std::fma(static_cast<float>(p), dw * x.d[b], acc);
+          if (type == QuantType::kQ4_1 || type == QuantType::kQ5_1) {
+            const float mw = HalfToFloat(LoadU16(blk + l.m_at + 2 * c));
+            acc = std::fma(mw, x.ds[b], acc);
+          }
+          continue;
+        }
+        const int32_t* sum16 = x.sum16 + 16 * b;
+        int32_t s = 0, t = 0;
+        if (type == QuantType::kQ6_K) {
+          for (int g = 0; g < 16; ++g) {
+            int32_t p = 0;
+            for (int i = 16 * g; i < 16 * g + 16; ++i) {
+              p += PackedCode(l, blk, c, i) * a[i];
             }
+            const int32_t sc = static_cast<int8_t>(blk[l.sc_at + 16 * g + c]);
+            s += sc * (p - offset * sum16[g]);
           }
         } else {
-          for (int g = 0; g < 4; ++g) {
-            for (int e = 0; e < 4; ++e) {
-              const uint8_t byte = blk[64 * g + 4 * c + e];
-              p += (byte & 15) * a[4 * g + e] + (byte >> 4) * a[16 + 4 * g + e];
+          for (int j = 0; j < 8; ++j) {
+            int32_t p = 0;
+            for (int i = 32 * j; i < 32 * j + 32; ++i) {
+              p += PackedCode(l, blk, c, i) * a[i];
             }
+            s += blk[l.sc_at + 16 * j + c] * p;
+            t += blk[l.mn_at + 16 * j + c] * (sum16[2 * j] + sum16[2 * j + 1]);
           }
-          if (type == QuantType::kQ4_0) p -= 8 * x.sum[b];
         }
-        const int64_t d_at = type == QuantType::kQ8_0 ? 512 : 256;
-        const float dw = HalfToFloat(LoadU16(blk + d_at + 2 * c));
-        acc = std::fma(static_cast<float>(p), dw * x.d[b], acc);
-        if (type == QuantType::kQ4_1) {
-          const float mw = HalfToFloat(LoadU16(blk + 288 + 2 * c));
-          acc = std::fma(mw, x.ds[b], acc);
+        acc = std::fma(static_cast<float>(s), dw * x.d[b], acc);
+        if (l.mn_at != 0) {
+          const float dmin = HalfToFloat(LoadU16(blk + l.m_at + 2 * c));
+          acc = std::fma(static_cast<float>(t), -(dmin * x.d[b]), acc);
         }
       }
       y[r * ldy + col] = acc;

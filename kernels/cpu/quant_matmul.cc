@@ -25,8 +25,16 @@ TypeTraits Traits(QuantType type) {
       return {32, 2 + 16};
     case QuantType::kQ4_1:
       return {32, 4 + 16};
+    case QuantType::kQ5_0:
+      return {32, 2 + 4 + 16};
+    case QuantType::kQ5_1:
+      return {32, 4 + 4 + 16};
     case QuantType::kQ8_0:
       return {32, 2 + 32};
+    case QuantType::kQ2_K:
+      return {256, 16 + 64 + 4};
+    case QuantType::kQ3_K:
+      return {256, 32 + 64 + 12 + 2};
     case QuantType::kQ4_K:
       return {256, 4 + 12 + 128};
     case QuantType::kQ5_K:

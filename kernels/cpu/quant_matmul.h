@@ -2,12 +2,13 @@
 //
 // W is the tensor exactly as stored in the file: ggml dims [K, N], i.e. N
 // rows of K values, each row a run of blocks along K (F32/F16/BF16: plain
-// values; Q4_0/Q4_1/Q8_0: 32-element blocks; Q4_K/Q5_K/Q6_K: 256-element
-// super-blocks, layouts as ggml-common.h). Activations and sums stay float32;
-// every weight value used is bit for bit what engine/gguf's Dequantize gives
-// for that element (its float operations; a multiply-add is fused only
-// where the product is exact, so it rounds the same), so the result differs
-// from dequantize-then-matmul only by the order of the sum.
+// values; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0: 32-element blocks; Q2_K/Q3_K/Q4_K/
+// Q5_K/Q6_K: 256-element super-blocks, layouts as ggml-common.h).
+// Activations and sums stay float32; every weight value used is bit for bit
+// what engine/gguf's Dequantize gives for that element (its float
+// operations; a multiply-add is fused only where the product is exact, so
+// it rounds the same), so the result differs from dequantize-then-matmul
+// only by the order of the sum.
 //
 // The sum (the same for every ISA, so kScalar is an exact reference): lane
 // j < 16 accumulates fma(x[k], w[k], lane) over k ≡ j (mod 16) in increasing
@@ -41,7 +42,11 @@ enum class QuantType : uint32_t {
   kF16 = 1,
   kQ4_0 = 2,
   kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
@@ -60,8 +65,8 @@ enum class QuantIsa : uint8_t {
 // The fastest QuantIsa this CPU runs (checked once, at the first call).
 QuantIsa BestQuantIsa();
 
-// Elements per block: 1 (F32, F16, BF16), 32 (Q4_0, Q4_1, Q8_0) or 256
-// (Q4_K, Q5_K, Q6_K). REQUIRES: IsQuantType(type).
+// Elements per block: 1 (F32, F16, BF16), 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+// or 256 (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). REQUIRES: IsQuantType(type).
 int64_t QuantBlockSize(QuantType type);
 
 // Bytes of one row of k elements (k / QuantBlockSize(type) blocks).

@@ -82,6 +82,17 @@ struct Isa {
   static IVec Or(IVec a, IVec b) {
     return {_mm256_or_si256(a.lo, b.lo), _mm256_or_si256(a.hi, b.hi)};
   }
+  // Lane j is set iff bits & 2^j == 2^j.
+  static IVec OrIf(IVec a, uint32_t bits, int32_t v) {
+    const __m256i bb = _mm256_set1_epi32(static_cast<int32_t>(bits));
+    const __m256i lo = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i hi = _mm256_slli_epi32(lo, 8);
+    const __m256i vv = _mm256_set1_epi32(v);
+    const __m256i set_lo = _mm256_cmpeq_epi32(_mm256_and_si256(bb, lo), lo);
+    const __m256i set_hi = _mm256_cmpeq_epi32(_mm256_and_si256(bb, hi), hi);
+    return {_mm256_or_si256(a.lo, _mm256_and_si256(set_lo, vv)),
+            _mm256_or_si256(a.hi, _mm256_and_si256(set_hi, vv))};
+  }
   static IVec SubI(IVec a, int32_t b) {
     const __m256i bb = _mm256_set1_epi32(b);
     return {_mm256_sub_epi32(a.lo, bb), _mm256_sub_epi32(a.hi, bb)};
@@ -123,11 +134,12 @@ struct Isa {
     *a = {aa, aa};
     *b = {bb, bb};
   }
-  // A 16-entry lookup is two vpermps and a blend per 8 lanes: no faster
-  // than converting.
+  // A 16-entry lookup is two vpermps and a blend per 8 lanes (32 entries:
+  // four and three): no faster than converting.
   static constexpr bool kLookup16 = false;
-  static Vec Iota();
+  static Vec Iota(float first);
   static Vec Lookup16(Vec table, IVec i);
+  static Vec Lookup32(Vec lo, Vec hi, IVec i);
   static void Store(float* p, Vec v) {
     _mm256_storeu_ps(p, v.lo);
     _mm256_storeu_ps(p + 8, v.hi);

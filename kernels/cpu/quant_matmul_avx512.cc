@@ -45,6 +45,10 @@ struct Isa {
     return _mm512_and_si512(a, _mm512_set1_epi32(b));
   }
   static IVec Or(IVec a, IVec b) { return _mm512_or_si512(a, b); }
+  static IVec OrIf(IVec a, uint32_t bits, int32_t v) {
+    return _mm512_mask_or_epi32(a, static_cast<__mmask16>(bits), a,
+                                _mm512_set1_epi32(v));
+  }
   static IVec SubI(IVec a, int32_t b) {
     return _mm512_sub_epi32(a, _mm512_set1_epi32(b));
   }
@@ -76,11 +80,17 @@ struct Isa {
     *b = _mm512_broadcastss_ps(_mm_movehdup_ps(ab));
   }
   static constexpr bool kLookup16 = true;
-  static Vec Iota() {
-    return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  static Vec Iota(float first) {
+    return _mm512_add_ps(
+        _mm512_set1_ps(first),
+        _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   }
   static Vec Lookup16(Vec table, IVec i) {
     return _mm512_permutexvar_ps(i, table);
+  }
+  // vpermt2ps: index bits 0-3 pick the lane, bit 4 the table.
+  static Vec Lookup32(Vec lo, Vec hi, IVec i) {
+    return _mm512_permutex2var_ps(lo, i, hi);
   }
   static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static constexpr int kParts = 1;

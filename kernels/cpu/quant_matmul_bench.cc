@@ -1,15 +1,17 @@
 // Single-thread QuantMatmul on SmolLM2-135M's matmul shapes, Q4_1, Q8_0 and
 // F32 weights, against PackedMatmul on F32, and Int8Matmul (int8
 // activations, their quantization included; on the same instruction set or
-// the best one below it) on Q4_1 and Q8_0. Prints ms per call (the median
-// call's thread CPU time) and the weight bytes streamed per second;
-// asserts nothing.
+// the best one below it) on Q4_1 and Q8_0; then QuantMatmul on every
+// quantized type at 1 and 16 rows (the K types only where k is a multiple
+// of 256); then Q4_K and Q6_K, in both forms, on Qwen2.5-1.5B's shapes.
+// Prints ms per call (the median call's thread CPU time) and the
+// weight bytes streamed per second; asserts nothing.
 //
 // Each call reads a different copy of the weight, the copies together over
 // 96 MiB (more than the L3), as in a decode pass that streams the whole
 // model once.
 //
-//   bazel run -c opt //kernels/cpu:quant_matmul_bench [-- scalar|avx2|avx512]
+//   bazel run -c opt //kernels/cpu:quant_matmul_bench [-- scalar|avx2|avx512] [qwen]
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -43,6 +45,16 @@ constexpr Shape kShapes[] = {
     {"lm_head 576->49152", 576, 49152},
 };
 
+// Qwen2.5-Coder-1.5B (a Q4_K_M file: Q4_K and Q6_K): hidden 1536, 12
+// query and 2 key/value heads of 128, MLP 8960, vocabulary 151936.
+constexpr Shape kQwenShapes[] = {
+    {"qkv 1536->2048", 1536, 1536 + 2 * 256},
+    {"o 1536->1536", 1536, 1536},
+    {"gate+up 1536->17920", 1536, 2 * 8960},
+    {"down 8960->1536", 8960, 1536},
+    {"lm_head 1536->151936", 1536, 151936},
+};
+
 struct Result {
   double ms, gbs;
 };
@@ -73,6 +85,69 @@ Result Time(int64_t copies, int64_t bytes,
   return {1e3 * s, bytes / s * 1e-9};
 }
 
+// The quantized types of the second table, and their names.
+constexpr QuantType kQuantTypes[] = {
+    QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ5_1,
+    QuantType::kQ8_0, QuantType::kQ2_K, QuantType::kQ3_K, QuantType::kQ4_K,
+    QuantType::kQ5_K, QuantType::kQ6_K,
+};
+
+const char* TypeName(QuantType type) {
+  switch (type) {
+    case QuantType::kF32:
+      return "F32";
+    case QuantType::kF16:
+      return "F16";
+    case QuantType::kBF16:
+      return "BF16";
+    case QuantType::kQ4_0:
+      return "Q4_0";
+    case QuantType::kQ4_1:
+      return "Q4_1";
+    case QuantType::kQ5_0:
+      return "Q5_0";
+    case QuantType::kQ5_1:
+      return "Q5_1";
+    case QuantType::kQ8_0:
+      return "Q8_0";
+    case QuantType::kQ2_K:
+      return "Q2_K";
+    case QuantType::kQ3_K:
+      return "Q3_K";
+    case QuantType::kQ4_K:
+      return "Q4_K";
+    case QuantType::kQ5_K:
+      return "Q5_K";
+    case QuantType::kQ6_K:
+      return "Q6_K";
+  }
+  return "?";
+}
+
+// Where a block of `type` keeps its half-precision scales (and mins): up
+// to two byte offsets, -1 for none.
+struct HalfOffsets {
+  int first, second;
+};
+
+HalfOffsets ScaleOffsets(QuantType type) {
+  switch (type) {
+    case QuantType::kQ4_1:
+    case QuantType::kQ5_1:
+    case QuantType::kQ4_K:
+    case QuantType::kQ5_K:
+      return {0, 2};
+    case QuantType::kQ2_K:
+      return {80, 82};
+    case QuantType::kQ3_K:
+      return {108, -1};
+    case QuantType::kQ6_K:
+      return {208, -1};
+    default:  // Q4_0, Q5_0, Q8_0
+      return {0, -1};
+  }
+}
+
 // Random bytes; every half-precision scale a modest finite value.
 std::vector<uint8_t> RandomWeight(QuantType type, int64_t n, int64_t k,
                                   std::mt19937& rng) {
@@ -90,10 +165,11 @@ std::vector<uint8_t> RandomWeight(QuantType type, int64_t n, int64_t k,
     return w;
   }
   const int64_t block = QuantRowBytes(type, QuantBlockSize(type));
+  const HalfOffsets at = ScaleOffsets(type);
   for (size_t i = 0; i < w.size(); i += block) {
     const uint16_t h = 0x2000 | (rng() & 0x3FF);  // about 0.01
-    std::memcpy(&w[i], &h, 2);
-    if (type == QuantType::kQ4_1) std::memcpy(&w[i + 2], &h, 2);
+    std::memcpy(&w[i + at.first], &h, 2);
+    if (at.second >= 0) std::memcpy(&w[i + at.second], &h, 2);
   }
   return w;
 }
@@ -128,9 +204,10 @@ Result BenchInt8(Int8Isa isa, QuantType type, const Shape& s, int64_t m,
   std::normal_distribution<float> normal;
   std::vector<float> x(m * s.k), y(m * s.n);
   for (float& f : x) f = normal(rng);
-  std::vector<uint8_t> xq(m * Int8RowBytes(s.k));
+  const Int8Activations form = Int8ActivationsFor(type);
+  std::vector<uint8_t> xq(m * Int8RowBytes(form, s.k));
   return Time(copies, bytes, [&](int64_t c) {
-    QuantizeInt8Rows(isa, x.data(), m, s.k, xq.data());
+    QuantizeInt8Rows(isa, form, x.data(), m, s.k, xq.data());
     Int8Matmul(isa, type, xq.data(), m, s.k, &w[c * bytes], 0, s.n, y.data(),
                s.n);
   });
@@ -168,8 +245,14 @@ const char* IsaName(QuantIsa isa) {
   return "?";
 }
 
+void AllTypes(QuantIsa isa, Int8Isa int8_isa);
+void QwenTable(QuantIsa isa, Int8Isa int8_isa);
+
 int Main(int argc, char** argv) {
   QuantIsa isa = BestQuantIsa();
+  // "qwen" (last): only the Qwen2.5-1.5B table.
+  const bool qwen_only = argc > 1 && std::string(argv[argc - 1]) == "qwen";
+  if (qwen_only) --argc;
   if (argc > 1) {
     const std::string want = argv[1];
     bool found = false;
@@ -181,7 +264,8 @@ int Main(int argc, char** argv) {
     }
     if (!found) {
       std::fprintf(stderr,
-                   "usage: %s [scalar|avx2|avx512] (this CPU: up to %s)\n",
+                   "usage: %s [scalar|avx2|avx512] [qwen] (this CPU: up to "
+                   "%s)\n",
                    argv[0], IsaName(BestQuantIsa()));
       return 2;
     }
@@ -191,6 +275,13 @@ int Main(int argc, char** argv) {
       BestInt8Isa(), isa == QuantIsa::kScalar ? Int8Isa::kScalar
                      : isa == QuantIsa::kAvx2 ? Int8Isa::kAvx2
                                               : Int8Isa::kAvx512Vnni);
+  if (!qwen_only) AllTypes(isa, int8_isa);
+  QwenTable(isa, int8_isa);
+  return 0;
+}
+
+// The SmolLM2 tables.
+void AllTypes(QuantIsa isa, Int8Isa int8_isa) {
   const bool packed = BestPackedIsa() != PackedIsa::kNone;
   std::printf(
       "QuantMatmul %s vs PackedMatmul %s and Int8Matmul %s, 1 thread; ms per "
@@ -225,7 +316,49 @@ int Main(int argc, char** argv) {
       std::printf("\n");
     }
   }
-  return 0;
+  std::printf("\nQuantMatmul %s, every quantized type\n\n%-20s %3s",
+              IsaName(isa), "shape", "m");
+  for (QuantType type : kQuantTypes) std::printf(" | %-13s", TypeName(type));
+  std::printf("\n");
+  for (const Shape& s : kShapes) {
+    for (int64_t m : {1, 16}) {
+      std::printf("%-20s %3ld", s.name, static_cast<long>(m));
+      for (QuantType type : kQuantTypes) {
+        if (s.k % QuantBlockSize(type) != 0) {
+          std::printf(" | %13s", "n/a");
+          continue;
+        }
+        const Result r = BenchQuant(isa, type, s, m, rng);
+        std::printf(" | %6.3f (%4.1f)", r.ms, r.gbs);
+        std::fflush(stdout);
+      }
+      std::printf("\n");
+    }
+  }
+}
+
+void QwenTable(QuantIsa isa, Int8Isa int8_isa) {
+  std::mt19937 rng(2);
+  std::printf("\nQwen2.5-1.5B's shapes: QuantMatmul %s vs Int8Matmul %s\n\n"
+              "%-22s %3s | %-16s | %-16s | %-16s | %-16s\n",
+              IsaName(isa), Int8IsaName(int8_isa), "shape", "m", "Q4_K",
+              "Q6_K", "Q4_K int8", "Q6_K int8");
+  for (const Shape& s : kQwenShapes) {
+    for (int64_t m : {1, 16, 64}) {
+      std::printf("%-22s %3ld", s.name, static_cast<long>(m));
+      for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K}) {
+        const Result r = BenchQuant(isa, type, s, m, rng);
+        std::printf(" | %7.3f (%5.1f) ", r.ms, r.gbs);
+        std::fflush(stdout);
+      }
+      for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K}) {
+        const Result r = BenchInt8(int8_isa, type, s, m, rng);
+        std::printf(" | %7.3f (%5.1f) ", r.ms, r.gbs);
+        std::fflush(stdout);
+      }
+      std::printf("\n");
+    }
+  }
 }
 
 }  // namespace

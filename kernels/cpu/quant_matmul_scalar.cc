@@ -39,6 +39,12 @@ uint16_t LoadU16(const uint8_t* p) {
   return v;
 }
 
+uint32_t LoadU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
 float LoadHalf(const uint8_t* p) { return HalfToFloat(LoadU16(p)); }
 
 // Q4_0 / Q4_1 blocks of 32: byte j holds element j (low nibble) and j + 16.
@@ -56,11 +62,88 @@ void DecodeQ4(const uint8_t* x, int64_t nb, float* y) {
   }
 }
 
+// Q5_0 / Q5_1: like Q4 plus a 32-bit mask of fifth bits (bit j: element j).
+template <bool kHasMin>
+void DecodeQ5(const uint8_t* x, int64_t nb, float* y) {
+  constexpr int kHeader = kHasMin ? 4 : 2;
+  for (int64_t b = 0; b < nb; ++b, x += kHeader + 4 + 16, y += 32) {
+    const float d = LoadHalf(x);
+    const float m = kHasMin ? LoadHalf(x + 2) : -16.0f * d;
+    const uint32_t qh = LoadU32(x + kHeader);
+    const uint8_t* qs = x + kHeader + 4;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
+      const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      y[j] = d * static_cast<float>(lo) + m;
+      y[j + 16] = d * static_cast<float>(hi) + m;
+    }
+  }
+}
+
 void DecodeQ8_0(const uint8_t* x, int64_t nb, float* y) {
   for (int64_t b = 0; b < nb; ++b, x += 34, y += 32) {
     const float d = LoadHalf(x);
     const int8_t* qs = reinterpret_cast<const int8_t*>(x + 2);
     for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(qs[j]);
+  }
+}
+
+// Two halves of 128; each reads its 32 quant bytes four times, two bits a
+// pass, a pass covering two sub-blocks of 16 with a scale byte each (low
+// nibble: scale, high: min).
+void DecodeQ2K(const uint8_t* x, int64_t nb, float* y) {
+  for (int64_t b = 0; b < nb; ++b, x += 84) {
+    const uint8_t* scales = x;
+    const float d = LoadHalf(x + 80);
+    const float dmin = LoadHalf(x + 82);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = x + 16 + 32 * half;
+      for (int pass = 0; pass < 4; ++pass) {
+        const int shift = 2 * pass;
+        for (int sub = 0; sub < 2; ++sub) {
+          const uint8_t sc = *scales++;
+          const float dl = d * static_cast<float>(sc & 0x0F);
+          const float ml = dmin * static_cast<float>(sc >> 4);
+          for (int l = 0; l < 16; ++l) {
+            *y++ = dl * static_cast<float>((q[16 * sub + l] >> shift) & 3) - ml;
+          }
+        }
+      }
+    }
+  }
+}
+
+// As Q2_K, with signed 6-bit scales (no mins) and a third bit from hmask:
+// bit (4 * half + pass) of hmask[l] clear subtracts 4.
+void DecodeQ3K(const uint8_t* x, int64_t nb, float* y) {
+  for (int64_t b = 0; b < nb; ++b, x += 110) {
+    const uint8_t* hmask = x;
+    const uint8_t* packed = x + 32 + 64;
+    const float d = LoadHalf(x + 32 + 64 + 12);
+    // Scale i: low 4 bits from bytes 0..7 (low nibble for i < 8, high for
+    // the rest), top 2 bits from bytes 8..11.
+    float dl[16];
+    for (int i = 0; i < 16; ++i) {
+      const int lo = (packed[i % 8] >> (4 * (i / 8))) & 0x0F;
+      const int hi = (packed[8 + i % 4] >> (2 * (i / 4))) & 0x03;
+      dl[i] = d * static_cast<float>((lo | (hi << 4)) - 32);
+    }
+    int is = 0;
+    int hbit = 0;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = x + 32 + 32 * half;
+      for (int pass = 0; pass < 4; ++pass, ++hbit) {
+        const int shift = 2 * pass;
+        for (int sub = 0; sub < 2; ++sub) {
+          const float s = dl[is++];
+          for (int l = 16 * sub; l < 16 * sub + 16; ++l) {
+            const int q2 = (q[l] >> shift) & 3;
+            const int sub4 = ((hmask[l] >> hbit) & 1) ? 0 : 4;
+            *y++ = s * static_cast<float>(q2 - sub4);
+          }
+        }
+      }
+    }
   }
 }
 
@@ -147,8 +230,20 @@ void DecodeRow(QuantType type, const uint8_t* row, int64_t k, float* out) {
     case QuantType::kQ4_1:
       DecodeQ4<true>(row, k / 32, out);
       return;
+    case QuantType::kQ5_0:
+      DecodeQ5<false>(row, k / 32, out);
+      return;
+    case QuantType::kQ5_1:
+      DecodeQ5<true>(row, k / 32, out);
+      return;
     case QuantType::kQ8_0:
       DecodeQ8_0(row, k / 32, out);
+      return;
+    case QuantType::kQ2_K:
+      DecodeQ2K(row, k / 256, out);
+      return;
+    case QuantType::kQ3_K:
+      DecodeQ3K(row, k / 256, out);
       return;
     case QuantType::kQ4_K:
       DecodeQ45K<false>(row, k / 256, out);

@@ -30,9 +30,10 @@ using engine::FloatToHalf;
 using engine::GgmlType;
 
 constexpr QuantType kTypes[] = {
-    QuantType::kF32,  QuantType::kF16,  QuantType::kBF16,
-    QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ8_0,
-    QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K,
+    QuantType::kF32,  QuantType::kF16,  QuantType::kBF16, QuantType::kQ4_0,
+    QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ5_1, QuantType::kQ8_0,
+    QuantType::kQ2_K, QuantType::kQ3_K, QuantType::kQ4_K, QuantType::kQ5_K,
+    QuantType::kQ6_K,
 };
 
 std::string Name(QuantType type) {
@@ -124,14 +125,23 @@ std::vector<uint8_t> RandomWeights(QuantType type, int64_t n, int64_t k,
         PutU16(b, FloatToBf16(RandomValue(type, rng)));
         break;
       case QuantType::kQ4_0:
+      case QuantType::kQ5_0:
       case QuantType::kQ8_0:
         PutU16(b, RandomScale(rng));
         break;
       case QuantType::kQ4_1:
+      case QuantType::kQ5_1:
       case QuantType::kQ4_K:
       case QuantType::kQ5_K:
         PutU16(b, RandomScale(rng));
         PutU16(b + 2, RandomScale(rng));
+        break;
+      case QuantType::kQ2_K:
+        PutU16(b + 80, RandomScale(rng));
+        PutU16(b + 82, RandomScale(rng));
+        break;
+      case QuantType::kQ3_K:
+        PutU16(b + 108, RandomScale(rng));
         break;
       case QuantType::kQ6_K:
         PutU16(b + 208, RandomScale(rng));
@@ -182,7 +192,7 @@ std::vector<float> Multiply(QuantIsa isa, QuantType type, const float* x,
 }
 
 // K values per type: one block and several (plain types: a partial group
-// of 16 too); for one type of each kind, over 1024, the kernels' chunk.
+// of 16 too); for some types of each kind, over 1024, the kernels' chunk.
 std::vector<int64_t> Ks(QuantType type) {
   std::vector<int64_t> ks;
   switch (QuantBlockSize(type)) {
@@ -197,8 +207,8 @@ std::vector<int64_t> Ks(QuantType type) {
       break;
   }
   if (type == QuantType::kF32) ks.push_back(1040);
-  if (type == QuantType::kQ4_1) ks.push_back(1056);
-  if (type == QuantType::kQ5_K) ks.push_back(1280);
+  if (type == QuantType::kQ4_1 || type == QuantType::kQ5_0) ks.push_back(1056);
+  if (type == QuantType::kQ5_K || type == QuantType::kQ3_K) ks.push_back(1280);
   return ks;
 }
 
@@ -217,8 +227,8 @@ TEST(QuantMatmulTest, TypesAndRowBytesMatchGguf) {
       EXPECT_EQ(QuantRowBytes(type, k), *engine::RowBytes(ggml, k));
     }
   }
-  EXPECT_FALSE(IsQuantType(static_cast<uint32_t>(GgmlType::kQ5_0)));
-  EXPECT_FALSE(IsQuantType(static_cast<uint32_t>(GgmlType::kQ2_K)));
+  EXPECT_FALSE(IsQuantType(static_cast<uint32_t>(GgmlType::kQ8_1)));
+  EXPECT_FALSE(IsQuantType(static_cast<uint32_t>(GgmlType::kQ8_K)));
   EXPECT_EQ(BestQuantIsa(), BestQuantIsa());
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: starts draftsvc (RocksDB under
-# ~/.cache/lookahead) and verifysvc (SmolLM2-135M-Instruct) on loopback,
+# ~/.cache/lookahead) and verifysvc (SmolLM2-135M-Instruct, or the model
+# --model=NAME names: tools/models.sh) on loopback,
 # asks a RAG question about real documents (BM25 over the licenses Debian
 # ships in /usr/share/common-licenses), streams the answer, and prints EDL and
 # the speedup over the same request with drafts off, measured in the same
@@ -10,6 +11,8 @@
 #
 #   tools/demo.sh ["another question"]
 #   tools/demo.sh --http ["another question"]  # through the OpenAI API
+#   tools/demo.sh --model=qwen2.5-coder-1.5b ["another question"]
+#                               # after tools/setup.sh --model=NAME
 #   LOOKAHEAD_DEMO_SOURCES=trie,ngram tools/demo.sh   # choose the sources
 #
 # With --http the same job goes through verifysvc's OpenAI-compatible HTTP
@@ -18,15 +21,25 @@
 # client's clock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/models.sh
 
 front=grpc
-if [[ ${1:-} == --http ]]; then
-  front=http
+model_name=$DEFAULT_MODEL
+while [[ ${1:-} == --* ]]; do
+  case $1 in
+    --http) front=http ;;
+    --model=*) model_name=${1#--model=} ;;
+    *)
+      echo "usage: tools/demo.sh [--http] [--model=NAME] [question]; NAME: ${MODEL_NAMES[*]}" >&2
+      exit 2
+      ;;
+  esac
   shift
-fi
+done
 readonly QUESTION="${1:-What may you add as a Front-Cover Text to a Modified Version?}"
 
-tools/setup.sh
+tools/setup.sh  # Fetches the default model, never another.
+model=$(model_path "$model_name")
 bazel build //draftsvc:draftsvc //verifysvc:verifysvc
 clients/python/gen_protos.sh >/dev/null
 
@@ -35,13 +48,16 @@ source tools/servers.sh
 trap 'stop_servers; rm -rf "$work"' EXIT
 
 db="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/draftsvc-db"
+# The trie holds token ids, and a namespace keeps the vocab_size it was made
+# with: each other model gets a db of its own.
+[[ $model_name == "$DEFAULT_MODEL" ]] || db+="-$model_name"
 start_server draftsvc .bazel/bin/draftsvc/draftsvc --db_path="$db"
 draftsvc="127.0.0.1:$(cat "$work/draftsvc.port")"
 echo "draftsvc on $draftsvc, db $db"
 # The global trie persists across runs: a repeated question finds its own
 # earlier answer there (higher EDL). Remove the db directory for a cold start.
 grep -m1 "rebuilt" "$work/draftsvc.log" || true
-start_server verifysvc .bazel/bin/verifysvc/verifysvc --draftsvc="$draftsvc"
+start_server verifysvc .bazel/bin/verifysvc/verifysvc --draftsvc="$draftsvc" --model="$model"
 verifysvc="127.0.0.1:$(cat "$work/verifysvc.port")"
 echo "verifysvc on $verifysvc"
 grep -m2 -E "model|forward ms" "$work/verifysvc.log" || true

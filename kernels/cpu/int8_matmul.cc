@@ -31,8 +31,8 @@ uint32_t LoadU32(const uint8_t* p) {
 
 // `block` values into q (and, if u is not null, u = q + 128); returns
 // their scale and sum.
-void QuantizeBlock(const float* x, int block, int8_t* q, uint8_t* u,
-                   float* d, int32_t* sum) {
+void QuantizeBlock(const float* x, int block, int8_t* q, uint8_t* u, float* d,
+                   int32_t* sum) {
   float amax = 0.0f;
   for (int i = 0; i < block; ++i) {
     const float a = std::fabs(x[i]);
@@ -56,11 +56,11 @@ void QuantizeBlock(const float* x, int block, int8_t* q, uint8_t* u,
 
 // One GGUF weight block, decoded to its stored codes and scales.
 struct BlockCodes {
-  uint8_t v[256];   // stored codes (Q8_0: int8 bit patterns)
-  uint8_t d[2];     // half d, as stored
-  uint8_t m[2];     // half m (Q4_1, Q5_1) or dmin (Q4_K, Q5_K), as stored
-  uint8_t sc[16];   // K types: sub-block scales (Q6_K: int8)
-  uint8_t mn[8];    // Q4_K, Q5_K: sub-block mins
+  uint8_t v[256];  // stored codes (Q8_0: int8 bit patterns)
+  uint8_t d[2];    // half d, as stored
+  uint8_t m[2];    // half m (Q4_1, Q5_1) or dmin (Q4_K, Q5_K), as stored
+  uint8_t sc[16];  // K types: sub-block scales (Q6_K: int8)
+  uint8_t mn[8];   // Q4_K, Q5_K: sub-block mins
 };
 
 // Q4_K and Q5_K's 6-bit scale and min of sub-block j (ggml's
@@ -119,6 +119,41 @@ void DecodeBlock(QuantType type, const uint8_t* src, BlockCodes* out) {
       }
       return;
     }
+    case QuantType::kQ2_K: {
+      // {sc[16] (scale | min << 4), qs[64], d, dmin}: value e = 128n + 32j
+      // + l is bits 2j, 2j + 1 of qs[32n + l].
+      std::memcpy(out->sc, src, 16);
+      std::memcpy(out->d, src + 80, 2);
+      std::memcpy(out->m, src + 82, 2);
+      for (int e = 0; e < 256; ++e) {
+        const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+        out->v[e] = (src[16 + 32 * n + l] >> (2 * j)) & 3;
+      }
+      return;
+    }
+    case QuantType::kQ3_K: {
+      // {hmask[32], qs[64], scales[12], d}: value e = 128n + 32j + l is
+      // bits 2j, 2j + 1 of qs[32n + l] and bit 4n + j of hmask[l] (a set
+      // bit: + 4), minus 4; group g's scale is 6 bits (ggml's kmask
+      // unpacking) minus 32.
+      const uint8_t* hmask = src;
+      const uint8_t* qs = src + 32;
+      const uint8_t* scales = src + 96;
+      std::memcpy(out->d, src + 108, 2);
+      for (int g = 0; g < 16; ++g) {
+        const int low = g < 8 ? scales[g] & 15 : scales[g - 8] >> 4;
+        const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+        out->sc[g] =
+            static_cast<uint8_t>(static_cast<int8_t>((low | high << 4) - 32));
+      }
+      for (int e = 0; e < 256; ++e) {
+        const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+        const int low = (qs[32 * n + l] >> (2 * j)) & 3;
+        const int high = (hmask[l] >> (4 * n + j)) & 1;
+        out->v[e] = static_cast<uint8_t>(low | high << 2);
+      }
+      return;
+    }
     case QuantType::kQ6_K: {
       const uint8_t* ql = src;
       const uint8_t* qh = src + 128;
@@ -142,6 +177,8 @@ void DecodeBlock(QuantType type, const uint8_t* src, BlockCodes* out) {
 // int8_matmul_isa.h).
 void PackBlock(QuantType type, const BlockCodes& codes, int c, uint8_t* dst) {
   const Int8Layout l = LayoutOf(type);
+  const int low_bits = l.bits >= 4 ? 4 : 2;
+  const int64_t high_at = low_bits == 4 ? 256 : 128;
   for (int64_t j = 0; j < l.block / 32; ++j) {
     const uint8_t* v = codes.v + 32 * j;
     uint8_t* sub = dst + j * l.sub_bytes;
@@ -150,21 +187,31 @@ void PackBlock(QuantType type, const BlockCodes& codes, int c, uint8_t* dst) {
         for (int s = 0; s < 8; ++s) sub[64 * s + 4 * c + e] = v[4 * s + e];
         continue;
       }
-      for (int g = 0; g < 4; ++g) {
-        sub[64 * g + 4 * c + e] = static_cast<uint8_t>(
-            (v[4 * g + e] & 15) | (v[16 + 4 * g + e] & 15) << 4);
-      }
-      if (l.bits == 5) {
+      // Bits [shift, shift + 2) of steps 4p .. 4p + 3, a crumb-plane byte.
+      const auto crumbs = [&](int p, int shift) {
         uint8_t bits = 0;
-        for (int s = 0; s < 8; ++s) bits |= ((v[4 * s + e] >> 4) & 1) << s;
-        sub[256 + 4 * c + e] = bits;
+        for (int i = 0; i < 4; ++i) {
+          bits |= ((v[4 * (4 * p + i) + e] >> shift) & 3) << (2 * i);
+        }
+        return bits;
+      };
+      if (low_bits == 4) {
+        for (int g = 0; g < 4; ++g) {
+          sub[64 * g + 4 * c + e] = static_cast<uint8_t>(
+              (v[4 * g + e] & 15) | (v[16 + 4 * g + e] & 15) << 4);
+        }
+      } else {
+        for (int p = 0; p < 2; ++p) sub[64 * p + 4 * c + e] = crumbs(p, 0);
+      }
+      if (l.bits == 5 || l.bits == 3) {  // bit plane of bit low_bits
+        uint8_t bits = 0;
+        for (int s = 0; s < 8; ++s) {
+          bits |= ((v[4 * s + e] >> low_bits) & 1) << s;
+        }
+        sub[high_at + 4 * c + e] = bits;
       } else if (l.bits == 6) {
         for (int p = 0; p < 2; ++p) {
-          uint8_t bits = 0;
-          for (int i = 0; i < 4; ++i) {
-            bits |= ((v[4 * (4 * p + i) + e] >> 4) & 3) << (2 * i);
-          }
-          sub[256 + 64 * p + 4 * c + e] = bits;
+          sub[high_at + 64 * p + 4 * c + e] = crumbs(p, 4);
         }
       }
     }
@@ -178,27 +225,29 @@ void PackBlock(QuantType type, const BlockCodes& codes, int c, uint8_t* dst) {
   } else if (l.m_at != 0) {
     std::memcpy(dst + l.m_at + 2 * c, codes.m, 2);
   }
-  if (l.sc_at != 0) {
-    const int groups = type == QuantType::kQ6_K ? 16 : 8;
-    for (int g = 0; g < groups; ++g) dst[l.sc_at + 16 * g + c] = codes.sc[g];
-  }
+  for (int g = 0; g < l.groups; ++g) dst[l.sc_at + 16 * g + c] = codes.sc[g];
   if (l.mn_at != 0) {
     for (int j = 0; j < 8; ++j) dst[l.mn_at + 16 * j + c] = codes.mn[j];
   }
 }
 
 // The stored code of value i (< block) of column c in a tile-block.
-int32_t PackedCode(const Int8Layout& l, const uint8_t* blk, int c,
-                   int64_t i) {
+int32_t PackedCode(const Int8Layout& l, const uint8_t* blk, int c, int64_t i) {
   const uint8_t* sub = blk + (i / 32) * l.sub_bytes;
   const int s = static_cast<int>(i % 32) / 4, e = static_cast<int>(i % 4);
   if (l.bits == 8) return static_cast<int8_t>(sub[64 * s + 4 * c + e]);
+  const auto crumb = [&](int64_t at) {
+    return (sub[at + 64 * (s / 4) + 4 * c + e] >> (2 * (s % 4))) & 3;
+  };
+  if (l.bits < 4) {
+    int32_t v = crumb(0);
+    if (l.bits == 3) v |= ((sub[128 + 4 * c + e] >> s) & 1) << 2;
+    return v;
+  }
   const uint8_t byte = sub[64 * (s % 4) + 4 * c + e];
   int32_t v = s < 4 ? byte & 15 : byte >> 4;
   if (l.bits == 5) v |= ((sub[256 + 4 * c + e] >> s) & 1) << 4;
-  if (l.bits == 6) {
-    v |= ((sub[256 + 64 * (s / 4) + 4 * c + e] >> (2 * (s % 4))) & 3) << 4;
-  }
+  if (l.bits == 6) v |= crumb(256) << 4;
   return v;
 }
 
@@ -214,8 +263,7 @@ Int8Isa BestInt8Isa() {
     }
     // The AVX2 kernel needs FMA and F16C too: exactly what a non-scalar
     // BestQuantIsa() checked (clang's __builtin_cpu_supports lacks "f16c").
-    if (__builtin_cpu_supports("avx2") &&
-        BestQuantIsa() != QuantIsa::kScalar) {
+    if (__builtin_cpu_supports("avx2") && BestQuantIsa() != QuantIsa::kScalar) {
       return Int8Isa::kAvx2;
     }
     return Int8Isa::kScalar;
@@ -347,28 +395,28 @@ void Int8MatmulScalar(QuantType type, const uint8_t* xq, int64_t m, int64_t k,
           continue;
         }
         const int32_t* sum16 = x.sum16 + 16 * b;
+        const int per = 256 / l.groups;  // values a scale group
         int32_t s = 0, t = 0;
-        if (type == QuantType::kQ6_K) {
-          for (int g = 0; g < 16; ++g) {
-            int32_t p = 0;
-            for (int i = 16 * g; i < 16 * g + 16; ++i) {
-              p += PackedCode(l, blk, c, i) * a[i];
-            }
-            const int32_t sc = static_cast<int8_t>(blk[l.sc_at + 16 * g + c]);
-            s += sc * (p - offset * sum16[g]);
+        for (int g = 0; g < l.groups; ++g) {
+          int32_t p = 0;
+          for (int i = per * g; i < per * g + per; ++i) {
+            p += PackedCode(l, blk, c, i) * a[i];
           }
-        } else {
-          for (int j = 0; j < 8; ++j) {
-            int32_t p = 0;
-            for (int i = 32 * j; i < 32 * j + 32; ++i) {
-              p += PackedCode(l, blk, c, i) * a[i];
-            }
-            s += blk[l.sc_at + 16 * j + c] * p;
-            t += blk[l.mn_at + 16 * j + c] * (sum16[2 * j] + sum16[2 * j + 1]);
+          const int32_t xsum =
+              per == 16 ? sum16[g] : sum16[2 * g] + sum16[2 * g + 1];
+          const uint8_t sc = blk[l.sc_at + 16 * g + c];
+          if (type == QuantType::kQ2_K) {
+            s += (sc & 15) * p;
+            t += (sc >> 4) * xsum;
+          } else if (l.mins) {
+            s += sc * p;
+            t += blk[l.mn_at + 16 * g + c] * xsum;
+          } else {
+            s += static_cast<int8_t>(sc) * (p - offset * xsum);
           }
         }
         acc = std::fma(static_cast<float>(s), dw * x.d[b], acc);
-        if (l.mn_at != 0) {
+        if (l.mins) {
           const float dmin = HalfToFloat(LoadU16(blk + l.m_at + 2 * c));
           acc = std::fma(static_cast<float>(t), -(dmin * x.d[b]), acc);
         }
@@ -393,8 +441,8 @@ void Int8Matmul(Int8Isa isa, QuantType type, const uint8_t* xq, int64_t m,
       internal::Int8MatmulAvx2(type, xq, m, k, packed, n_begin, n_end, y, ldy);
       return;
     case Int8Isa::kAvx512Vnni:
-      internal::Int8MatmulAvx512Vnni(type, xq, m, k, packed, n_begin, n_end,
-                                     y, ldy);
+      internal::Int8MatmulAvx512Vnni(type, xq, m, k, packed, n_begin, n_end, y,
+                                     ldy);
       return;
   }
 }

@@ -20,8 +20,11 @@
 //     over sub-block j; s = sum_j sc_j * p_j, t = sum_j mn_j * sum_j(q_x)
 //     (int32, exact);  acc = fma(float(s), d_w * d_x, acc);
 //     acc = fma(float(t), -(dmin_w * d_x), acc)
-//   Q6_K (16 groups g of 16): s = sum_g sc_g * (sum q_w * q_x - 32 *
-//     sum_g(q_x)) (int32, exact);  acc = fma(float(s), d_w * d_x, acc)
+//   Q2_K (16 groups g of 16): as Q4_K over groups of 16 (sc_g, mn_g the
+//     4-bit scale and min)
+//   Q3_K, Q6_K (16 groups g of 16): s = sum_g sc_g * (sum q_w * q_x - o *
+//     sum_g(q_x)), o = 4 or 32 (int32, exact);
+//     acc = fma(float(s), d_w * d_x, acc)
 // and y[r, n] = acc. Every row is quantized on its own, so the result is
 // row-invariant: one token's output is bit for bit the same alone and
 // inside a batch, which lossless drafting needs (see quant_matmul.h).
@@ -30,7 +33,8 @@
 // columns, each block's 16 columns interleaved 4 values at a time, so one
 // VNNI instruction adds 4 products to each of 16 columns. The packed bytes
 // are the GGUF bytes give or take the K types' unpacked 6-bit scales (Q4_K
-// 148 bytes a column-block instead of 144, Q5_K 180 instead of 176).
+// 148 bytes a column-block instead of 144, Q5_K 180 instead of 176, Q3_K
+// 114 instead of 110).
 //
 // Thread-safe: pure functions of their arguments; calls writing disjoint
 // column ranges of y may run concurrently.
@@ -58,7 +62,7 @@ Int8Isa BestInt8Isa();
 const char* Int8IsaName(Int8Isa isa);
 
 // Returns true iff int8 activations compute weights of `type` (Q4_0, Q4_1,
-// Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
+// Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
 bool Int8Computes(QuantType type);
 
 // How a row of activations is quantized: per 32 values (for Q4_0 .. Q8_0)

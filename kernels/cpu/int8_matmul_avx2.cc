@@ -10,7 +10,8 @@
 //     one: a pair is at most 2 * 15 * 127 = 3810, so the 8 steps of a
 //     sub-block are summed in int16 (<= 30480) and widened once;
 //   5-bit codes: a pair <= 7874, so 4 steps a chain (<= 31496);
-//   6-bit codes: a pair <= 16002, so 2 steps a chain (<= 32004);
+//   6-bit codes: a pair <= 16002, so 2 steps a chain (<= 32004); 2- and
+//     3-bit codes likewise (far from overflowing);
 //   Q8_0: |w| (0..128) is the unsigned side and x * sign(w) (|x| <= 127, so
 //     negating it is exact) the signed one: a pair is at most 2 * 128 * 127
 //     = 32512, widened every step. It sums q_w * q_x directly (no u, no
@@ -70,6 +71,28 @@ inline void DecodeSub(const uint8_t* sub, int h, __m256i w[8]) {
     for (int s = 0; s < 8; ++s) w[s] = Load32(sub + 64 * s + 32 * h);
     return;
   }
+  if constexpr (kBits < 4) {
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p) {
+      const __m256i c = Load32(sub + 64 * p + 32 * h);
+      w[4 * p] = MoveBits<0, 0, 3>(c);
+      w[4 * p + 1] = MoveBits<2, 0, 3>(c);
+      w[4 * p + 2] = MoveBits<4, 0, 3>(c);
+      w[4 * p + 3] = MoveBits<6, 0, 3>(c);
+    }
+    if constexpr (kBits == 3) {
+      const __m256i hb = Load32(sub + 128 + 32 * h);
+      w[0] = _mm256_or_si256(w[0], MoveBits<0, 2, 1>(hb));
+      w[1] = _mm256_or_si256(w[1], MoveBits<1, 2, 1>(hb));
+      w[2] = _mm256_or_si256(w[2], MoveBits<2, 2, 1>(hb));
+      w[3] = _mm256_or_si256(w[3], MoveBits<3, 2, 1>(hb));
+      w[4] = _mm256_or_si256(w[4], MoveBits<4, 2, 1>(hb));
+      w[5] = _mm256_or_si256(w[5], MoveBits<5, 2, 1>(hb));
+      w[6] = _mm256_or_si256(w[6], MoveBits<6, 2, 1>(hb));
+      w[7] = _mm256_or_si256(w[7], MoveBits<7, 2, 1>(hb));
+    }
+    return;
+  }
   const __m256i low = _mm256_set1_epi8(15);
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
@@ -105,16 +128,15 @@ inline void DecodeSub(const uint8_t* sub, int h, __m256i w[8]) {
 template <int kFirst, int kSteps>
 inline void DotPairs(const __m256i w[8], const int8_t* a, __m256i* even,
                      __m256i* odd) {
-  *even = _mm256_maddubs_epi16(w[kFirst],
-                               _mm256_set1_epi32(Load4(a + 4 * kFirst)));
+  *even =
+      _mm256_maddubs_epi16(w[kFirst], _mm256_set1_epi32(Load4(a + 4 * kFirst)));
   *odd = _mm256_maddubs_epi16(w[kFirst + 1],
                               _mm256_set1_epi32(Load4(a + 4 * kFirst + 4)));
 #pragma GCC unroll 6
   for (int s = kFirst + 2; s < kFirst + kSteps; ++s) {
     __m256i& chain = s % 2 == 0 ? *even : *odd;
     chain = _mm256_add_epi16(
-        chain,
-        _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(Load4(a + 4 * s))));
+        chain, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(Load4(a + 4 * s))));
   }
 }
 
@@ -191,7 +213,8 @@ inline void HalfRowsK(const uint8_t* xq, int64_t r0, int64_t k,
                       const uint8_t* tile, int h, float* y, int64_t ldy,
                       __m256i mask) {
   constexpr Int8Layout kL = LayoutOf(kType);
-  constexpr bool kQ6 = kType == QuantType::kQ6_K;
+  constexpr bool kQ2 = kType == QuantType::kQ2_K;
+  constexpr int32_t kOffset = Int8ValueOffset(kType);
   const int64_t nb = k / 256;
   Int8Row x[kRows];
   __m256 acc[kRows];
@@ -202,6 +225,8 @@ inline void HalfRowsK(const uint8_t* xq, int64_t r0, int64_t k,
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = tile + b * kL.bytes;
+    // s: the scaled sums; t: the mins' sums (Q4_K, Q5_K, Q2_K) or the
+    // offset's (Q3_K, Q6_K: taken off s at the end).
     __m256i s[kRows], t[kRows];
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
@@ -211,30 +236,42 @@ inline void HalfRowsK(const uint8_t* xq, int64_t r0, int64_t k,
     for (int j = 0; j < 8; ++j) {
       __m256i w[8];
       DecodeSub<kL.bits>(blk + j * kL.sub_bytes, h, w);
-      if constexpr (kQ6) {
-        const __m256i sc0 = _mm256_cvtepi8_epi32(
-            Bytes8(blk + kL.sc_at + 32 * j + 8 * h));
-        const __m256i sc1 = _mm256_cvtepi8_epi32(
-            Bytes8(blk + kL.sc_at + 32 * j + 16 + 8 * h));
-        const __m256i sc0_pairs = Pairs(sc0), sc1_pairs = Pairs(sc1);
+      if constexpr (kL.groups == 16) {  // two groups of 16 a sub-block
+        __m256i sc[2], other[2];        // other: the mins (Q2_K) or scales
+#pragma GCC unroll 2
+        for (int g = 0; g < 2; ++g) {
+          const __m128i bytes =
+              Bytes8(blk + kL.sc_at + 16 * (2 * j + g) + 8 * h);
+          if constexpr (kQ2) {
+            const __m256i v = _mm256_cvtepu8_epi32(bytes);
+            sc[g] = _mm256_and_si256(v, _mm256_set1_epi32(15));
+            other[g] = _mm256_srli_epi32(v, 4);
+          } else {
+            sc[g] = _mm256_cvtepi8_epi32(bytes);
+            other[g] = sc[g];
+          }
+        }
+        const __m256i sc_pairs[2] = {Pairs(sc[0]), Pairs(sc[1])};
 #pragma GCC unroll 4
         for (int r = 0; r < kRows; ++r) {
           const int8_t* a = x[r].q + 256 * b + 32 * j;
           const int32_t* sum16 = x[r].sum16 + 16 * b + 2 * j;
           __m256i even, odd;
           DotPairs<0, 4>(w, a, &even, &odd);
-          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(even, sc0_pairs));
-          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(odd, sc0_pairs));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(even, sc_pairs[0]));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(odd, sc_pairs[0]));
           DotPairs<4, 4>(w, a, &even, &odd);
-          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(even, sc1_pairs));
-          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(odd, sc1_pairs));
-          // sc_g * (p_g - 32 * sum_g), as sc_g * p_g - sc_g * 32 * sum_g.
-          t[r] = _mm256_add_epi32(
-              t[r], _mm256_mullo_epi32(sc0, _mm256_set1_epi32(32 * sum16[0])));
-          t[r] = _mm256_add_epi32(
-              t[r], _mm256_mullo_epi32(sc1, _mm256_set1_epi32(32 * sum16[1])));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(even, sc_pairs[1]));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(odd, sc_pairs[1]));
+#pragma GCC unroll 2
+          for (int g = 0; g < 2; ++g) {
+            t[r] = _mm256_add_epi32(
+                t[r], _mm256_mullo_epi32(
+                          other[g],
+                          _mm256_set1_epi32((kQ2 ? 1 : kOffset) * sum16[g])));
+          }
         }
-      } else {
+      } else {  // Q4_K, Q5_K: one group of 32, with a min
         const __m256i sc =
             _mm256_cvtepu8_epi32(Bytes8(blk + kL.sc_at + 16 * j + 8 * h));
         const __m256i mn =
@@ -254,8 +291,8 @@ inline void HalfRowsK(const uint8_t* xq, int64_t r0, int64_t k,
             s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(odd, sc_pairs));
           }
           t[r] = _mm256_add_epi32(
-              t[r], _mm256_mullo_epi32(
-                        mn, _mm256_set1_epi32(sum16[0] + sum16[1])));
+              t[r],
+              _mm256_mullo_epi32(mn, _mm256_set1_epi32(sum16[0] + sum16[1])));
         }
       }
     }
@@ -263,16 +300,16 @@ inline void HalfRowsK(const uint8_t* xq, int64_t r0, int64_t k,
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       const __m256 dx = _mm256_set1_ps(x[r].d[b]);
-      if constexpr (kQ6) {
-        const __m256i st = _mm256_sub_epi32(s[r], t[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), _mm256_mul_ps(dw, dx),
-                                 acc[r]);
-      } else {
+      if constexpr (kL.mins) {
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]),
                                  _mm256_mul_ps(dw, dx), acc[r]);
         const __m256 dmin = Halves8(blk + kL.m_at + 16 * h);
         acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(t[r]),
                                   _mm256_mul_ps(dmin, dx), acc[r]);
+      } else {
+        const __m256i st = _mm256_sub_epi32(s[r], t[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), _mm256_mul_ps(dw, dx),
+                                 acc[r]);
       }
     }
   }
@@ -342,14 +379,16 @@ void Int8MatmulAvx2(QuantType type, const uint8_t* xq, int64_t m, int64_t k,
                     const uint8_t* packed, int64_t n_begin, int64_t n_end,
                     float* y, int64_t ldy) {
   switch (type) {
-#define LOOKAHEAD_INT8_CASE(T)                                   \
-  case QuantType::T:                                             \
+#define LOOKAHEAD_INT8_CASE(T) \
+  case QuantType::T:           \
     return Run<QuantType::T>(xq, m, k, packed, n_begin, n_end, y, ldy);
     LOOKAHEAD_INT8_CASE(kQ4_0)
     LOOKAHEAD_INT8_CASE(kQ4_1)
     LOOKAHEAD_INT8_CASE(kQ5_0)
     LOOKAHEAD_INT8_CASE(kQ5_1)
     LOOKAHEAD_INT8_CASE(kQ8_0)
+    LOOKAHEAD_INT8_CASE(kQ2_K)
+    LOOKAHEAD_INT8_CASE(kQ3_K)
     LOOKAHEAD_INT8_CASE(kQ4_K)
     LOOKAHEAD_INT8_CASE(kQ5_K)
     LOOKAHEAD_INT8_CASE(kQ6_K)

@@ -46,6 +46,28 @@ inline void DecodeSub(const uint8_t* sub, __m512i w[8]) {
     for (int s = 0; s < 8; ++s) w[s] = _mm512_loadu_si512(sub + 64 * s);
     return;
   }
+  if constexpr (kBits < 4) {
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p) {
+      const __m512i c = _mm512_loadu_si512(sub + 64 * p);
+      w[4 * p] = MoveBits<0, 0, 3>(c);
+      w[4 * p + 1] = MoveBits<2, 0, 3>(c);
+      w[4 * p + 2] = MoveBits<4, 0, 3>(c);
+      w[4 * p + 3] = MoveBits<6, 0, 3>(c);
+    }
+    if constexpr (kBits == 3) {
+      const __m512i h = _mm512_loadu_si512(sub + 128);
+      w[0] = _mm512_or_si512(w[0], MoveBits<0, 2, 1>(h));
+      w[1] = _mm512_or_si512(w[1], MoveBits<1, 2, 1>(h));
+      w[2] = _mm512_or_si512(w[2], MoveBits<2, 2, 1>(h));
+      w[3] = _mm512_or_si512(w[3], MoveBits<3, 2, 1>(h));
+      w[4] = _mm512_or_si512(w[4], MoveBits<4, 2, 1>(h));
+      w[5] = _mm512_or_si512(w[5], MoveBits<5, 2, 1>(h));
+      w[6] = _mm512_or_si512(w[6], MoveBits<6, 2, 1>(h));
+      w[7] = _mm512_or_si512(w[7], MoveBits<7, 2, 1>(h));
+    }
+    return;
+  }
   const __m512i low = _mm512_set1_epi8(15);
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
@@ -133,7 +155,7 @@ inline void TileRows32(const uint8_t* xq, int64_t r0, int64_t k,
       // side.
       const uint8_t* a =
           (kQ8 ? x[r].u : reinterpret_cast<const uint8_t*>(x[r].q)) + 32 * b;
-      __m512i p = Dot<0, 8, kRows == 1 ? 4 : 2, kQ8>(w, a);
+      __m512i p = Dot < 0, 8, kRows == 1 ? 4 : 2, kQ8 > (w, a);
       if constexpr (kOffset != 0) {
         p = _mm512_sub_epi32(p, _mm512_set1_epi32(kOffset * x[r].sum[b]));
       }
@@ -153,14 +175,14 @@ inline void TileRows32(const uint8_t* xq, int64_t r0, int64_t k,
 
 // As TileRows32, for a K type: per super-block, each sub-block's weights
 // are decoded once and every row adds its scaled integer sums; the float
-// accumulator takes one (Q6_K) or two (Q4_K, Q5_K) multiply-adds a
-// super-block.
+// accumulator takes one (no mins) or two multiply-adds a super-block.
 template <QuantType kType, int kRows>
 inline void TileRowsK(const uint8_t* xq, int64_t r0, int64_t k,
                       const uint8_t* tile, float* y, int64_t ldy,
                       __mmask16 mask) {
   constexpr Int8Layout kL = LayoutOf(kType);
-  constexpr bool kQ6 = kType == QuantType::kQ6_K;
+  constexpr bool kQ2 = kType == QuantType::kQ2_K;
+  constexpr int32_t kOffset = Int8ValueOffset(kType);
   constexpr int kChains = kRows == 1 ? 4 : 2;
   const int64_t nb = k / 256;
   Int8Row x[kRows];
@@ -181,24 +203,39 @@ inline void TileRowsK(const uint8_t* xq, int64_t r0, int64_t k,
     for (int j = 0; j < 8; ++j) {
       __m512i w[8];
       DecodeSub<kL.bits>(blk + j * kL.sub_bytes, w);
-      if constexpr (kQ6) {
-        const __m512i sc0 =
-            _mm512_cvtepi8_epi32(Bytes16(blk + kL.sc_at + 32 * j));
-        const __m512i sc1 =
-            _mm512_cvtepi8_epi32(Bytes16(blk + kL.sc_at + 32 * j + 16));
+      if constexpr (kL.groups == 16) {  // two groups of 16 a sub-block
+        __m512i sc[2], mn[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m128i bytes = Bytes16(blk + kL.sc_at + 16 * (2 * j + h));
+          if constexpr (kQ2) {
+            const __m512i v = _mm512_cvtepu8_epi32(bytes);
+            sc[h] = _mm512_and_si512(v, _mm512_set1_epi32(15));
+            mn[h] = _mm512_srli_epi32(v, 4);
+          } else {
+            sc[h] = _mm512_cvtepi8_epi32(bytes);
+          }
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) {
           const uint8_t* a =
               reinterpret_cast<const uint8_t*>(x[r].q) + 256 * b + 32 * j;
           const int32_t* sum16 = x[r].sum16 + 16 * b + 2 * j;
-          __m512i p0 = Dot<0, 4, kChains / 2, false>(w, a);
-          __m512i p1 = Dot<4, 4, kChains / 2, false>(w, a);
-          p0 = _mm512_sub_epi32(p0, _mm512_set1_epi32(32 * sum16[0]));
-          p1 = _mm512_sub_epi32(p1, _mm512_set1_epi32(32 * sum16[1]));
-          s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(p0, sc0));
-          s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(p1, sc1));
+          __m512i p[2] = {Dot<0, 4, kChains / 2, false>(w, a),
+                          Dot<4, 4, kChains / 2, false>(w, a)};
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            if constexpr (kQ2) {
+              t[r] = _mm512_add_epi32(
+                  t[r], _mm512_mullo_epi32(mn[h], _mm512_set1_epi32(sum16[h])));
+            } else {
+              p[h] =
+                  _mm512_sub_epi32(p[h], _mm512_set1_epi32(kOffset * sum16[h]));
+            }
+            s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(p[h], sc[h]));
+          }
         }
-      } else {
+      } else {  // Q4_K, Q5_K: one group of 32, with a min
         const __m512i sc =
             _mm512_cvtepu8_epi32(Bytes16(blk + kL.sc_at + 16 * j));
         const __m512i mn =
@@ -211,8 +248,8 @@ inline void TileRowsK(const uint8_t* xq, int64_t r0, int64_t k,
           const __m512i p = Dot<0, 8, kChains, false>(w, a);
           s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(p, sc));
           t[r] = _mm512_add_epi32(
-              t[r], _mm512_mullo_epi32(
-                        mn, _mm512_set1_epi32(sum16[0] + sum16[1])));
+              t[r],
+              _mm512_mullo_epi32(mn, _mm512_set1_epi32(sum16[0] + sum16[1])));
         }
       }
     }
@@ -220,9 +257,9 @@ inline void TileRowsK(const uint8_t* xq, int64_t r0, int64_t k,
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       const __m512 dx = _mm512_set1_ps(x[r].d[b]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]),
-                               _mm512_mul_ps(dw, dx), acc[r]);
-      if constexpr (!kQ6) {
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]), _mm512_mul_ps(dw, dx),
+                               acc[r]);
+      if constexpr (kL.mins) {
         const __m512 dmin = Halves16(blk + kL.m_at);
         acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(t[r]),
                                   _mm512_mul_ps(dmin, dx), acc[r]);
@@ -285,16 +322,16 @@ void Run(const uint8_t* xq, int64_t m, int64_t k, const uint8_t* packed,
 // QuantizeInt8RowsScalar's bytes: max ignores NaN (vmaxps returns its
 // second operand, the running max, when the first is NaN), vcvtps2dq rounds
 // to nearest even as nearbyint does, and the clamped values fit a byte.
-void QuantizeInt8RowsAvx512Vnni(Int8Activations form, const float* x,
-                                int64_t m, int64_t k, uint8_t* out) {
+void QuantizeInt8RowsAvx512Vnni(Int8Activations form, const float* x, int64_t m,
+                                int64_t k, uint8_t* out) {
   const bool k256 = form == Int8Activations::kBlock256;
   const int64_t block = k256 ? 256 : 32, nb = k / block;
   const int64_t row_bytes = k256 ? k + 4 * nb + 4 * (k / 16) : 2 * k + 12 * nb;
   for (int64_t r = 0; r < m; ++r) {
     uint8_t* row = out + r * row_bytes;
     float* d = reinterpret_cast<float*>(row + (k256 ? k : 2 * k));
-    float* ds = d + nb;  // kBlock32
-    int32_t* sum = reinterpret_cast<int32_t*>(ds + nb);  // kBlock32
+    float* ds = d + nb;                                   // kBlock32
+    int32_t* sum = reinterpret_cast<int32_t*>(ds + nb);   // kBlock32
     int32_t* sum16 = reinterpret_cast<int32_t*>(d + nb);  // kBlock256
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + r * k + block * b;
@@ -337,14 +374,16 @@ void Int8MatmulAvx512Vnni(QuantType type, const uint8_t* xq, int64_t m,
                           int64_t k, const uint8_t* packed, int64_t n_begin,
                           int64_t n_end, float* y, int64_t ldy) {
   switch (type) {
-#define LOOKAHEAD_INT8_CASE(T)                                   \
-  case QuantType::T:                                             \
+#define LOOKAHEAD_INT8_CASE(T) \
+  case QuantType::T:           \
     return Run<QuantType::T>(xq, m, k, packed, n_begin, n_end, y, ldy);
     LOOKAHEAD_INT8_CASE(kQ4_0)
     LOOKAHEAD_INT8_CASE(kQ4_1)
     LOOKAHEAD_INT8_CASE(kQ5_0)
     LOOKAHEAD_INT8_CASE(kQ5_1)
     LOOKAHEAD_INT8_CASE(kQ8_0)
+    LOOKAHEAD_INT8_CASE(kQ2_K)
+    LOOKAHEAD_INT8_CASE(kQ3_K)
     LOOKAHEAD_INT8_CASE(kQ4_K)
     LOOKAHEAD_INT8_CASE(kQ5_K)
     LOOKAHEAD_INT8_CASE(kQ6_K)

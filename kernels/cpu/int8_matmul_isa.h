@@ -14,19 +14,27 @@
 // in order), then the scales. In a sub-block, "step s" (s < 8) is values
 // 4s .. 4s + 3; a 64-byte plane row holds one step of every column, bytes
 // 4c .. 4c + 3 being column c's four values. Values are the weight's
-// stored codes, unsigned (0 .. 2^bits - 1; Q8_0: signed):
-//   nibble plane (4-, 5- and 6-bit types): 4 x 64 bytes, byte j of row g
-//     holding step g in its low nibble and step g + 4 in its high one;
-//   Q5 plane (5-bit): 64 bytes, bit s of byte j = bit 4 of step s's value;
-//   Q6 plane (6-bit): 2 x 64 bytes, bits 2i, 2i + 1 of byte j of row p =
-//     bits 4, 5 of step 4p + i's value;
+// stored codes, unsigned (0 .. 2^bits - 1; Q8_0: signed), in planes:
+//   nibble plane (codes of 4 to 6 bits: their bits 0-3): 4 x 64 bytes,
+//     byte j of row g holding step g in its low nibble, step g + 4 in its
+//     high one;
+//   crumb plane (codes of 2 or 3 bits: their bits 0-1; 6-bit codes: bits
+//     4-5): 2 x 64 bytes, bits 2i, 2i + 1 of byte j of row p holding step
+//     4p + i;
+//   bit plane (5-bit codes: bit 4; 3-bit codes: bit 2): 64 bytes, bit s of
+//     byte j holding step s;
 //   Q8_0: 8 x 64 bytes of int8 values.
+// A sub-block is the low plane (nibble, or crumb for 2 and 3 bits), then
+// the high one if any.
 // The scales, per column c of the tile (halves are IEEE half floats):
 //   Q4_0, Q5_0:  half d[16]                     at scale_at
 //   Q4_1, Q5_1:  half d[16], half m[16]
 //   Q8_0:        half d[16], int32 corr[16] (128 * the block's value sum)
 //   Q4_K, Q5_K:  uint8 sc[8][16], uint8 mn[8][16] (sub-block j's 6-bit
 //                scale and min), half d[16], half dmin[16]
+//   Q2_K:        uint8 sc[16][16] (group g of 16 values: scale in the low
+//                nibble, min in the high one, as GGUF), half d, half dmin
+//   Q3_K:        int8 sc[16][16] (group g's 6-bit scale - 32), half d[16]
 //   Q6_K:        int8 sc[16][16] (scale of values 16g .. 16g + 15), half d[16]
 // Zero columns past n have zero bytes (d = 0: they add +0).
 #ifndef LOOKAHEAD_KERNELS_CPU_INT8_MATMUL_ISA_H_
@@ -47,31 +55,45 @@ struct Int8Layout {
   int64_t sub_bytes = 0;  // bytes of one 32-value sub-block's planes
   int64_t scale_at = 0;   // offset of the scales in a tile-block
   int64_t bytes = 0;      // bytes of a tile-block
-  // Offsets of the scale arrays named above (0 where the type has none).
+  // K types: scale groups a block (8 of 32 values, or 16 of 16), and
+  // whether each group has a min (Q4_K, Q5_K, Q2_K).
+  int groups = 0;
+  bool mins = false;
+  // Offsets of the scale arrays named above (0 where the type has none;
+  // Q2_K's mins share sc_at).
   int64_t d_at = 0, m_at = 0, sc_at = 0, mn_at = 0;
 };
 
+constexpr int64_t SubBlockBytes(int bits) {
+  return bits == 8   ? 512
+         : bits >= 4 ? 256 + (bits - 4) * 64   // nibble + bit or crumb plane
+                     : 128 + (bits - 2) * 64;  // crumb + bit plane
+}
+
 constexpr Int8Layout MakeLayout(int bits, int64_t block, bool has_m,
-                                bool k_mins) {
+                                int groups) {
   Int8Layout l;
   l.bits = bits;
   l.block = block;
-  l.sub_bytes = bits == 8 ? 512 : 256 + (bits - 4) * 64;
+  l.sub_bytes = SubBlockBytes(bits);
   l.scale_at = (block / 32) * l.sub_bytes;
+  l.groups = groups;
+  l.mins = has_m && block == 256;
   if (block == 32) {
     l.d_at = l.scale_at;
     l.m_at = has_m || bits == 8 ? l.d_at + 32 : 0;  // Q8_0: corr
     l.bytes = l.d_at + 32 + (has_m ? 32 : bits == 8 ? 64 : 0);
-  } else if (k_mins) {  // Q4_K, Q5_K
+  } else if (groups == 8) {  // Q4_K, Q5_K
     l.sc_at = l.scale_at;
     l.mn_at = l.sc_at + 8 * 16;
     l.d_at = l.mn_at + 8 * 16;
     l.m_at = l.d_at + 32;  // dmin
     l.bytes = l.m_at + 32;
-  } else {  // Q6_K
+  } else {  // Q2_K (mins in sc's high nibbles), Q3_K, Q6_K
     l.sc_at = l.scale_at;
     l.d_at = l.sc_at + 16 * 16;
-    l.bytes = l.d_at + 32;
+    l.m_at = has_m ? l.d_at + 32 : 0;
+    l.bytes = l.d_at + 32 + (has_m ? 32 : 0);
   }
   return l;
 }
@@ -79,30 +101,36 @@ constexpr Int8Layout MakeLayout(int bits, int64_t block, bool has_m,
 constexpr Int8Layout LayoutOf(QuantType type) {
   switch (type) {
     case QuantType::kQ4_0:
-      return MakeLayout(4, 32, false, false);
+      return MakeLayout(4, 32, false, 0);
     case QuantType::kQ4_1:
-      return MakeLayout(4, 32, true, false);
+      return MakeLayout(4, 32, true, 0);
     case QuantType::kQ5_0:
-      return MakeLayout(5, 32, false, false);
+      return MakeLayout(5, 32, false, 0);
     case QuantType::kQ5_1:
-      return MakeLayout(5, 32, true, false);
+      return MakeLayout(5, 32, true, 0);
     case QuantType::kQ8_0:
-      return MakeLayout(8, 32, false, false);
+      return MakeLayout(8, 32, false, 0);
+    case QuantType::kQ2_K:
+      return MakeLayout(2, 256, true, 16);
+    case QuantType::kQ3_K:
+      return MakeLayout(3, 256, false, 16);
     case QuantType::kQ4_K:
-      return MakeLayout(4, 256, false, true);
+      return MakeLayout(4, 256, true, 8);
     case QuantType::kQ5_K:
-      return MakeLayout(5, 256, false, true);
+      return MakeLayout(5, 256, true, 8);
     case QuantType::kQ6_K:
-      return MakeLayout(6, 256, false, false);
+      return MakeLayout(6, 256, false, 16);
     default:
       return Int8Layout{};
   }
 }
 
-// The offset subtracted from a stored value (Q4_0: 8, Q5_0: 16, Q6_K: 32).
+// The offset subtracted from a stored value (Q4_0: 8, Q5_0: 16, Q3_K: 4,
+// Q6_K: 32).
 constexpr int32_t Int8ValueOffset(QuantType type) {
   return type == QuantType::kQ4_0   ? 8
          : type == QuantType::kQ5_0 ? 16
+         : type == QuantType::kQ3_K ? 4
          : type == QuantType::kQ6_K ? 32
                                     : 0;
 }
@@ -122,7 +150,11 @@ inline Int8Row Int8RowAt(Int8Activations form, const uint8_t* xq, int64_t r,
   if (form == Int8Activations::kBlock256) {
     const uint8_t* p = xq + r * (k + 4 * (k / 256) + 4 * (k / 16));
     const float* d = reinterpret_cast<const float*>(p + k);
-    return {reinterpret_cast<const int8_t*>(p), nullptr, d, nullptr, nullptr,
+    return {reinterpret_cast<const int8_t*>(p),
+            nullptr,
+            d,
+            nullptr,
+            nullptr,
             reinterpret_cast<const int32_t*>(d + k / 256)};
   }
   const uint8_t* p = xq + r * (2 * k + 12 * (k / 32));
@@ -138,8 +170,8 @@ inline Int8Row Int8RowAt(Int8Activations form, const uint8_t* xq, int64_t r,
 // As QuantizeInt8Rows and Int8Matmul, for one instruction set.
 void QuantizeInt8RowsScalar(Int8Activations form, const float* x, int64_t m,
                             int64_t k, uint8_t* out);
-void QuantizeInt8RowsAvx512Vnni(Int8Activations form, const float* x,
-                                int64_t m, int64_t k, uint8_t* out);
+void QuantizeInt8RowsAvx512Vnni(Int8Activations form, const float* x, int64_t m,
+                                int64_t k, uint8_t* out);
 void Int8MatmulScalar(QuantType type, const uint8_t* xq, int64_t m, int64_t k,
                       const uint8_t* packed, int64_t n_begin, int64_t n_end,
                       float* y, int64_t ldy);

@@ -29,7 +29,8 @@ using engine::GgmlType;
 
 constexpr QuantType kTypes[] = {
     QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ5_1,
-    QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
+    QuantType::kQ8_0, QuantType::kQ2_K, QuantType::kQ3_K, QuantType::kQ4_K,
+    QuantType::kQ5_K, QuantType::kQ6_K};
 
 bool IsK(QuantType type) { return QuantBlockSize(type) == 256; }
 
@@ -80,6 +81,13 @@ std::vector<uint8_t> RandomWeights(QuantType type, int64_t k, int64_t n,
       case QuantType::kQ6_K:  // d at the end (a sub-block scale: int8)
         PutHalf(scale(rng) / 32, blk + 208);
         break;
+      case QuantType::kQ3_K:  // d at the end (a group scale: -32 .. 31)
+        PutHalf(scale(rng) / 8, blk + 108);
+        break;
+      case QuantType::kQ2_K:  // d, dmin at the end (4-bit scales, mins)
+        PutHalf(scale(rng) / 4, blk + 80);
+        PutHalf(std::fabs(scale(rng)) / 4, blk + 82);
+        break;
       case QuantType::kQ4_1:
       case QuantType::kQ5_1:
         PutHalf(scale(rng), blk);
@@ -105,9 +113,8 @@ std::vector<float> RandomActivations(int64_t m, int64_t k, std::mt19937& rng) {
   return x;
 }
 
-std::vector<uint8_t> Quantize(Int8Activations form,
-                              const std::vector<float>& x, int64_t m,
-                              int64_t k) {
+std::vector<uint8_t> Quantize(Int8Activations form, const std::vector<float>& x,
+                              int64_t m, int64_t k) {
   std::vector<uint8_t> xq(m * Int8RowBytes(form, k) + 4);
   QuantizeInt8Rows(Int8Isa::kScalar, form, x.data(), m, k, xq.data());
   for (Int8Isa isa : Isas()) {
@@ -132,6 +139,16 @@ float Half(const uint8_t* at) {
 
 // Code i (< 256) of a K block, from the GGUF layout (ggml-common.h).
 int32_t KCode(QuantType type, const uint8_t* blk, int i) {
+  if (type == QuantType::kQ2_K || type == QuantType::kQ3_K) {
+    // Q2_K {scales[16], qs[64], d, dmin}; Q3_K {hmask[32], qs[64], ...}:
+    // value i = 128h + 32c + l is bits 2c, 2c + 1 of qs[32h + l] (Q3_K:
+    // plus 4 times bit 4h + c of hmask[l]).
+    const int h = i / 128, c = (i % 128) / 32, l = i % 32;
+    const uint8_t* qs = blk + (type == QuantType::kQ2_K ? 16 : 32);
+    int32_t v = (qs[32 * h + l] >> (2 * c)) & 3;
+    if (type == QuantType::kQ3_K) v += 4 * ((blk[l] >> (4 * h + c)) & 1);
+    return v;
+  }
   if (type == QuantType::kQ6_K) {
     // ql[128], qh[64]: value i = 128h + 32c + l takes ql[64h + l + 32(c&1)]'s
     // nibble c >> 1 and qh[32h + l]'s bits 2c, 2c + 1.
@@ -158,6 +175,14 @@ int32_t KScale(const uint8_t* scales, int j) {
   return low | high << 4;
 }
 
+// Q3_K's scale of group g (< 16): 6 bits from its 12 packed bytes, minus
+// 32 (ggml's kmask1/kmask2 unpacking, written per group).
+int32_t Q3Scale(const uint8_t* scales, int g) {
+  const int low = (scales[g % 8] >> (g < 8 ? 0 : 4)) & 15;
+  const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+  return (low | high << 4) - 32;
+}
+
 // The header's sum for a K type, from the GGUF layout.
 float ReferenceK(QuantType type, const uint8_t* xrow, int64_t k,
                  const uint8_t* wrow) {
@@ -169,26 +194,45 @@ float ReferenceK(QuantType type, const uint8_t* xrow, int64_t k,
   for (int64_t b = 0; b < k / 256; ++b) {
     const uint8_t* blk = wrow + b * block;
     int32_t s = 0, t = 0;
-    for (int i = 0; i < 256; ++i) {
-      const int32_t prod = KCode(type, blk, i) * q[256 * b + i];
-      if (type == QuantType::kQ6_K) {
-        s += static_cast<int8_t>(blk[192 + i / 16]) * prod;
-      } else {
-        s += KScale(blk + 4, i / 32) * prod;
+    for (int g = 0; g < 16; ++g) {  // groups of 16 values
+      int32_t p = 0;
+      for (int i = 16 * g; i < 16 * g + 16; ++i) {
+        p += KCode(type, blk, i) * q[256 * b + i];
+      }
+      const int32_t xs = sum16[16 * b + g];
+      switch (type) {
+        case QuantType::kQ2_K:
+          s += (blk[g] & 15) * p;
+          t += (blk[g] >> 4) * xs;
+          break;
+        case QuantType::kQ3_K:
+          s += Q3Scale(blk + 96, g) * (p - 4 * xs);
+          break;
+        case QuantType::kQ6_K:
+          s += static_cast<int8_t>(blk[192 + g]) * (p - 32 * xs);
+          break;
+        default:  // Q4_K, Q5_K: the scale and min of 32 values
+          s += KScale(blk + 4, g / 2) * p;
+          t += KScale(blk + 4, 8 + g / 2) * xs;
+          break;
       }
     }
-    for (int g = 0; g < 16; ++g) {
-      if (type == QuantType::kQ6_K) {
-        s -= static_cast<int8_t>(blk[192 + g]) * 32 * sum16[16 * b + g];
-      } else {
-        t += KScale(blk + 4, 8 + g / 2) * sum16[16 * b + g];
-      }
-    }
-    if (type == QuantType::kQ6_K) {
-      acc = std::fma(static_cast<float>(s), Half(blk + 208) * d[b], acc);
-    } else {
-      acc = std::fma(static_cast<float>(s), Half(blk) * d[b], acc);
-      acc = std::fma(static_cast<float>(t), -(Half(blk + 2) * d[b]), acc);
+    const float dx = d[b];
+    switch (type) {
+      case QuantType::kQ2_K:
+        acc = std::fma(static_cast<float>(s), Half(blk + 80) * dx, acc);
+        acc = std::fma(static_cast<float>(t), -(Half(blk + 82) * dx), acc);
+        break;
+      case QuantType::kQ3_K:
+        acc = std::fma(static_cast<float>(s), Half(blk + 108) * dx, acc);
+        break;
+      case QuantType::kQ6_K:
+        acc = std::fma(static_cast<float>(s), Half(blk + 208) * dx, acc);
+        break;
+      default:
+        acc = std::fma(static_cast<float>(s), Half(blk) * dx, acc);
+        acc = std::fma(static_cast<float>(t), -(Half(blk + 2) * dx), acc);
+        break;
     }
   }
   return acc;
@@ -303,7 +347,8 @@ TEST(Int8Matmul, CloseToTheFloatMatmul) {
     // Per-block int8 keeps ~7 bits of each block; the outlier channel
     // coarsens its block's other values 40-fold (255 of them for the K
     // types' 256-value blocks). Measured: a relative RMS error of
-    // 1.2-1.8e-2 for the 32-value types, 2.5-2.9e-2 for the K types (a
+    // 1.2-1.8e-2 for the 32-value types, 2.0-5.4e-2 for the K types (Q2_K
+    // the most) (a
     // dropped min term or a wrong scale gives > 0.5).
     EXPECT_LT(std::sqrt(err2 / ref2), IsK(type) ? 8e-2 : 3e-2) << Name(type);
     EXPECT_GT(ref2, 0.0) << Name(type);
@@ -368,7 +413,7 @@ TEST(Int8Matmul, LeavesColumnsOutsideTheRangeAlone) {
 TEST(Int8Matmul, RowInvariantInBatchesUpTo300) {
   std::mt19937 rng(19);
   const int64_t k = 512, n = 32;
-  for (QuantType type : {QuantType::kQ4_0, QuantType::kQ5_1,
+  for (QuantType type : {QuantType::kQ4_0, QuantType::kQ5_1, QuantType::kQ3_K,
                          QuantType::kQ4_K, QuantType::kQ6_K}) {
     const std::vector<uint8_t> w = RandomWeights(type, k, n, rng);
     std::vector<uint8_t> packed(Int8PackedBytes(type, k, n));
@@ -379,8 +424,8 @@ TEST(Int8Matmul, RowInvariantInBatchesUpTo300) {
     QuantizeInt8Rows(BestInt8Isa(), form, x.data(), 300, k, xq.data());
     std::vector<float> alone(300 * n);
     for (int64_t r = 0; r < 300; ++r) {
-      Int8Matmul(BestInt8Isa(), type, xq.data() + r * Int8RowBytes(form, k),
-                 1, k, packed.data(), 0, n, &alone[r * n], n);
+      Int8Matmul(BestInt8Isa(), type, xq.data() + r * Int8RowBytes(form, k), 1,
+                 k, packed.data(), 0, n, &alone[r * n], n);
     }
     for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 13, 64, 299, 300}) {
       std::vector<float> y(m * n);
@@ -397,8 +442,7 @@ TEST(QuantizeInt8Rows, Block256HasOneScaleAndSumsPer16) {
   std::mt19937 rng(23);
   std::vector<float> x = RandomActivations(1, k, rng);
   x[300] = std::nanf("");
-  const std::vector<uint8_t> xq =
-      Quantize(Int8Activations::kBlock256, x, 1, k);
+  const std::vector<uint8_t> xq = Quantize(Int8Activations::kBlock256, x, 1, k);
   ASSERT_EQ(Int8RowBytes(Int8Activations::kBlock256, k), k + 8 + 4 * 32);
   const int8_t* q = reinterpret_cast<const int8_t*>(xq.data());
   const float* d = reinterpret_cast<const float*>(xq.data() + k);
@@ -413,7 +457,7 @@ TEST(QuantizeInt8Rows, Block256HasOneScaleAndSumsPer16) {
     EXPECT_EQ(d[b], amax / 127.0f);
   }
   EXPECT_EQ(std::abs(q[5]), 127);  // the outlier channel
-  EXPECT_EQ(q[300], 0);  // NaN
+  EXPECT_EQ(q[300], 0);            // NaN
   for (int g = 0; g < 32; ++g) {
     int32_t s = 0;
     for (int i = 0; i < 16; ++i) s += q[16 * g + i];
@@ -426,8 +470,8 @@ TEST(QuantizeInt8Rows, ZeroNanAndInfBlocksQuantizeToZero) {
   std::vector<float> x(k, 0.0f);
   for (int j = 32; j < 64; ++j) x[j] = j - 48.0f;  // block 1: -16 .. 15
   x[64] = std::nanf("");
-  x[65] = 3.0f;                                    // block 2: NaN + 3
-  x[96] = INFINITY;                                // block 3: Inf
+  x[65] = 3.0f;      // block 2: NaN + 3
+  x[96] = INFINITY;  // block 3: Inf
   x[97] = 1.0f;
   const std::vector<uint8_t> xq = Quantize(Int8Activations::kBlock32, x, 1, k);
   const int8_t* q = reinterpret_cast<const int8_t*>(xq.data());
@@ -439,9 +483,9 @@ TEST(QuantizeInt8Rows, ZeroNanAndInfBlocksQuantizeToZero) {
   EXPECT_EQ(d[1], 16.0f / 127.0f);
   EXPECT_EQ(q[32], -127);  // the largest |x| maps to 127
   EXPECT_EQ(q[32 + 24], std::nearbyint(8.0f * (127.0f / 16.0f)));
-  EXPECT_EQ(q[64], 0);      // NaN
-  EXPECT_EQ(q[65], 127);    // the block's largest finite value
-  EXPECT_EQ(d[3], 0.0f);    // an Inf block is dropped whole
+  EXPECT_EQ(q[64], 0);    // NaN
+  EXPECT_EQ(q[65], 127);  // the block's largest finite value
+  EXPECT_EQ(d[3], 0.0f);  // an Inf block is dropped whole
   EXPECT_EQ(q[97], 0);
   int32_t s1 = 0;
   for (int j = 32; j < 64; ++j) {

@@ -11,7 +11,8 @@
 // 96 MiB (more than the L3), as in a decode pass that streams the whole
 // model once.
 //
-//   bazel run -c opt //kernels/cpu:quant_matmul_bench [-- scalar|avx2|avx512] [qwen]
+//   bazel run -c opt //kernels/cpu:quant_matmul_bench [-- ISA] [qwen]
+// (ISA: scalar, avx2 or avx512; qwen: only the Qwen2.5-1.5B table)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

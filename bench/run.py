@@ -248,6 +248,12 @@ def parse_args(argv):
         # model's context length, and ours_speed skips what is past that.
         args.verifysvc_flag = args.verifysvc_flag + [
             f"--max_context_tokens={context}"]
+    if ("hf" in args.peer and not args.verifysvc and sweeps.effective_flag(
+            args.verifysvc_flag, "activations", None) is None):
+        # HF transformers' tokens are the exact form's: compare with it
+        # (verifysvc's default, int8 activations, is a slightly different
+        # model).
+        args.verifysvc_flag = args.verifysvc_flag + ["--activations=f32"]
     if (not args.verifysvc and sweeps.effective_flag(
             args.verifysvc_flag, "prefix_cache_mib", None) is None):
         # The modes run one after another on each prompt: with the prefix

@@ -161,13 +161,15 @@ ABSL_FLAG(std::string, weights, "native",
           "(Q4_1, Q8_0, K-quants, ...) and the forward pass runs on our own "
           "kernels (fast, ~6x less memory); f32: dequantized to --dtype and "
           "run through LibTorch (the reference; always the form on CUDA).");
-ABSL_FLAG(std::string, activations, "f32",
-          "With --weights=native: f32 (default) multiplies float32 "
-          "activations, matching HF transformers' tokens; int8 quantizes "
-          "them per 32 values for integer dot products with Q4_0/Q4_1/Q8_0 "
-          "weights (llama.cpp's form; AVX-512 VNNI): ~2x cheaper matmuls, "
-          "a slightly different, lossy model. Drafting is lossless against "
-          "plain decoding in either form.");
+ABSL_FLAG(std::string, activations, "auto",
+          "The matmuls' activations. auto (default): int8 where --weights="
+          "native on the CPU, else f32. int8 quantizes them (per 32 values, "
+          "per 256 for K-quants) for integer dot products with every "
+          "quantized GGUF type (llama.cpp's form; AVX-512 VNNI or AVX2): "
+          "2.5-3.5x cheaper matmuls, a slightly different model (its quality "
+          "gate: engine/model/int8_quality_test). f32 is the exact form, "
+          "HF transformers' tokens. Drafting is lossless against plain "
+          "decoding in either form.");
 ABSL_FLAG(bool, packed_linear, true,
           "Packed matmul kernel where the CPU has AVX2 or AVX-512 (false: "
           "OpenBLAS).");
@@ -376,16 +378,26 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
         absl::StrCat("--weights: ", weights.status().message()));
   }
   c.model.weights = *weights;
-  absl::StatusOr<engine::LinearActivations> activations =
-      engine::ParseLinearActivations(absl::GetFlag(FLAGS_activations));
-  if (!activations.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--activations: ", activations.status().message()));
-  }
-  c.model.activations = *activations;
   c.model.cuda_kernels = absl::GetFlag(FLAGS_cuda_kernels);
   RETURN_IF_ERROR(engine::ParseDeviceOptions(
       absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &c.model));
+  const std::string activations_flag = absl::GetFlag(FLAGS_activations);
+  if (activations_flag == "auto") {
+    // int8 wherever it computes: our own CPU kernels in float32.
+    const bool native_cpu = c.model.weights == engine::WeightFormat::kNative &&
+                            c.model.device == torch::kCPU &&
+                            c.model.dtype == torch::kFloat32;
+    c.model.activations = native_cpu ? engine::LinearActivations::kInt8
+                                     : engine::LinearActivations::kF32;
+  } else {
+    absl::StatusOr<engine::LinearActivations> activations =
+        engine::ParseLinearActivations(activations_flag);
+    if (!activations.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--activations: ", activations.status().message(), " (or auto)"));
+    }
+    c.model.activations = *activations;
+  }
   c.limits = LimitsFromFlags();
   ASSIGN_OR_RETURN(c.limits.default_draft_sources,
                    ParseDraftSources(absl::GetFlag(FLAGS_draft_sources)));

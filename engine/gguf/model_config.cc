@@ -1,6 +1,8 @@
 #include "engine/gguf/model_config.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -86,7 +88,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
     }
   } else if (scaling != "none") {
     return absl::UnimplementedError(absl::StrCat(
-        "unsupported rope scaling '", scaling, "' (supported: none, linear)"));
+        "unsupported rope scaling '", scaling, "' in ", a,
+        "rope.scaling.type (supported: none, linear, and llama3 as tensor "
+        "rope_freqs.weight)"));
   }
   c.has_rope_freq_factors = file.FindTensor("rope_freqs.weight") != nullptr;
 
@@ -104,6 +108,35 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
   c.qkv_bias = file.FindTensor("blk.0.attn_q.bias") != nullptr;
   RETURN_IF_ERROR(c.Validate());
   return c;
+}
+
+absl::StatusOr<std::vector<double>> RopeInvFreq(const GgufFile& file,
+                                                const ModelConfig& c) {
+  std::vector<double> inv_freq(c.rope_dim / 2);
+  for (int i = 0; i < c.rope_dim / 2; ++i) {
+    inv_freq[i] =
+        std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim);
+    if (c.rope_scaling == RopeScaling::kLinear) {
+      inv_freq[i] /= c.rope_scaling_factor;
+    }
+  }
+  if (!c.has_rope_freq_factors) return inv_freq;
+  ASSIGN_OR_RETURN(std::vector<float> factors,
+                   file.DequantizeTensor("rope_freqs.weight"));
+  if (factors.size() != inv_freq.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope_freqs.weight has ", factors.size(),
+                     " elements, expected rope_dim / 2 = ", inv_freq.size()));
+  }
+  for (size_t i = 0; i < factors.size(); ++i) {
+    if (!(factors[i] > 0.0f) || !std::isfinite(factors[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rope_freqs.weight[", i, "] = ", factors[i],
+                       " is not a positive frequency divisor"));
+    }
+    inv_freq[i] /= factors[i];
+  }
+  return inv_freq;
 }
 
 absl::Status ModelConfig::Validate() const {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,6 +25,9 @@ enum class RopeStyle {
   kHalves,
 };
 
+// {arch}.rope.scaling.type. Llama 3.1's "llama3" scaling has no type here:
+// llama.cpp's converter writes no rope.scaling keys for it, only tensor
+// rope_freqs.weight (ModelConfig::has_rope_freq_factors).
 enum class RopeScaling {
   kNone,
   kLinear,  // positions divided by rope_scaling_factor
@@ -45,14 +49,16 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   RopeScaling rope_scaling = RopeScaling::kNone;  // {arch}.rope.scaling.type
   float rope_scaling_factor = 1.0f;               // {arch}.rope.scaling.factor
-  // Per-frequency divisors from tensor rope_freqs.weight (llama3-style rope
-  // scaling as llama.cpp's converter stores it); false if absent.
+  // Tensor rope_freqs.weight is present: rope_dim / 2 per-frequency divisors
+  // (llama3-style rope scaling as llama.cpp's converter stores it; see
+  // RopeInvFreq); false if absent.
   bool has_rope_freq_factors = false;
   bool tied_output = false;  // no output.weight: logits use token_embd
   bool qkv_bias = false;     // blk.N.attn_{q,k,v}.bias present (Qwen2)
 
-  // Returns the config of `file`: UNIMPLEMENTED naming the architecture iff
-  // it is not llama/qwen2 or uses unsupported rope scaling (yarn, ...);
+  // Returns the config of `file`: UNIMPLEMENTED naming the architecture or
+  // the rope scaling type iff it is not llama/qwen2 or the scaling is
+  // neither none nor linear (yarn, longrope, ...);
   // NOT_FOUND/INVALID_ARGUMENT naming the key iff a required key is missing
   // or mistyped; INVALID_ARGUMENT iff values are inconsistent (Validate).
   static absl::StatusOr<ModelConfig> FromGguf(const GgufFile& file);
@@ -64,6 +70,20 @@ struct ModelConfig {
   int q_dim() const { return head_count * head_dim; }
   int kv_dim() const { return head_count_kv * head_dim; }
 };
+
+// Returns the RoPE inverse frequencies (rope_dim / 2) of `config`, read from
+// `file`, in float64 so that angles stay exact at large positions:
+//   inv_freq[i] = rope_freq_base^(-2i / rope_dim)
+//                 / rope_scaling_factor        (linear scaling only)
+//                 / rope_freqs.weight[i]       (iff has_rope_freq_factors)
+// The divisors are what llama.cpp's converter writes for HF rope_type
+// "llama3" (1 for high frequencies, factor for low ones, a blend between),
+// so this equals transformers' _compute_llama3_parameters up to float32
+// rounding. INVALID_ARGUMENT naming rope_freqs.weight iff it has the wrong
+// size or a divisor that is not finite and positive.
+// REQUIRES: `config` comes from ModelConfig::FromGguf(file).
+absl::StatusOr<std::vector<double>> RopeInvFreq(const GgufFile& file,
+                                                const ModelConfig& config);
 
 }  // namespace lookahead::engine
 

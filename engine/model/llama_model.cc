@@ -59,31 +59,6 @@ torch::Tensor Linear(const torch::Tensor& x, const LinearWeight& weight,
   return bias.defined() ? y + bias : y;
 }
 
-// inv_freq[i] = base^(-2i/R) / scaling (/ rope_freqs[i]), in float64 for
-// exact angles.
-absl::StatusOr<std::vector<double>> RopeInvFreq(const GgufFile& file,
-                                                const ModelConfig& c) {
-  std::vector<double> inv_freq(c.rope_dim / 2);
-  for (int i = 0; i < c.rope_dim / 2; ++i) {
-    inv_freq[i] =
-        std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim);
-    if (c.rope_scaling == RopeScaling::kLinear) {
-      inv_freq[i] /= c.rope_scaling_factor;
-    }
-  }
-  if (c.has_rope_freq_factors) {
-    ASSIGN_OR_RETURN(std::vector<float> factors,
-                     file.DequantizeTensor("rope_freqs.weight"));
-    if (factors.size() != inv_freq.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rope_freqs.weight has ", factors.size(),
-                       " elements, expected ", inv_freq.size()));
-    }
-    for (size_t i = 0; i < factors.size(); ++i) inv_freq[i] /= factors[i];
-  }
-  return inv_freq;
-}
-
 // The LibTorch weights (WeightFormat::kF32), all but rope_inv_freq.
 absl::Status LoadTorchWeights(const GgufFile& file, const ModelConfig& c,
                               const ModelOptions& options, LlamaWeights* out) {

@@ -11,6 +11,7 @@ import tempfile
 import threading
 import types
 import unittest
+from unittest import mock
 
 import ab
 import ceiling
@@ -580,8 +581,8 @@ class RunArgsTest(unittest.TestCase):
         self.assertEqual(flags("--verifysvc_flag=--max_context_tokens=3000"),
                          ["--max_context_tokens=3000"])
         self.assertEqual(flags("--verifysvc=localhost:1"), [])
-        self.assertEqual(run.parse_args(["--peer=hf"]).verifysvc_flag,
-                         ["--prefix_cache_mib=0"])
+        self.assertFalse([f for f in run.parse_args(["--peer=hf"])
+                          .verifysvc_flag if "max_context_tokens" in f])
 
     def test_the_prefix_cache_is_off_unless_asked_for(self):
         self.assertEqual(run.parse_args([]).verifysvc_flag,
@@ -591,6 +592,44 @@ class RunArgsTest(unittest.TestCase):
             ["--prefix_cache_mib=64"])
         self.assertEqual(run.parse_args(
             ["--verifysvc=localhost:1"]).verifysvc_flag, [])
+
+    def parse_error(self, *argv):
+        """parse_args' error message for `argv` (it must fail)."""
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit):
+            run.parse_args(list(argv))
+        return err.getvalue()
+
+    def test_model_by_name_or_path_is_what_verifysvc_serves(self):
+        with tempfile.TemporaryDirectory() as cache, mock.patch.dict(
+                os.environ, {"LOOKAHEAD_MODEL_DIR": cache}):
+            qwen = os.path.join(cache, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+            open(qwen, "wb").close()
+            # A name: tools/models.sh's file in the model cache.
+            args = run.parse_args(["--model=qwen2.5-coder-1.5b",
+                                   "--peer=llamacpp"])
+            self.assertEqual(args.model_file, qwen)
+            self.assertIn(f"--model={qwen}", args.verifysvc_flag)
+            self.assertEqual(args.llamacpp_f32, "auto")
+            # A path, as given.
+            self.assertEqual(run.parse_args([f"--model={qwen}"]).model_file,
+                             qwen)
+            self.assertIn("unknown model 'qwen-9b'",
+                          self.parse_error("--model=qwen-9b"))
+            self.assertIn("tools/setup.sh --model=qwen2.5-coder-0.5b",
+                          self.parse_error("--model=qwen2.5-coder-0.5b"))
+            self.assertIn("no such file",
+                          self.parse_error(f"--model={cache}/none.gguf"))
+            self.assertIn("serves its own model", self.parse_error(
+                "--model=qwen2.5-coder-1.5b", "--verifysvc=localhost:1"))
+            self.assertIn("give one", self.parse_error(
+                "--model=qwen2.5-coder-1.5b", f"--verifysvc_flag=--model={qwen}"))
+        # Without --model, verifysvc's own default.
+        args = run.parse_args([])
+        self.assertIsNone(args.model_file)
+        self.assertFalse([f for f in args.verifysvc_flag
+                          if f.startswith("--model=")])
+        self.assertIn("--llamacpp_f32", self.parse_error("--llamacpp_f32=yes"))
 
     def test_llamacpp_prompts_per_workload_with_text(self):
         def workload(name, ids):

@@ -15,6 +15,8 @@ import time
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(BENCH_DIR)
 sys.path.insert(0, os.path.join(REPO_ROOT, "clients", "python"))
+# The models the tools know by name, and where each is in the model cache.
+MODELS_SH = os.path.join(REPO_ROOT, "tools", "models.sh")
 
 # Client.generate's draft_mode per benchmark mode.
 MODES = {"plain": "off", "trie-hierarchical": "hierarchical",
@@ -67,6 +69,26 @@ def source_usage(usage):
         counts[0] += s.draft_tokens
         counts[1] += s.accepted_draft_tokens
     return out
+
+
+def model_path(model, models_sh=MODELS_SH):
+    """The GGUF file `model` names: a path (it holds a "/" or ends in
+    ".gguf"), or a name of tools/models.sh (smollm2-135m,
+    qwen2.5-coder-1.5b, ...), resolved by that file's own model_path so
+    that names, file names and the cache folder ($LOOKAHEAD_MODEL_DIR) live
+    there alone. ValueError with the reason iff the name is unknown or the
+    file is missing (its message says how to fetch it)."""
+    if "/" in model or model.endswith(".gguf"):
+        if not os.path.isfile(model):
+            raise ValueError(f"{model}: no such file")
+        return os.path.abspath(model)
+    result = subprocess.run(
+        ["bash", "-c", 'source "$1" && model_path "$2"', "bash", models_sh,
+         model], capture_output=True, text=True)
+    if result.returncode != 0 or not result.stdout.strip():
+        raise ValueError(result.stderr.strip()
+                         or f"{models_sh} gave no path for {model!r}")
+    return result.stdout.strip()
 
 
 class Service:

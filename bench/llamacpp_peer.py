@@ -1,15 +1,18 @@
 #!/usr/bin/python3
-"""The llama.cpp peer (run.py --peer=llamacpp): the same GGUF run by
-llama.cpp's own tools on the same number of threads, once as shipped (Q4_1,
-llama.cpp's quantized kernels) and once dequantized to F32 (the weights
-verifysvc decodes with), beside ours in the same run.
+"""The llama.cpp peer (run.py --peer=llamacpp): the GGUF verifysvc serves
+(any of tools/models.sh's, run.py --model) run by llama.cpp's own tools on
+the same number of threads, beside ours in the same run: as shipped,
+labelled by its quant type (served_label: "Q4_1", "Q4_K_M"; llama.cpp's
+quantized kernels), and, for small files or on request (wants_f32), also
+dequantized to F32 (llama.cpp without its quantized kernels).
 
 llama.cpp is built apart, never in CI: tools/llamacpp_build.sh (run here on
 first use, like hf_peer's venv) installs the pinned VERSION's llama-bench,
-llama-completion (or, in older versions, llama-cli), llama-lookup and the
-F32 model into ~/.cache/lookahead/llama.cpp/VERSION/.
+llama-completion (or, in older versions, llama-cli), llama-lookup and
+llama-quantize into ~/.cache/lookahead/llama.cpp/VERSION/bin/; the F32
+copies go to its models/ folder as they are first needed (ensure_f32).
 
-Per model (Q4_1, F32) it measures:
+Per model (e.g. Q4_K_M, and F32) it measures:
   decode    llama-bench -p 0 -n 128 -d 64,1000,4000: tok/s generating 128
             tokens after that many in the context (without -d in the
             version: llama-completion on a prompt that long, its eval rate)
@@ -52,7 +55,18 @@ BUILD_SCRIPT = os.path.join(REPO_ROOT, "tools", "llamacpp_build.sh")
 # tools/llamacpp_build.sh builds it when given LLAMA_CPP_PYTHON_VERSION.
 # Pinned so that runs stay comparable; bump on purpose.
 VERSION = "0.3.36"
-MODEL_F32 = "SmolLM2-135M-Instruct.F32.gguf"
+# run.py --llamacpp_f32: whether llama.cpp also runs an F32 copy of the
+# served file. "auto" makes one only for a file of at most
+# F32_AUTO_MAX_BYTES: the copy is ~6x a 4-bit file on disk and in memory,
+# and llama.cpp's F32 decode streams all of it per token. For the default
+# SmolLM2-135M (98 MB; F32 540 MB) that is cheap and keeps the F32 column
+# of the earlier reports; for Qwen2.5-Coder-1.5B (1.1 GB; F32 6.2 GB, a
+# few tok/s on 2 cores) it would add over an hour to a run and 6 GB of
+# memory, and ours decodes the quantized blocks themselves, so the
+# file as shipped is the comparison that matters. "on" makes it for any
+# file, "off" for none.
+F32_CHOICES = ("auto", "on", "off")
+F32_AUTO_MAX_BYTES = 256 << 20
 DECODE_TOKENS = 128  # llama-bench -n: tokens generated per decode test.
 # Ours decodes with EOS on: a decode sample needs at least this many tokens.
 MIN_DECODE_TOKENS = 32
@@ -66,7 +80,9 @@ MIN_CONTEXT = 2048
 CONTEXT_STEP = 512
 COMPLETION_NAMES = ("llama-completion", "llama-cli")  # Newest first.
 
-Tools = collections.namedtuple("Tools", "bench completion lookup build_info")
+# Paths of the installed binaries (lookup and quantize: None where missing).
+Tools = collections.namedtuple(
+    "Tools", "bench completion lookup build_info quantize", defaults=[None])
 Run = collections.namedtuple("Run", "returncode stdout stderr seconds peak_rss")
 
 
@@ -96,11 +112,39 @@ def ensure_build(install):
         raise RuntimeError(f"{install}/bin lacks llama-bench or "
                            f"{'/'.join(COMPLETION_NAMES)}: delete {install} "
                            f"and run {BUILD_SCRIPT}")
-    lookup = binary("llama-lookup")
+    present = lambda name: (  # noqa: E731
+        binary(name) if os.access(binary(name), os.X_OK) else None)
     with open(info_path) as f:
         build_info = f.read().strip()
-    return Tools(binary("llama-bench"), completion,
-                 lookup if os.access(lookup, os.X_OK) else None, build_info)
+    return Tools(binary("llama-bench"), completion, present("llama-lookup"),
+                 build_info, present("llama-quantize"))
+
+
+def ensure_f32(tools, model, install):
+    """The F32 copy of the GGUF `model` in `install`/models/
+    (f32_file_name), made by llama-quantize --allow-requantize unless one
+    at least as new as `model` is there (written under a temporary name,
+    then renamed: an interrupted run leaves no half copy). RuntimeError
+    when llama-quantize is missing or fails."""
+    path = os.path.join(install, "models", f32_file_name(model))
+    if (os.path.exists(path)
+            and os.path.getmtime(path) >= os.path.getmtime(model)):
+        return path
+    if tools.quantize is None:
+        raise RuntimeError(f"{install}/bin lacks llama-quantize: delete "
+                           f"{install} and run {BUILD_SCRIPT}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = path + ".partial"
+    print(f"llamacpp_peer: dequantizing {os.path.basename(model)} to "
+          f"{path}", flush=True)
+    try:
+        checked(run_measured([tools.quantize, "--allow-requantize", model,
+                              partial, "F32"], 3600.0), "llama-quantize")
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return path
 
 
 def run_measured(argv, timeout):
@@ -139,7 +183,46 @@ def checked(run, what):
     return run
 
 
-# --- Pure parts: command lines and llama.cpp's output. -------------------
+# --- Pure parts: models, command lines and llama.cpp's output. -----------
+
+def served_label(file_type):
+    """The served model's label in records and the report: its quant type
+    as verifysvc reads it from the file (ModelInfo.file_type: "Q4_1",
+    "Q4_K_M"; "GGUF" when empty)."""
+    return file_type.strip() or "GGUF"
+
+
+def wants_f32(choice, served, size_bytes):
+    """Whether llama.cpp runs an F32 copy beside the served file of
+    `size_bytes`, labelled `served`, for --llamacpp_f32 `choice` (one of
+    F32_CHOICES; auto: a file of at most F32_AUTO_MAX_BYTES). Never when
+    the served file is F32 itself."""
+    if choice not in F32_CHOICES:
+        raise ValueError(f"--llamacpp_f32={choice}: one of {F32_CHOICES}")
+    if served == "F32" or choice == "off":
+        return False
+    return choice == "on" or size_bytes <= F32_AUTO_MAX_BYTES
+
+
+def f32_file_name(model):
+    """The file name of the F32 copy of the GGUF `model`: its own name with
+    ".F32" before ".gguf" (qwen2.5-coder-1.5b-instruct-q4_k_m.gguf ->
+    qwen2.5-coder-1.5b-instruct-q4_k_m.F32.gguf), so that copies of two
+    quantizations of one model never share a name."""
+    name = os.path.basename(model)
+    stem = name[:-len(".gguf")] if name.lower().endswith(".gguf") else name
+    return stem + ".F32.gguf"
+
+
+def peer_models(served_path, served, f32_path=None):
+    """llama.cpp's models, label -> GGUF path in the report's column order:
+    the served file under `served` (served_label), then its F32 copy, if
+    any, under "F32"."""
+    models = {served: served_path}
+    if f32_path is not None and served != "F32":
+        models["F32"] = f32_path
+    return models
+
 
 def bench_argv(tools, model, threads, repetitions, n_prompt, n_gen,
                depths=()):

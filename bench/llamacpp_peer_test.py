@@ -7,6 +7,11 @@ The fixtures are llama.cpp's output as its printers write it
 examples/lookup/lookup.cpp, tools/completion/completion.cpp).
 """
 
+import contextlib
+import io
+import os
+import stat
+import tempfile
 import types
 import unittest
 
@@ -255,6 +260,114 @@ class CommandLineTest(unittest.TestCase):
         # Never below verifysvc's default, where the peer prompts fit.
         self.assertEqual(llamacpp_peer.context_tokens_needed([64], [128]),
                          2048)
+
+
+class ModelsTest(unittest.TestCase):
+    def test_the_served_file_is_labelled_by_its_quant_type(self):
+        self.assertEqual(llamacpp_peer.served_label("Q4_K_M"), "Q4_K_M")
+        self.assertEqual(llamacpp_peer.served_label(""), "GGUF")
+        qwen = "/cache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+        self.assertEqual(llamacpp_peer.peer_models(qwen, "Q4_K_M"),
+                         {"Q4_K_M": qwen})
+        self.assertEqual(list(llamacpp_peer.peer_models(qwen, "Q4_K_M",
+                                                        "/f.gguf")),
+                         ["Q4_K_M", "F32"])
+        # An F32 file is its own F32 copy.
+        self.assertEqual(llamacpp_peer.peer_models("/m.gguf", "F32", "/f"),
+                         {"F32": "/m.gguf"})
+
+    def test_f32_copy_only_for_small_files_unless_asked(self):
+        wants = llamacpp_peer.wants_f32
+        smollm2, qwen = 98362432, 1117320768  # tools/models.sh's sizes
+        self.assertTrue(wants("auto", "Q4_1", smollm2))
+        self.assertFalse(wants("auto", "Q4_K_M", qwen))
+        self.assertTrue(wants("on", "Q4_K_M", qwen))
+        self.assertFalse(wants("off", "Q4_1", smollm2))
+        self.assertFalse(wants("on", "F32", smollm2))
+        with self.assertRaisesRegex(ValueError, "one of"):
+            wants("yes", "Q4_1", smollm2)
+
+    def test_f32_copies_of_two_quantizations_differ(self):
+        self.assertEqual(llamacpp_peer.f32_file_name(
+            "/c/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.F32.gguf")
+        self.assertEqual(llamacpp_peer.f32_file_name(
+            "SmolLM2-135M-Instruct.Q4_1.gguf"),
+            "SmolLM2-135M-Instruct.Q4_1.F32.gguf")
+        self.assertEqual(llamacpp_peer.f32_file_name("/c/model"),
+                         "model.F32.gguf")
+
+
+def fake_install(root, binaries, quantize_exit=0):
+    """An install folder with executable `binaries` in bin/ and a
+    build-info.txt; its llama-quantize (when listed) copies its input to
+    its output, logging each call, or fails with `quantize_exit`."""
+    os.makedirs(os.path.join(root, "bin"))
+    for name in binaries:
+        path = os.path.join(root, "bin", name)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n")
+            if name == "llama-quantize":
+                f.write(f'echo "$@" >>"{root}/quantize.log"\n'
+                        + (f'touch "$3"; exit {quantize_exit}\n'
+                           if quantize_exit else 'cp "$2" "$3"\n'))
+        os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+    with open(os.path.join(root, "build-info.txt"), "w") as f:
+        f.write("llama.cpp test\n")
+    return root
+
+
+class InstallTest(unittest.TestCase):
+    def test_tools_name_quantize_and_lookup_where_present(self):
+        with tempfile.TemporaryDirectory() as root:
+            tools = llamacpp_peer.ensure_build(fake_install(
+                root, ["llama-bench", "llama-completion", "llama-quantize"]))
+            self.assertEqual(tools.quantize,
+                             os.path.join(root, "bin", "llama-quantize"))
+            self.assertIsNone(tools.lookup)
+            self.assertEqual(tools.build_info, "llama.cpp test")
+
+    def test_f32_copy_made_once_and_again_for_a_newer_file(self):
+        with tempfile.TemporaryDirectory() as root:
+            install = fake_install(os.path.join(root, "install"), [
+                "llama-bench", "llama-completion", "llama-quantize"])
+            tools = llamacpp_peer.ensure_build(install)
+            model = os.path.join(root, "m-q4_k_m.gguf")
+            with open(model, "w") as f:
+                f.write("weights")
+            with contextlib.redirect_stdout(io.StringIO()):
+                path = llamacpp_peer.ensure_f32(tools, model, install)
+            self.assertEqual(path, os.path.join(install, "models",
+                                                "m-q4_k_m.F32.gguf"))
+            with open(path) as f:
+                self.assertEqual(f.read(), "weights")
+            self.assertEqual(llamacpp_peer.ensure_f32(tools, model, install),
+                             path)
+            log = os.path.join(install, "quantize.log")
+            with open(log) as f:
+                self.assertEqual(len(f.readlines()), 1)
+            # The model file changed since: a new copy.
+            os.utime(model, (os.path.getmtime(path) + 10,) * 2)
+            with contextlib.redirect_stdout(io.StringIO()):
+                llamacpp_peer.ensure_f32(tools, model, install)
+            with open(log) as f:
+                self.assertEqual(len(f.readlines()), 2)
+
+    def test_a_failed_f32_copy_leaves_nothing(self):
+        with tempfile.TemporaryDirectory() as root:
+            install = fake_install(os.path.join(root, "install"), [
+                "llama-bench", "llama-completion", "llama-quantize"],
+                quantize_exit=3)
+            model = os.path.join(root, "m.gguf")
+            open(model, "w").close()
+            with self.assertRaisesRegex(RuntimeError, "llama-quantize"), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                llamacpp_peer.ensure_f32(llamacpp_peer.ensure_build(install),
+                                         model, install)
+            self.assertEqual(os.listdir(os.path.join(install, "models")), [])
+            no_quantize = llamacpp_peer.Tools("B", "C", None, "info")
+            with self.assertRaisesRegex(RuntimeError, "lacks llama-quantize"):
+                llamacpp_peer.ensure_f32(no_quantize, model, install)
 
 
 class TokensConnection:
@@ -514,6 +627,51 @@ class ReportTest(unittest.TestCase):
         hit["ours_bench"][0]["cached_prompt_tokens"] = 64
         self.assertIn("serves none of it, yet up to 64 tokens came from it",
                       "\n".join(report.llamacpp_lines(hit)))
+
+
+def qwen_section():
+    """section() as a run on Qwen2.5-Coder-1.5B Q4_K_M without an F32
+    copy: the Q4_1 column relabelled, the F32 one gone."""
+    base = section()
+    rename = lambda engine: engine.replace("Q4_1", "Q4_K_M")  # noqa: E731
+    return dict(
+        base, model_name="Qwen2.5 Coder 1.5B Instruct", f32="auto",
+        models={"Q4_K_M": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"},
+        bench={"Q4_K_M": base["bench"]["Q4_1"]},
+        forward_cost=llamacpp_peer.forward_cost_rows(
+            {1: 20.0, 2: 21.0, 64: 110.0},
+            {"Q4_K_M": llamacpp_peer.parse_bench(FORWARD_JSONL)}, [1, 2, 64]),
+        forward_depth={"ours": 128, "Q4_K_M": 128},
+        records=[dict(r, engine=rename(r["engine"])) for r in base["records"]
+                 if "F32" not in r["engine"]])
+
+
+class OtherModelReportTest(unittest.TestCase):
+    def test_columns_and_text_come_from_the_served_file(self):
+        text = "\n".join(report.llamacpp_lines(qwen_section()))
+        for expected in (
+                "(Qwen2.5 Coder 1.5B Instruct, "
+                "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf, run as Q4_K_M by "
+                "llama.cpp's quantized kernels; no F32 copy: bench/run.py "
+                "--llamacpp_f32=on makes one).",
+                "| measure | ours | llama.cpp Q4_K_M |",
+                "| decode tok/s, context 64 | 30.0 ± 1.4 | 100.0 ± 1.4 |",
+                "| tokens | ours ms | x1 | llama.cpp Q4_K_M ms | x1 |",
+                "| 64 | 110.0 | 5.50 | 80.0 | 17.60 |",
+                "| workload | prompts | ours plain | llama.cpp Q4_K_M greedy "
+                "| ours / Q4_K_M |",
+                "| chat | 1 | 2.0 | 18.0 | 0.11x |",
+                "ours / Q4_K_M >= 1.00",
+                "llama-lookup draft acceptance: Q4_K_M 75%."):
+            self.assertIn(expected, text)
+        self.assertNotIn("Q4_1", text)
+        self.assertNotIn("llama.cpp F32", text)
+
+    def test_results_of_earlier_runs_still_render(self):
+        # Their "models" were Q4_1 then F32, without model_name or f32.
+        text = "\n".join(report.llamacpp_lines(section()))
+        self.assertIn("(m.gguf, run as Q4_1 by llama.cpp's quantized "
+                      "kernels) and its F32 copy", text)
 
 
 if __name__ == "__main__":

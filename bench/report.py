@@ -38,7 +38,8 @@ Other sections, when results.json has them (run.py --concurrency,
                generate() seconds (in-process, prefill included; ours are
                server-side), speedup against the same engine's plain or
                greedy run, and outputs compared with our plain decoding
-  llama.cpp    llama.cpp on the same GGUF as shipped (Q4_1) and dequantized
+  llama.cpp    llama.cpp on the same GGUF as shipped (a column named by its
+               quant type, e.g. Q4_1 or Q4_K_M) and, when run, dequantized
                (F32), ours beside it, same run, same threads: decode tok/s
                after 64/1000/4000 context tokens (llama-bench tg128 at that
                depth; ours: (output tokens - 1) / (seconds - TTFT) on a
@@ -63,7 +64,7 @@ Other sections, when results.json has them (run.py --concurrency,
                              prompts; ours plain (output tokens - 1) /
                              (seconds - TTFT), llama.cpp greedy eval runs /
                              eval seconds (llama-completion's "eval time"),
-                             and ours / Q4_1
+                             and ours / the file as shipped
 """
 
 import json
@@ -483,8 +484,10 @@ def peer_lines(peer):
     return lines + [""]
 
 
-# The llama.cpp section's models, in column order.
-LLAMACPP_MODELS = ("Q4_1", "F32")
+def llamacpp_models(section):
+    """The llama.cpp section's model labels in column order: the served
+    file's first (its quant type), then its F32 copy if it ran."""
+    return [m for m in section.get("models", {}) if m in section["bench"]]
 
 
 def bench_row(rows, kind, size):
@@ -550,11 +553,11 @@ def _mib(n):
 
 
 def llamacpp_comparison_rows(section):
-    """[(measure, ours, llama.cpp Q4_1, llama.cpp F32)] of the section's
+    """[(measure, ours, llama.cpp per llamacpp_models)] of the section's
     main table, formatted."""
     ours_rows = section["ours_bench"]
     bench = section["bench"]
-    models = [m for m in LLAMACPP_MODELS if m in bench]
+    models = llamacpp_models(section)
     rows = []
     for depth in sorted({r["n_depth"] for r in ours_rows if r["n_gen"]}
                         | {r["n_depth"] for m in models
@@ -605,19 +608,23 @@ def llamacpp_comparison_rows(section):
 
 
 def llamacpp_decode_rows(section):
-    """[(workload, prompts, ours plain, llama.cpp Q4_1 greedy, llama.cpp
-    F32 greedy, ours / Q4_1)] of plain decoding's decode-phase tok/s, a row
-    per workload and one over "all"; None where an engine has none."""
+    """[(workload, prompts, ours plain, llama.cpp greedy per
+    llamacpp_models..., ours / the first of them)] of plain decoding's
+    decode-phase tok/s, a row per workload and one over "all"; None where
+    an engine has none."""
+    models = llamacpp_models(section)
     rows = []
     for w in list(dict.fromkeys(r["workload"] for r in section["records"])) \
             + [None]:
         st = llamacpp_request_stats(section, w)
         rate = lambda engine: st.get(engine, {}).get(  # noqa: E731
             "decode_tokens_per_second")
-        ours, q4 = rate("ours plain"), rate("llama.cpp Q4_1 greedy")
+        ours = rate("ours plain")
+        theirs = [rate(f"llama.cpp {m} greedy") for m in models]
+        served = theirs[0] if theirs else None
         rows.append((w or "all", st.get("ours plain", {}).get("requests", 0),
-                     ours, q4, rate("llama.cpp F32 greedy"),
-                     ours / q4 if ours and q4 else None))
+                     ours, *theirs,
+                     ours / served if ours and served else None))
     return rows
 
 
@@ -627,8 +634,7 @@ def llamacpp_forward_lines(section):
     rows = section.get("forward_cost") or []
     if not any(row["ms"] for row in rows):
         return []
-    engines = ["ours"] + [m for m in LLAMACPP_MODELS
-                          if m in section.get("bench", {})]
+    engines = ["ours"] + llamacpp_models(section)
     depth = section.get("forward_depth", {})
     context = depth.get("ours", 128)
     other = ", ".join(f"llama.cpp {e} after {depth[e]}" for e in engines[1:]
@@ -662,8 +668,10 @@ def llamacpp_forward_lines(section):
 def llamacpp_decode_lines(section):
     """The plain decode table by workload, or [] without decode rates."""
     rows = llamacpp_decode_rows(section)
-    if not any(ours or q4 or f32 for _, _, ours, q4, f32, _ in rows):
+    if not any(any(rates[2:-1]) for rates in rows):
         return []
+    models = llamacpp_models(section)
+    served = models[0]
     fmt = lambda x: "n/a" if x is None else f"{x:.1f}"  # noqa: E731
     lines = [
         "Plain decode by workload: tok/s of decoding, prompt time excluded "
@@ -671,19 +679,21 @@ def llamacpp_decode_lines(section):
         "plain (drafts off), (output tokens - 1) / (request seconds - "
         "TTFT), server-side; llama.cpp: greedy llama-completion, eval runs "
         "/ eval seconds of its own timings (sampling excluded). ours / "
-        "Q4_1 >= 1.00 is issue 14's target.", "",
-        "| workload | prompts | ours plain | llama.cpp Q4_1 greedy | "
-        "llama.cpp F32 greedy | ours / Q4_1 |",
-        "|---|---:|---:|---:|---:|---:|"]
-    for w, prompts, ours, q4, f32, ratio in rows:
-        lines.append(f"| {w} | {prompts} | {fmt(ours)} | {fmt(q4)} | "
-                     f"{fmt(f32)} | "
+        f"{served} >= 1.00 is issue 14's target.", "",
+        "| workload | prompts | ours plain | " + " | ".join(
+            f"llama.cpp {m} greedy" for m in models)
+        + f" | ours / {served} |",
+        "|---|---:|---:|" + "---:|" * len(models) + "---:|"]
+    for w, prompts, ours, *theirs, ratio in rows:
+        lines.append(f"| {w} | {prompts} | {fmt(ours)} | "
+                     + " | ".join(fmt(x) for x in theirs) + " | "
                      + ("n/a" if ratio is None else f"{ratio:.2f}x") + " |")
     return lines + [""]
 
 
 def llamacpp_lines(section):
-    models = [m for m in LLAMACPP_MODELS if m in section["bench"]]
+    models = llamacpp_models(section)
+    served = models[0]
     drafts = sorted({r["n_draft"] for r in section["records"]
                      if r.get("n_draft") is not None})
     cached = max((r.get("cached_prompt_tokens") or 0
@@ -691,9 +701,15 @@ def llamacpp_lines(section):
     lines = [
         "## Peer: llama.cpp", "",
         f"{section['version']}; `-t {section['threads']}`; the same GGUF "
-        f"({section['models'].get('Q4_1')}, run as Q4_1 by llama.cpp's "
-        "quantized kernels) and its F32 copy (llama-quantize; the weights "
-        f"verifysvc decodes with). Speeds: mean ± sd over "
+        "(" + (f"{section['model_name']}, " if section.get("model_name")
+               else "")
+        + f"{section['models'][served]}, run as {served} by llama.cpp's "
+        "quantized kernels"
+        + (") and its F32 copy (llama-quantize --allow-requantize: the same "
+           "weights without llama.cpp's quantized kernels)"
+           if "F32" in models[1:] else ")" if served == "F32" else
+           "; no F32 copy: bench/run.py --llamacpp_f32=on makes one)")
+        + ". Speeds: mean ± sd over "
         f"{section['repetitions']} runs, decode = "
         f"{section['decode_tokens']} tokens after that many context tokens "
         "(llama-bench -d; ours: a tokens= prompt of real text that long, "

@@ -5,10 +5,13 @@ results.json, report.md and PNG plots (bench/report.py).
     bench/run.py                  # full suite, into bench/results/
     bench/run.py --quick          # CI: a few prompts, into bench/results/quick/
     bench/run.py --verifysvc=HOST:PORT   # use running services instead
+    bench/run.py --model=qwen2.5-coder-1.5b   # serve another model
 
 Without --verifysvc it starts draftsvc (fresh RocksDB in a temp folder) and
 verifysvc from the built binaries (.bazel/bin/...) on loopback, and stops
-them at the end. Each workload's prompts run at batch 1 in three modes:
+them at the end; verifysvc serves --model (a name of tools/models.sh or a
+GGUF path; default: its own, the embedded SmolLM2-135M), and the peers run
+the same file. Each workload's prompts run at batch 1 in three modes:
 plain (drafts off), trie-hierarchical and trie-parallel, in an order that
 rotates per prompt so no mode always goes first. Each drafted mode has its
 own draftsvc namespace per workload, filled by the warm-up split first, so
@@ -23,7 +26,8 @@ More, each behind its flags and with its own section in report.md:
     --peer=hf                Hugging Face transformers on the same GGUF:
                              greedy and prompt lookup decoding (hf_peer.py;
                              sets up its own venv; never in CI)
-    --peer=llamacpp          llama.cpp on the same GGUF, Q4_1 and F32:
+    --peer=llamacpp          llama.cpp on the same GGUF as shipped (and an F32
+                             copy of small files, --llamacpp_f32):
                              llama-bench decode and prompt speeds, the
                              forward-cost curve, greedy and prompt lookup
                              requests on --peer_prompts prompts per workload
@@ -102,6 +106,13 @@ def parse_args(argv):
     parser.add_argument("--verifysvc", help="address of a running verifysvc; "
                         "default: start both services here (the capacity and "
                         "prompt_boost ablations need that)")
+    parser.add_argument("--model",
+                        help="the GGUF verifysvc serves and the peers run: a "
+                             "name of tools/models.sh (smollm2-135m, "
+                             "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b; fetch "
+                             "with tools/setup.sh --model=NAME) or a file; "
+                             "default: verifysvc's (the embedded "
+                             "SmolLM2-135M)")
     parser.add_argument("--bin_dir", default=os.path.join(REPO_ROOT, ".bazel", "bin"))
     parser.add_argument("--verifysvc_flag", action="append", default=[],
                         help="extra verifysvc flag, e.g. --verifysvc_flag="
@@ -207,6 +218,14 @@ def parse_args(argv):
     group.add_argument("--llamacpp_context", type=int,
                        help="llama-completion/llama-lookup -c (default: "
                             "verifysvc's --max_context_tokens)")
+    group.add_argument("--llamacpp_f32", choices=llamacpp_peer.F32_CHOICES,
+                       default="auto",
+                       help="also run llama.cpp on an F32 copy of the model "
+                            "(llama-quantize, kept beside the llama.cpp "
+                            "install); auto: only for a GGUF of at most "
+                            f"{llamacpp_peer.F32_AUTO_MAX_BYTES >> 20} MiB "
+                            "(the default SmolLM2, not the Qwen models; "
+                            "default %(default)s)")
     args = parser.parse_args(argv)
 
     quick = args.quick
@@ -233,6 +252,18 @@ def parse_args(argv):
             args.llamacpp_forward_tokens)
     except ValueError as e:
         parser.error(str(e))
+    args.model_file = None
+    if args.model is not None:
+        if args.verifysvc:
+            parser.error("--model: a running --verifysvc serves its own model")
+        if sweeps.effective_flag(args.verifysvc_flag, "model", None) is not None:
+            parser.error("--model and --verifysvc_flag=--model: give one")
+        try:
+            args.model_file = harness.model_path(args.model)
+        except ValueError as e:
+            parser.error(f"--model: {e}")
+        args.verifysvc_flag = args.verifysvc_flag + [
+            f"--model={args.model_file}"]
     args.peer = [p for p in args.peer.split(",") if p]
     if set(args.peer) - set(PEERS):
         parser.error(f"--peer: unknown {sorted(set(args.peer) - set(PEERS))}; "
@@ -488,14 +519,22 @@ def peer_text_jobs(selected, per_workload):
 
 def run_llamacpp(connection, selected, info, args, results, verifysvc):
     """--peer=llamacpp (llamacpp_peer.py): llama.cpp's speeds and requests
-    on the GGUF verifysvc serves (Q4_1) and its F32 copy, ours beside them
-    on the same prompts (--peer_prompts per workload, those with text:
-    token soup has none) and our forward-cost line from verifysvc's start
+    on the GGUF verifysvc serves (labelled by its quant type) and, per
+    --llamacpp_f32, its F32 copy, ours beside them on the same prompts
+    (--peer_prompts per workload, those with text: token soup has none)
+    and our forward-cost line from verifysvc's start
     (results["verifysvc_log"]). Fills results["llamacpp"]."""
+    if not os.path.isfile(info.model_file):
+        raise RuntimeError(f"llamacpp: {info.model_file}, the file verifysvc "
+                           "serves, is not on this machine")
     tools = llamacpp_peer.ensure_build(args.llamacpp_dir)
-    models = {"Q4_1": info.model_file,
-              "F32": os.path.join(args.llamacpp_dir, "models",
-                                  llamacpp_peer.MODEL_F32)}
+    served = llamacpp_peer.served_label(info.file_type)
+    f32 = None
+    if llamacpp_peer.wants_f32(args.llamacpp_f32, served,
+                               os.path.getsize(info.model_file)):
+        f32 = llamacpp_peer.ensure_f32(tools, info.model_file,
+                                       args.llamacpp_dir)
+    models = llamacpp_peer.peer_models(info.model_file, served, f32)
     settings = types.SimpleNamespace(
         threads=args.peer_threads, repetitions=args.llamacpp_repetitions,
         depths=args.llamacpp_depths, prompt_sizes=args.llamacpp_prompt_sizes,
@@ -537,7 +576,8 @@ def run_llamacpp(connection, selected, info, args, results, verifysvc):
         repetitions=args.llamacpp_repetitions, context=settings.context,
         context_limit=info.context_length, max_new_tokens=args.max_new_tokens,
         peer_prompts=args.peer_prompts,
-        decode_tokens=llamacpp_peer.DECODE_TOKENS,
+        decode_tokens=llamacpp_peer.DECODE_TOKENS, model_name=info.name,
+        f32=args.llamacpp_f32,
         models={k: os.path.basename(v) for k, v in models.items()},
         lookup=tools.lookup is not None, ours_peak_rss=ours_rss)
 

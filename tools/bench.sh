@@ -14,10 +14,14 @@
 #                             # decode/prompt speeds, forward-cost curve,
 #                             # plain decode per workload (builds llama.cpp
 #                             # on first use; not in CI)
+#   tools/bench.sh --model=qwen2.5-coder-1.5b --peer=llamacpp --no_main
+#                             # any model of tools/models.sh (fetch it first:
+#                             # tools/setup.sh --model=NAME) or a GGUF path:
+#                             # verifysvc serves it, llama.cpp runs the file
 #   tools/bench.sh --quick    # CI: 2 prompts per workload, checks outputs only
 #
-# Other flags go to bench/run.py (bench/run.py --help), e.g. --limit=4,
-# --concurrency=1,4, --ablations=grid, --no_main.
+# Every flag goes to bench/run.py as it is (bench/run.py --help), e.g.
+# --model=NAME, --limit=4, --concurrency=1,4, --ablations=grid, --no_main.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

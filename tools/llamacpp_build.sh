@@ -13,9 +13,14 @@
 #   bin/           llama-bench, llama-completion (or, in versions before it
 #                  existed, llama-cli), llama-lookup when the version has it,
 #                  llama-quantize
-#   models/        the project's GGUF (tools/setup.sh) dequantized to F32 by
-#                  llama-quantize --allow-requantize
 #   build-info.txt written last: its presence means the install is complete
+#
+# No model is needed or made here: the peer runs whichever GGUF verifysvc
+# serves (bench/run.py --model=NAME, tools/models.sh), and makes an F32 copy
+# of it in models/ only when asked or when the file is small
+# (bench/run.py --llamacpp_f32; a 1.5B model in F32 is 6 GB). Installs
+# made before that hold models/SmolLM2-135M-Instruct.F32.gguf, which
+# nothing reads any more.
 #
 # LLAMA_CPP_PYTHON_VERSION overrides the pin (bench/llamacpp_peer.py passes
 # its VERSION, the same: bump both together); JOBS the parallel compile jobs
@@ -26,9 +31,6 @@ cd "$(dirname "$0")/.."
 readonly VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 readonly CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead"
 readonly DEST="$CACHE/llama.cpp/$VERSION"
-readonly MODEL_DIR="${LOOKAHEAD_MODEL_DIR:-$CACHE/models}"
-readonly MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
-readonly F32_FILE="SmolLM2-135M-Instruct.F32.gguf"
 readonly JOBS="${JOBS:-$(nproc)}"
 readonly CMAKE_FLAGS=(
   -DCMAKE_BUILD_TYPE=Release
@@ -63,10 +65,6 @@ if [[ -f "$DEST/build-info.txt" ]]; then
   exit 0
 fi
 
-[[ -f "$MODEL_DIR/$MODEL_FILE" ]] || {
-  echo "llamacpp_build: $MODEL_DIR/$MODEL_FILE is missing: tools/setup.sh --model" >&2
-  exit 1
-}
 if ! command -v cmake >/dev/null; then
   echo "llamacpp_build: installing cmake (Debian)"
   as_root apt-get install -y -q cmake
@@ -117,16 +115,10 @@ cmake --build "$tmp/build" --config Release -j "$JOBS" --target "${targets[@]}" 
 }
 
 rm -rf "$DEST"
-mkdir -p "$DEST/bin" "$DEST/models"
+mkdir -p "$DEST/bin"
 for t in "${targets[@]}"; do
   install -m 755 "$tmp/build/bin/$t" "$DEST/bin/$t"
 done
-echo "llamacpp_build: dequantizing $MODEL_FILE to F32"
-"$DEST/bin/llama-quantize" --allow-requantize "$MODEL_DIR/$MODEL_FILE" \
-  "$DEST/models/$F32_FILE" F32 >"$tmp/quantize.log" 2>&1 || {
-  tail -40 "$tmp/quantize.log" >&2
-  exit 1
-}
 
 seconds=$(($(date +%s) - start))
 {
@@ -134,7 +126,7 @@ seconds=$(($(date +%s) - start))
   echo "binaries: ${targets[*]}"
   echo "cmake: ${CMAKE_FLAGS[*]}"
   echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
-  echo "build seconds: $seconds (fetch, configure, $JOBS jobs, F32 model)"
+  echo "build seconds: $seconds (fetch, configure, $JOBS jobs)"
 } >"$tmp/build-info.txt"
 mv "$tmp/build-info.txt" "$DEST/build-info.txt"
 echo "llamacpp_build: $version (llama-cpp-python $VERSION) in $DEST, ${seconds} s"

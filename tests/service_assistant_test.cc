@@ -96,7 +96,10 @@ TEST_F(ServiceAssistantTest, AssistantAloneAndMixedAreLossless) {
       const absl::Time t2 = absl::Now();
       ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
       ASSERT_TRUE(fast.status.ok()) << fast.status.error_message();
-      ASSERT_EQ(plain.tokens.size(), static_cast<size_t>(kNewTokens));
+      // Up to kNewTokens: the model may end its answer sooner (EOS), and
+      // does in the int8 form on one of these; enough to compare either way.
+      ASSERT_GE(plain.tokens.size(), static_cast<size_t>(kNewTokens) / 2);
+      ASSERT_LE(plain.tokens.size(), static_cast<size_t>(kNewTokens));
       EXPECT_EQ(fast.tokens, plain.tokens)
           << "drafts: " << TokensToString(fast.tokens)
           << "\ndrafts off: " << TokensToString(plain.tokens);

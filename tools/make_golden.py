@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/smollm2_q4_1.json: reference outputs for golden_test.
+"""Writes tests/golden/<model>.json: reference outputs for golden_test.
 
 The reference is HF transformers (an implementation we did not write) run on
-the very GGUF file our engine loads, in float32 on the CPU. For every prompt
-the file records the tokenizer's ids, the top-5 (id, logit) of the first 8
-greedy steps, the logits of a fixed probe set of token ids at the first step,
-and 64 greedy tokens. A second list holds tokenizer-only cases.
+the very GGUF file our engine loads, in float32 on the CPU (transformers
+dequantizes every tensor, Q4_1 or Q4_K/Q6_K, to float32 itself). --model
+picks one of MODELS (the names of tools/models.sh); each has its own prompts,
+probe ids and number of greedy tokens. For every prompt the file records the
+tokenizer's ids (for a chat, also the text apply_chat_template renders), the
+top-5 (id, logit) of the first 8 greedy steps, the logits of a fixed probe set
+of token ids at the first step, and num_greedy greedy tokens. A second list
+holds tokenizer-only cases.
 
 Greedy decoding here is a plain loop over the model's forward with its KV
 cache: argmax of the raw logits (torch.argmax: the lowest id wins a tie), no
 repetition penalty, no logits processors, and no stop on EOS, so every case
-has exactly 64 generated tokens. (model.generate with min_new_tokens would
-push EOS to -inf, which is not what a raw greedy engine computes.)
+has exactly num_greedy generated tokens. (model.generate with min_new_tokens
+would push EOS to -inf, which is not what a raw greedy engine computes.)
 
 Run through tools/make_golden.sh, which makes the pinned venv. Offline: the
 model and tokenizer come from the GGUF file only, never from the hub.
@@ -25,6 +29,7 @@ import platform
 import random
 import re
 import sys
+import unicodedata
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -38,15 +43,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 SCRIPT_VERSION = "make_golden/1"
 FORMAT_VERSION = 1
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-NUM_GREEDY = 64
 NUM_TOP_STEPS = 8
 TOP_K = 5
 TORCH_THREADS = 2
 
-# Same for every case: logits of these ids at the first step are recorded.
-# Specials, a few frequent tokens, and a spread over the whole vocabulary.
-PROBE_IDS = [0, 1, 2, 3, 17, 28, 198, 216, 253, 260, 284, 314, 357, 411,
+# SmolLM2: the same for every case: logits of these ids at the first step are
+# recorded. Specials, a few frequent tokens, and a spread over the whole
+# vocabulary.
+SMOLLM2_PROBE_IDS = [0, 1, 2, 3, 17, 28, 198, 216, 253, 260, 284, 314, 357, 411,
              476, 701, 1024, 2048, 3141, 4096, 6502, 8191, 12000, 16384,
              20011, 24576, 30000, 32768, 38917, 42000, 47000, 49151]
 
@@ -95,7 +99,7 @@ def chat(*turns):
 # which HF's GGUF loader ignores (it would prepend <|im_start|>, id 1, and
 # also misreports eos as id 1), while llama.cpp and the original SmolLM2
 # tokenizer add nothing.
-MODEL_CASES = [
+SMOLLM2_CASES = [
     ("chat_capital", chat(("user", "What is the capital of France?"))),
     ("chat_system_tips", chat(
         ("system", "You are a concise assistant."),
@@ -180,6 +184,135 @@ TOKENIZER_CASES = [
      False, False),
 ]
 
+# Qwen2.5-Coder: code and chat, few and short (the 1.5B model in float32 on
+# two cores is slow). The chats without a system message get the template's
+# default one ("You are Qwen, created by Alibaba Cloud. ..."); one content
+# ends in a newline, which Qwen's template keeps (no trim). No text spells a
+# control token other than <|endoftext|>, <|im_start|> and <|im_end|>: HF's
+# GGUF loader makes only those three added tokens (see QWEN_TOKENIZER_NOTE).
+QWEN_CODER_CASES = [
+    ("chat_palindrome", chat(
+        ("user", "Write a Python function that checks whether a string is a "
+                 "palindrome."))),
+    ("chat_system_cpp", chat(
+        ("system", "You are a terse C++ expert. Answer with code only."),
+        ("user", "Reverse a std::vector<int> v in place."))),
+    ("chat_multiturn_sql", chat(
+        ("user", "I have a table orders(id, customer_id, total)."),
+        ("assistant", "Got it. What would you like to know about it?"),
+        ("user", "Write a SQL query for the top 3 customers by total "
+                 "spend."))),
+    ("chat_explain_code", chat(
+        ("user", "What does this print?\n```python\nprint([x * x for x in "
+                 "range(5) if x % 2])\n```\n"))),
+    ("code_python", "def quicksort(arr: list[int]) -> list[int]:\n"
+                    '    """Sort arr with quicksort; return a new list."""\n'),
+    ("code_cpp", "#include <string>\n#include <vector>\n\n// Splits s at "
+                 "every occurrence of sep.\nstd::vector<std::string> "
+                 "Split(const std::string& s, char sep) {\n"),
+]
+
+def nfc_cases(cases):
+  """The cases with their text in Unicode NFC (renamed <name>_nfc if that
+  changed it).
+
+  Qwen's tokenizer (HF's GGUFQwen2Converter, as Qwen's own tokenizer.json)
+  normalizes to NFC before splitting; llama.cpp and our engine do not, so
+  text that is not in NFC ("e" + U+0301) tokenizes differently there. Real
+  text is nearly always NFC already; the golden cases check the rest of the
+  tokenizer on NFC text.
+  """
+  out = []
+  for name, text, parse_special, add_special in cases:
+    nfc = unicodedata.normalize("NFC", text)
+    out.append((name if nfc == text else name + "_nfc", nfc, parse_special,
+                add_special))
+  return out
+
+
+# Qwen2 splits every digit and matches contractions in any case; the shared
+# cases (in NFC) plus a few that exercise that (tokenizer only, cheap).
+QWEN_CODER_TOKENIZER_CASES = nfc_cases(TOKENIZER_CASES) + [
+    ("digits_run", "x = 1234567890 + 0.000125e-10", False, False),
+    ("contractions_upper", "I'M SURE YOU'LL SEE THEY'VE SAID IT'S OK",
+     False, False),
+    ("code_cpp_indent", "int main() {\n\tfor (;;) {\n\t\treturn 0;\n\t}\n}\n",
+     False, False),
+    ("code_rust", "fn main() -> Result<(), Box<dyn Error>> {\n    let v: "
+                  "Vec<u8> = vec![0xFF; 16];\n    Ok(())\n}", False, False),
+    ("chat_specials", "<|im_start|>system\nYou are Qwen.<|im_end|>\n"
+                      "<|im_start|>assistant\n<|endoftext|>", True, False),
+]
+
+QWEN_PROBE_IDS = [0, 1, 2, 11, 13, 198, 220, 271, 284, 330, 508, 1024, 2048,
+                  4096, 8192, 12345, 16384, 24576, 32768, 50000, 65536, 80000,
+                  100000, 120000, 131072, 150000, 151643, 151644, 151645,
+                  151659, 151664, 151935]
+
+SMOLLM2_TOKENIZER_NOTE = (
+    "HF fast tokenizer converted from the GGUF vocab and merges (ByteLevel "
+    "BPE, GPT-2 regex); no vocab token joins a digit to anything, so this "
+    "equals the 'smollm' pre-tokenizer's per-digit split. "
+    "add_special_tokens=False everywhere (GGUF add_bos_token=false). "
+    "parse_special=False means special-token text is encoded as plain text "
+    "(HF split_special_tokens=True).")
+
+QWEN_TOKENIZER_NOTE = (
+    "HF fast tokenizer converted from the GGUF vocab and merges "
+    "(GGUFQwen2Converter: NFC normalizer, the Qwen2 split regex, ByteLevel "
+    "BPE). Only <|endoftext|>, <|im_start|> and <|im_end|> are added tokens "
+    "there; the GGUF's other control and user-defined tokens (<|fim_prefix|>, "
+    "<tool_call>, ...) are plain BPE text to it, so no case spells them. "
+    "add_special_tokens=False everywhere (GGUF add_bos_token=false). "
+    "parse_special=False means special-token text is encoded as plain text "
+    "(HF split_special_tokens=True).")
+
+HF_LOAD_NOTE = (
+    "native: AutoModelForCausalLM/AutoTokenizer with gguf_file=, "
+    "dtype=float32; every HF weight checked equal to gguf.quants.dequantize "
+    "of its tensor")
+
+
+class GoldenModel:
+  """One model the generator knows: its file and what to record for it."""
+
+  def __init__(self, file, out, cases, tokenizer_cases, probe_ids,
+               num_greedy, tokenizer_note, hf_load):
+    self.file = file  # name in the model cache (tools/models.sh)
+    self.out = out  # default output, in tests/golden/
+    self.cases = cases  # MODEL_CASES-style [(name, text or messages)]
+    self.tokenizer_cases = tokenizer_cases
+    self.probe_ids = probe_ids  # logits recorded at the first step
+    self.num_greedy = num_greedy  # greedy tokens per case
+    self.tokenizer_note = tokenizer_note
+    self.hf_load = hf_load
+
+
+# Keyed by tools/models.sh's names (tools/make_golden.sh --model=NAME).
+MODELS = {
+    "smollm2-135m": GoldenModel(
+        file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        out="smollm2_q4_1.json",
+        cases=SMOLLM2_CASES,
+        tokenizer_cases=TOKENIZER_CASES,
+        probe_ids=SMOLLM2_PROBE_IDS,
+        num_greedy=64,
+        tokenizer_note=SMOLLM2_TOKENIZER_NOTE,
+        hf_load=HF_LOAD_NOTE + " (Q/K rows un-permuted), lm_head tied to "
+                "token_embd"),
+    "qwen2.5-coder-1.5b": GoldenModel(
+        file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        out="qwen2.5-coder-1.5b_q4_k_m.json",
+        cases=QWEN_CODER_CASES,
+        tokenizer_cases=QWEN_CODER_TOKENIZER_CASES,
+        probe_ids=QWEN_PROBE_IDS,
+        num_greedy=32,
+        tokenizer_note=QWEN_TOKENIZER_NOTE,
+        hf_load=HF_LOAD_NOTE + " (Q4_K/Q6_K; qwen2 Q/K rows are not "
+                "permuted; q/k/v biases F32), lm_head = output.weight "
+                "(untied)"),
+}
+
 
 def sha256_of(path):
   h = hashlib.sha256()
@@ -224,18 +357,20 @@ def check_weights(model, path):
                "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj",
                "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+  # llama.cpp's converter permutes Q/K rows for llama only (not qwen2).
+  permuted = cfg.model_type == "llama"
   reader = gguf.GGUFReader(path)
   n = 0
   for t in reader.tensors:
     if t.name in names:
       hf = names[t.name]
     else:
-      _, layer, kind, _ = t.name.split(".")
-      hf = f"model.layers.{layer}.{per_layer[kind]}.weight"
+      _, layer, kind, param = t.name.split(".")  # param: weight or bias
+      hf = f"model.layers.{layer}.{per_layer[kind]}.{param}"
     w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-    if t.name.endswith("attn_q.weight"):
+    if permuted and t.name.endswith("attn_q.weight"):
       w = unpermute_qk(w, cfg.num_attention_heads)
-    elif t.name.endswith("attn_k.weight"):
+    elif permuted and t.name.endswith("attn_k.weight"):
       w = unpermute_qk(w, cfg.num_key_value_heads)
     got = params[hf].detach().numpy()
     assert got.shape == w.shape, (t.name, got.shape, w.shape)
@@ -248,7 +383,7 @@ def check_weights(model, path):
 
 
 @torch.no_grad()
-def greedy(model, ids):
+def greedy(model, ids, num_greedy):
   """Runs the raw greedy loop; returns (first_logits, tops, greedy, margins)."""
   input_ids = torch.tensor([ids], dtype=torch.long)
   out = model(input_ids=input_ids, use_cache=True)
@@ -256,7 +391,7 @@ def greedy(model, ids):
   logits = out.logits[0, -1].float()
   first = logits.clone()
   tops, toks, margins = [], [], []
-  for step in range(NUM_GREEDY):
+  for step in range(num_greedy):
     vals, idx = torch.topk(logits, TOP_K)
     nxt = int(torch.argmax(logits))
     assert nxt == int(idx[0]) or float(logits[nxt]) == float(vals[0])
@@ -265,7 +400,7 @@ def greedy(model, ids):
       tops.append({"ids": [int(i) for i in idx],
                    "logits": [r6(v) for v in vals]})
     toks.append(nxt)
-    if step + 1 == NUM_GREEDY:
+    if step + 1 == num_greedy:
       break
     out = model(input_ids=torch.tensor([[nxt]], dtype=torch.long),
                 past_key_values=past, use_cache=True)
@@ -279,50 +414,60 @@ def main():
   default_dir = os.environ.get(
       "LOOKAHEAD_MODEL_DIR",
       os.path.join(os.path.expanduser("~"), ".cache", "lookahead", "models"))
+  ap.add_argument("--model", default="smollm2-135m", choices=sorted(MODELS),
+                  help="which model (tools/models.sh's names)")
   ap.add_argument("--model_dir", default=default_dir)
-  here = os.path.dirname(os.path.abspath(__file__))
-  ap.add_argument("--out", default=os.path.join(
-      here, "..", "tests", "golden", "smollm2_q4_1.json"))
+  ap.add_argument("--gguf", default="",
+                  help="the model file (default: --model_dir/<its file>)")
+  ap.add_argument("--out", default="",
+                  help="default: tests/golden/<the model's file>.json")
   ap.add_argument("--only", default="", help="comma-separated case names")
   args = ap.parse_args()
 
-  path = os.path.join(args.model_dir, MODEL_FILE)
+  spec = MODELS[args.model]
+  here = os.path.dirname(os.path.abspath(__file__))
+  out_path = args.out or os.path.join(here, "..", "tests", "golden", spec.out)
+  path = args.gguf or os.path.join(args.model_dir, spec.file)
+  if os.path.basename(path) != spec.file:
+    sys.exit(f"{path}: expected a file named {spec.file} for {args.model}")
   if not os.path.exists(path):
-    sys.exit(f"model not found: {path} (run tools/setup.sh --model)")
+    sys.exit(f"model not found: {path} (run tools/setup.sh "
+             f"--model={args.model})")
+  model_dir = os.path.dirname(os.path.abspath(path))
   torch.set_num_threads(TORCH_THREADS)
   torch.manual_seed(0)
 
-  tok = AutoTokenizer.from_pretrained(args.model_dir, gguf_file=MODEL_FILE)
+  tok = AutoTokenizer.from_pretrained(model_dir, gguf_file=spec.file)
   model = AutoModelForCausalLM.from_pretrained(
-      args.model_dir, gguf_file=MODEL_FILE, dtype=torch.float32)
+      model_dir, gguf_file=spec.file, dtype=torch.float32)
   model.eval()
   vocab = model.config.vocab_size
   print(f"weights: {check_weights(model, path)} GGUF tensors equal HF's")
 
   only = set(filter(None, args.only.split(",")))
   cases = []
-  for name, spec in MODEL_CASES:
+  for name, prompt in spec.cases:
     if only and name not in only:
       continue
     case = {"name": name}
-    if isinstance(spec, list):
-      text = tok.apply_chat_template(spec, tokenize=False,
+    if isinstance(prompt, list):
+      text = tok.apply_chat_template(prompt, tokenize=False,
                                      add_generation_prompt=True)
-      case.update(kind="chat", messages=spec, prompt=text, parse_special=True,
-                  add_special_tokens=False)
+      case.update(kind="chat", messages=prompt, prompt=text,
+                  parse_special=True, add_special_tokens=False)
     else:
-      text = spec
+      text = prompt
       case.update(kind="text", prompt=text, parse_special=False,
                   add_special_tokens=False)
     ids = encode(tok, text, case["parse_special"], case["add_special_tokens"])
     bare = encode(tok, text, case["parse_special"], False)
     case["bos_added"] = len(ids) == len(bare) + 1 and ids[1:] == bare
     case["token_ids"] = ids
-    first, tops, toks, margins = greedy(model, ids)
+    first, tops, toks, margins = greedy(model, ids, spec.num_greedy)
     assert first.shape[0] == vocab
     case["first_step"] = {
         "argmax": int(torch.argmax(first)),
-        "probe_logits": [r6(first[i]) for i in PROBE_IDS],
+        "probe_logits": [r6(first[i]) for i in spec.probe_ids],
     }
     case["top_steps"] = tops
     case["greedy_ids"] = toks
@@ -336,7 +481,7 @@ def main():
     cases.append(case)
 
   tcases = []
-  for name, text, parse_special, add_special in TOKENIZER_CASES:
+  for name, text, parse_special, add_special in spec.tokenizer_cases:
     if only and name not in only:
       continue
     tcases.append({"name": name, "text": text, "parse_special": parse_special,
@@ -354,32 +499,21 @@ def main():
                   __import__("importlib.metadata").metadata.version("gguf"),
           "numpy": np.__version__,
           "tokenizers": __import__("tokenizers").__version__,
-          "model_file": MODEL_FILE,
+          "model_file": spec.file,
           "model_sha256": sha256_of(path),
           "model_bytes": os.path.getsize(path),
-          "hf_load": "native: AutoModelForCausalLM/AutoTokenizer with "
-                     "gguf_file=, dtype=float32; every HF weight "
-                     "checked equal to gguf.quants.dequantize of its "
-                     "tensor (Q/K rows un-permuted), lm_head tied to "
-                     "token_embd",
+          "hf_load": spec.hf_load,
           "torch_threads": TORCH_THREADS,
           "greedy": "raw argmax loop with KV cache (lowest id wins ties), no "
                     "repetition penalty, no logits processors, no EOS stop",
           "chat": "apply_chat_template(add_generation_prompt=True) from the "
                   "GGUF's tokenizer.chat_template",
-          "tokenizer": "HF fast tokenizer converted from the GGUF vocab and "
-                       "merges (ByteLevel BPE, GPT-2 regex); no vocab token "
-                       "joins a digit to anything, so this equals the "
-                       "'smollm' pre-tokenizer's per-digit split. "
-                       "add_special_tokens=False everywhere (GGUF "
-                       "add_bos_token=false). parse_special=False means "
-                       "special-token text is encoded as plain text "
-                       "(HF split_special_tokens=True).",
+          "tokenizer": spec.tokenizer_note,
           "vocab_size": vocab,
       },
-      "num_greedy": NUM_GREEDY,
+      "num_greedy": spec.num_greedy,
       "top_k": TOP_K,
-      "probe_ids": PROBE_IDS,
+      "probe_ids": spec.probe_ids,
       "cases": cases,
       "tokenizer_cases": tcases,
   }
@@ -389,9 +523,9 @@ def main():
                 lambda m: "[" + ", ".join(m.group(0)[1:-1].split()).replace(
                     ",,", ",") + "]", text)
   json.loads(text)  # still valid
-  with open(args.out, "w", encoding="utf-8") as f:
+  with open(out_path, "w", encoding="utf-8") as f:
     f.write(text + "\n")
-  print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes)")
+  print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes)")
 
 
 if __name__ == "__main__":

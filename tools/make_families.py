@@ -22,7 +22,6 @@ llama.cpp's converter. Nothing is fetched from the Hugging Face hub.
 
 import argparse
 import copy
-import hashlib
 import json
 import os
 import platform
@@ -43,6 +42,8 @@ import transformers  # noqa: E402
 from transformers import (  # noqa: E402
     LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
     Qwen2Config, Qwen2ForCausalLM)
+
+from make_golden import sha256_of  # noqa: E402  (tools/, beside this file)
 
 SCRIPT_VERSION = "make_families/1"
 FORMAT_VERSION = 1
@@ -97,14 +98,6 @@ PROMPTS = [("long", 48, 101), ("short", 7, 102)]
 def r6(x):
   """A float32 logit, rounded to 6 decimals (the test's tolerance is 1e-4)."""
   return round(float(x), 6)
-
-
-def sha256_of(path):
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
 
 
 def train_tokenizer(work):

@@ -170,6 +170,10 @@ ABSL_FLAG(std::string, activations, "auto",
           "gate: engine/model/int8_quality_test). f32 is the exact form, "
           "HF transformers' tokens. Drafting is lossless against plain "
           "decoding in either form.");
+ABSL_FLAG(std::string, kv_cache, "auto",
+          "The KV cache's element type. auto (default): f16 with int8 "
+          "activations (llama.cpp's default, half the memory), else f32. "
+          "f16 needs --weights=native on the CPU; f32 is the exact form's.");
 ABSL_FLAG(bool, packed_linear, true,
           "Packed matmul kernel where the CPU has AVX2 or AVX-512 (false: "
           "OpenBLAS).");
@@ -398,6 +402,15 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
     }
     c.model.activations = *activations;
   }
+  const std::string kv_cache = absl::GetFlag(FLAGS_kv_cache);
+  if (kv_cache == "auto") {
+    c.model.kv_f16 = c.model.activations == engine::LinearActivations::kInt8;
+  } else if (kv_cache == "f16" || kv_cache == "f32") {
+    c.model.kv_f16 = kv_cache == "f16";
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv_cache: unknown \"", kv_cache, "\"; use auto, f32 or f16"));
+  }
   c.limits = LimitsFromFlags();
   ASSIGN_OR_RETURN(c.limits.default_draft_sources,
                    ParseDraftSources(absl::GetFlag(FLAGS_draft_sources)));
@@ -488,7 +501,7 @@ absl::StatusOr<std::unique_ptr<engine::PrefixCache>> AttachPrefixCache(
   ASSIGN_OR_RETURN(std::unique_ptr<engine::PrefixCache> cache,
                    engine::PrefixCache::Create(
                        config->prefix_cache, probe->shape(),
-                       model.options().dtype, model.options().device));
+                       model.KvDtype(), model.options().device));
   config->scheduler.prefix_cache = cache.get();
   return cache;
 }

@@ -14,6 +14,7 @@
 ABSL_DECLARE_FLAG(std::string, activations);
 ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(std::string, dtype);
+ABSL_DECLARE_FLAG(std::string, kv_cache);
 
 namespace lookahead::verifysvc {
 namespace {
@@ -29,6 +30,23 @@ TEST_F(ActivationsFlagTest, AutoIsInt8OnNativeWeights) {
   auto config = ConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->model.activations, engine::LinearActivations::kInt8);
+  EXPECT_TRUE(config->model.kv_f16);  // auto: float16 with int8
+}
+
+TEST_F(ActivationsFlagTest, KvCacheFollowsTheFormUnlessSet) {
+  absl::SetFlag(&FLAGS_activations, "f32");
+  auto exact = ConfigFromFlags();
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_FALSE(exact->model.kv_f16);
+  absl::SetFlag(&FLAGS_kv_cache, "f16");
+  auto f16 = ConfigFromFlags();
+  ASSERT_TRUE(f16.ok()) << f16.status();
+  EXPECT_TRUE(f16->model.kv_f16);
+  absl::SetFlag(&FLAGS_kv_cache, "q8");
+  auto bad = ConfigFromFlags();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("--kv_cache"));
 }
 
 TEST_F(ActivationsFlagTest, AutoIsF32WhereInt8DoesNotRun) {

@@ -48,6 +48,8 @@ ABSL_FLAG(std::string, weights, "native",
           "native or f32 (ModelOptions::weights)");
 ABSL_FLAG(std::string, activations, "f32",
           "f32 or int8 (ModelOptions::activations, native weights only)");
+ABSL_FLAG(bool, kv_f16, false,
+          "float16 KV cache (ModelOptions::kv_f16, native weights only)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
 ABSL_FLAG(bool, cuda_kernels, true,
@@ -116,6 +118,7 @@ int Run() {
     std::fprintf(stderr, "%s\n", activations.status().ToString().c_str());
     return 1;
   }
+  model_options.kv_f16 = absl::GetFlag(FLAGS_kv_f16);
   if (absl::Status s =
           ParseDeviceOptions(absl::GetFlag(FLAGS_device),
                              absl::GetFlag(FLAGS_dtype), &model_options);

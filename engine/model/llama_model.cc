@@ -157,6 +157,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   const bool native_path = options.weights == WeightFormat::kNative &&
                            options.device == torch::kCPU &&
                            options.dtype == torch::kFloat32;
+  if (options.kv_f16 && !native_path) {
+    return absl::InvalidArgumentError(
+        "a float16 KV cache needs native weights on the CPU in float32 "
+        "(--weights=native, no CUDA device, float32 dtype)");
+  }
   if (options.activations == LinearActivations::kInt8 && !native_path) {
     return absl::InvalidArgumentError(
         "int8 activations need native weights on the CPU in float32 "
@@ -225,7 +230,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(
   shape.capacity = capacity;
   return KvCache::Create(
       shape,
-      torch::TensorOptions().dtype(options_.dtype).device(options_.device));
+      torch::TensorOptions().dtype(KvDtype()).device(options_.device));
 }
 
 absl::Status LlamaModel::ValidateBatch(
@@ -247,7 +252,7 @@ absl::Status LlamaModel::ValidateBatch(
     if (shape.layers != config_.block_count ||
         shape.kv_heads != config_.head_count_kv ||
         shape.head_dim != config_.head_dim ||
-        in.cache->k().scalar_type() != options_.dtype ||
+        in.cache->k().scalar_type() != KvDtype() ||
         in.cache->k().device() != options_.device) {
       return absl::InvalidArgumentError(
           where + "KV cache was not made for this model (use NewCache)");

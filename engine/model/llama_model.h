@@ -90,6 +90,14 @@ struct ModelOptions {
   // matmul with AVX-512 VNNI and lossy, a slightly different model. Plain
   // decoding and drafted decoding in one form give identical tokens.
   LinearActivations activations = LinearActivations::kF32;
+  // With kNative weights on the CPU in float32: keep the KV cache in IEEE
+  // float16 (llama.cpp's default), half the memory of float32 and half the
+  // bytes attention reads. K and V are rounded to float16 as they are
+  // written, the same for a token alone or in a tree, so drafting stays
+  // lossless against plain decoding with the same setting; a slightly
+  // different model than the float32 cache (false, the default and the
+  // exact form's).
+  bool kv_f16 = false;
 };
 
 // Float weights of one layer. Matmul weights are input-major, (in, out)
@@ -123,6 +131,12 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
+  // The KV cache's element type: float16 with options().kv_f16, else
+  // options().dtype. NewCache makes caches of it; a PrefixCache for this
+  // model stores it.
+  torch::Dtype KvDtype() const {
+    return options_.kv_f16 ? torch::kHalf : options_.dtype;
+  }
   // The LibTorch weights: empty when native() (load with
   // WeightFormat::kF32 for references that read them).
   const LlamaWeights& weights() const { return weights_; }

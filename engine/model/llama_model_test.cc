@@ -434,11 +434,16 @@ TEST(DtypeTest, Bfloat16MatchesFloat32Loosely) {
 // with the reference bit for bit; what drafting needs is that they stay
 // row-invariant: a chain verified as one tree gives the bits of decoding
 // its tokens one at a time, and a root's leaves those of separate decodes.
-TEST(Int8ActivationsTest, RowInvariantAndCloseToFloat) {
+// With a float32 and a float16 KV cache (verifysvc's default form: int8
+// and float16).
+class Int8FormTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Int8FormTest, RowInvariantAndCloseToFloat) {
   TinyModelSpec spec;
   spec.weight_type = GgmlType::kQ4_1;
   ModelOptions int8;
   int8.activations = LinearActivations::kInt8;
+  int8.kv_f16 = GetParam();
   auto model = LoadTinyModel(spec, int8);
   auto f32 = LoadTinyModel(spec);
   ASSERT_TRUE(model.ok() && f32.ok()) << model.status();
@@ -476,7 +481,14 @@ TEST(Int8ActivationsTest, RowInvariantAndCloseToFloat) {
     EXPECT_LT(MaxAbsDiff(*one, *exact), 0.15 * scale) << "position " << i;
     EXPECT_GT(MaxAbsDiff(*one, *exact), 0.0) << "position " << i;
   }
+  EXPECT_EQ(seq->k().scalar_type(),
+            GetParam() ? torch::kHalf : torch::kFloat32);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvCache, Int8FormTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "F16" : "F32";
+                         });
 
 TEST(Int8ActivationsTest, BadOptionsAreClearErrors) {
   ModelOptions options;
@@ -491,6 +503,15 @@ TEST(Int8ActivationsTest, BadOptionsAreClearErrors) {
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(parsed.status().message(), HasSubstr("use f32 or int8"));
+  ModelOptions half_kv;
+  half_kv.weights = WeightFormat::kF32;
+  half_kv.kv_f16 = true;
+  auto torch_half_kv = LoadTinyModel(TinyModelSpec{}, half_kv);
+  ASSERT_FALSE(torch_half_kv.ok());
+  EXPECT_EQ(torch_half_kv.status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(torch_half_kv.status().message(),
+              HasSubstr("float16 KV cache needs native weights"));
   EXPECT_EQ(*ParseLinearActivations("int8"), LinearActivations::kInt8);
   EXPECT_EQ(LinearActivationsName(LinearActivations::kF32), "f32");
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "engine/gguf/dequant.h"
 #include "engine/model/weight_arena.h"
 #include "kernels/cpu/decoder_ops.h"
 
@@ -189,13 +190,20 @@ void NativeForward::Attend(int layer, absl::Span<const SequenceRows> batch,
     const int s = ws->row_seq[r];
     const int64_t cap = ws->seq_capacity[s];
     const int64_t slot = batch[s].cache->Length() + (r - ws->seq_first[s]);
-    float* k_base =
-        ws->seq_k[s] + static_cast<int64_t>(layer) * kv_heads * cap * hd;
-    float* v_base =
-        ws->seq_v[s] + static_cast<int64_t>(layer) * kv_heads * cap * hd;
+    const int64_t layer_at = static_cast<int64_t>(layer) * kv_heads * cap * hd;
     for (int g = 0; g < kv_heads; ++g) {
-      std::copy_n(q + qd + g * hd, hd, k_base + (g * cap + slot) * hd);
-      std::copy_n(q + qd + kvd + g * hd, hd, v_base + (g * cap + slot) * hd);
+      const int64_t at = layer_at + (g * cap + slot) * hd;
+      const float* k = q + qd + g * hd;
+      const float* v = q + qd + kvd + g * hd;
+      if (ws->seq_k_half[s] != nullptr) {  // rounded to float16 here, once
+        for (int i = 0; i < hd; ++i) {
+          ws->seq_k_half[s][at + i] = FloatToHalf(k[i]);
+          ws->seq_v_half[s][at + i] = FloatToHalf(v[i]);
+        }
+      } else {
+        std::copy_n(k, hd, ws->seq_k[s] + at);
+        std::copy_n(v, hd, ws->seq_v[s] + at);
+      }
     }
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(double{1.0} * hd));
@@ -217,8 +225,13 @@ void NativeForward::Attend(int layer, absl::Span<const SequenceRows> batch,
            ws->seq_capacity[s]) *
           hd;
       kernels::AttentionKeys keys;
-      keys.k = ws->seq_k[s] + head_offset;
-      keys.v = ws->seq_v[s] + head_offset;
+      if (ws->seq_k_half[s] != nullptr) {
+        keys.k_half = ws->seq_k_half[s] + head_offset;
+        keys.v_half = ws->seq_v_half[s] + head_offset;
+      } else {
+        keys.k = ws->seq_k[s] + head_offset;
+        keys.v = ws->seq_v[s] + head_offset;
+      }
       keys.prefix = ws->row_prefix[r];
       keys.extra = ws->extra.data() + ws->extra_begin[r];
       keys.n_extra = ws->extra_begin[r + 1] - ws->extra_begin[r];
@@ -274,6 +287,8 @@ std::vector<torch::Tensor> NativeForward::Forward(
   ws->seq_first.clear();
   ws->seq_k.clear();
   ws->seq_v.clear();
+  ws->seq_k_half.clear();
+  ws->seq_v_half.clear();
   ws->seq_capacity.clear();
   ws->cos.clear();
   ws->sin.clear();
@@ -284,8 +299,13 @@ std::vector<torch::Tensor> NativeForward::Forward(
     const int64_t first = static_cast<int64_t>(ws->row_seq.size());
     const int32_t len = in.cache->Length();
     ws->seq_first.push_back(first);
-    ws->seq_k.push_back(in.cache->k().data_ptr<float>());
-    ws->seq_v.push_back(in.cache->v().data_ptr<float>());
+    const bool f16 = in.cache->k().scalar_type() == torch::kHalf;
+    ws->seq_k.push_back(f16 ? nullptr : in.cache->k().data_ptr<float>());
+    ws->seq_v.push_back(f16 ? nullptr : in.cache->v().data_ptr<float>());
+    ws->seq_k_half.push_back(
+        f16 ? reinterpret_cast<uint16_t*>(in.cache->k().data_ptr()) : nullptr);
+    ws->seq_v_half.push_back(
+        f16 ? reinterpret_cast<uint16_t*>(in.cache->v().data_ptr()) : nullptr);
     ws->seq_capacity.push_back(in.cache->Capacity());
     for (int i = 0; i < in.size(); ++i) {
       ws->row_seq.push_back(static_cast<int32_t>(s));

@@ -90,7 +90,8 @@ class NativeForward {
     std::vector<int64_t> seq_first;  // first row of each sequence
     // Per sequence: its cache's K and V (layers, KV, capacity, hd) and
     // capacity, read once per pass instead of once per row and layer.
-    std::vector<float*> seq_k, seq_v;
+    std::vector<float*> seq_k, seq_v;            // float32 caches, or
+    std::vector<uint16_t*> seq_k_half, seq_v_half;  // float16 ones (else null)
     std::vector<int64_t> seq_capacity;
     std::vector<int64_t> logit_rows;  // rows whose logits are returned
     // Split attention: per row its first key block (row_block[r] ..

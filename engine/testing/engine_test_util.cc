@@ -157,6 +157,14 @@ absl::StatusOr<ModelOptions> TestDeviceOptions() {
   if (activations != nullptr && *activations != '\0') {
     ASSIGN_OR_RETURN(options.activations, ParseLinearActivations(activations));
   }
+  const char* kv = std::getenv("LOOKAHEAD_TEST_KV_CACHE");
+  if (kv != nullptr && *kv != '\0') {
+    if (std::string(kv) != "f16" && std::string(kv) != "f32") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LOOKAHEAD_TEST_KV_CACHE: \"", kv, "\"; use f16 or f32"));
+    }
+    options.kv_f16 = std::string(kv) == "f16";
+  }
   return options;
 }
 

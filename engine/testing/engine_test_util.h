@@ -69,9 +69,10 @@ struct RealModel {
 // and tokenizer; errors as OpenRealModel, LlamaModel::Load, FromGguf.
 // The device and dtype the real-model suites run on: LOOKAHEAD_TEST_DEVICE
 // (default cpu), LOOKAHEAD_TEST_DTYPE (default float32) and
-// LOOKAHEAD_TEST_WEIGHTS (default native) and LOOKAHEAD_TEST_ACTIVATIONS
-// (default f32), as verifysvc's --device, --dtype, --weights and
-// --activations. tools/gpu_check.sh sets them on a GPU machine.
+// LOOKAHEAD_TEST_WEIGHTS (default native), LOOKAHEAD_TEST_ACTIVATIONS
+// (default f32) and LOOKAHEAD_TEST_KV_CACHE (default f32), as verifysvc's
+// --device, --dtype, --weights, --activations and --kv_cache.
+// tools/gpu_check.sh sets them on a GPU machine.
 absl::StatusOr<ModelOptions> TestDeviceOptions();
 
 absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options = {});

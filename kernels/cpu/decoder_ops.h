@@ -49,6 +49,11 @@ struct AttentionKeys {
   int32_t prefix = 0;
   const int32_t* extra = nullptr;
   int32_t n_extra = 0;
+  // If set, the keys and values are IEEE halves here instead (a float16 KV
+  // cache; k and v unused), widened exactly: the result is the one float
+  // keys of the same values give.
+  const uint16_t* k_half = nullptr;
+  const uint16_t* v_half = nullptr;
   int32_t size() const { return prefix + n_extra; }
 };
 

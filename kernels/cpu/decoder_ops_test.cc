@@ -173,6 +173,71 @@ TEST(DecoderOpsTest, AttendHeadMatchesReferenceOnOddShapes) {
   }
 }
 
+// IEEE half bits of f (round to nearest even; f finite and within half's
+// range here), written out so the test does not share the engine's.
+uint16_t ToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const float a = std::fabs(f);
+  if (a < 6.103515625e-05f) {  // subnormal half: a multiple of 2^-24
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(
+                                             a * 16777216.0f)));
+  }
+  int e;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  uint32_t mant = static_cast<uint32_t>(std::nearbyint(m * 2048.0f));  // 11 bits
+  if (mant == 2048) {
+    mant = 1024;
+    ++e;
+  }
+  return static_cast<uint16_t>(sign | (e + 14) << 10 | (mant - 1024));
+}
+
+float FromHalf(uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                           : std::ldexp(1.0f + m / 1024.0f, e - 15);
+  return (h & 0x8000) ? -mag : mag;
+}
+
+// A float16 KV cache: half keys give the bits of float keys holding the
+// same values, on every ISA and every path (head_dim 64 and 128 take the
+// 16-key blocks, 17 the general one), subnormal halves and -0 included.
+TEST(DecoderOpsTest, HalfKeysGiveTheFloatKeysBits) {
+  for (int hd : {17, 64, 128}) {
+    const int n = 45;
+    const std::vector<float> q = Random(hd, 31);
+    std::vector<float> k = Random(n * hd, 32, 3.0f), v = Random(n * hd, 33);
+    k[3] = 3e-6f;    // subnormal in half
+    v[5] = -0.0f;
+    v[7] = -2e-7f;   // subnormal in half
+    std::vector<uint16_t> kh(k.size()), vh(v.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      kh[i] = ToHalf(k[i]);
+      k[i] = FromHalf(kh[i]);
+      vh[i] = ToHalf(v[i]);
+      v[i] = FromHalf(vh[i]);
+    }
+    std::vector<int32_t> extra = {40, 42, 44};
+    AttentionKeys f32{k.data(), v.data(), 37, extra.data(), 3};
+    AttentionKeys f16 = f32;
+    f16.k = nullptr;
+    f16.v = nullptr;
+    f16.k_half = kh.data();
+    f16.v_half = vh.data();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    std::vector<float> scores(f32.size()), want(hd), got(hd);
+    AttendHead(QuantIsa::kScalar, q.data(), hd, f32, scale, scores.data(),
+               want.data());
+    for (QuantIsa isa : Isas()) {
+      AttendHead(isa, q.data(), hd, f16, scale, scores.data(), got.data());
+      EXPECT_TRUE(SameBits(got, want))
+          << "hd " << hd << " isa " << static_cast<int>(isa);
+    }
+  }
+}
+
 // A query's result depends on the sequence of keys only: the same slots
 // given as the cache prefix or as tree rows give the same bits.
 TEST(DecoderOpsTest, AttendHeadDependsOnTheKeySequenceOnly) {

@@ -79,7 +79,7 @@ absl::Status Run() {
   cache_options.capacity_bytes = int64_t{absl::GetFlag(FLAGS_cache_mib)} << 20;
   ASSIGN_OR_RETURN(std::unique_ptr<engine::PrefixCache> prefix,
                    engine::PrefixCache::Create(cache_options, probe->shape(),
-                                               real.model->options().dtype,
+                                               real.model->KvDtype(),
                                                real.model->options().device));
   SchedulerOptions options;
   options.prefix_cache = prefix.get();

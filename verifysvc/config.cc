@@ -171,9 +171,10 @@ ABSL_FLAG(std::string, activations, "auto",
           "HF transformers' tokens. Drafting is lossless against plain "
           "decoding in either form.");
 ABSL_FLAG(std::string, kv_cache, "auto",
-          "The KV cache's element type. auto (default): f16 with int8 "
-          "activations (llama.cpp's default, half the memory), else f32. "
-          "f16 needs --weights=native on the CPU; f32 is the exact form's.");
+          "The KV cache's element type: f32, or f16 (llama.cpp's default: "
+          "half the cache's memory, but its attention is slower from ~1000 "
+          "tokens of context on our CPU kernels; needs --weights=native on "
+          "the CPU). auto (default) is f32.");
 ABSL_FLAG(bool, packed_linear, true,
           "Packed matmul kernel where the CPU has AVX2 or AVX-512 (false: "
           "OpenBLAS).");
@@ -404,7 +405,10 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   }
   const std::string kv_cache = absl::GetFlag(FLAGS_kv_cache);
   if (kv_cache == "auto") {
-    c.model.kv_f16 = c.model.activations == engine::LinearActivations::kInt8;
+    // float16 costs attention speed at long context (it widens halves
+    // with integer lane operations) and saves no peak memory while the
+    // load's peak dominates (bench/results/llamacpp_qwen1.5b).
+    c.model.kv_f16 = false;
   } else if (kv_cache == "f16" || kv_cache == "f32") {
     c.model.kv_f16 = kv_cache == "f16";
   } else {

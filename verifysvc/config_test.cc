@@ -30,10 +30,10 @@ TEST_F(ActivationsFlagTest, AutoIsInt8OnNativeWeights) {
   auto config = ConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->model.activations, engine::LinearActivations::kInt8);
-  EXPECT_TRUE(config->model.kv_f16);  // auto: float16 with int8
+  EXPECT_FALSE(config->model.kv_f16);  // auto: float32
 }
 
-TEST_F(ActivationsFlagTest, KvCacheFollowsTheFormUnlessSet) {
+TEST_F(ActivationsFlagTest, KvCacheIsF32UnlessSet) {
   absl::SetFlag(&FLAGS_activations, "f32");
   auto exact = ConfigFromFlags();
   ASSERT_TRUE(exact.ok()) << exact.status();

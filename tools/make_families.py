@@ -25,7 +25,6 @@ import copy
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from transformers import (  # noqa: E402
     LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
     Qwen2Config, Qwen2ForCausalLM)
 
-from make_golden import sha256_of  # noqa: E402  (tools/, beside this file)
+from make_golden import sha256_of, write_compact_json  # noqa: E402  (tools/)
 
 SCRIPT_VERSION = "make_families/1"
 FORMAT_VERSION = 1
@@ -312,15 +311,8 @@ def main():
       "num_greedy": NUM_GREEDY,
       "families": families,
   }
-  text = json.dumps(doc, ensure_ascii=False, indent=1)
-  # One line per list of numbers keeps the file small and diffs readable.
-  text = re.sub(r"\[[-0-9.eE,\s]*\]",
-                lambda m: "[" + ", ".join(m.group(0)[1:-1].split()).replace(
-                    ",,", ",") + "]", text)
-  json.loads(text)  # still valid
   path = os.path.join(args.out_dir, "families.json")
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(text + "\n")
+  write_compact_json(doc, path)
   total = sum(os.path.getsize(os.path.join(args.out_dir, f["gguf_file"]))
               for f in families) + os.path.getsize(path)
   print(f"wrote {path} and {len(families)} GGUFs ({total} bytes in all)")

@@ -322,6 +322,18 @@ def sha256_of(path):
   return h.hexdigest()
 
 
+def write_compact_json(doc, path):
+  """Writes doc as indented JSON with every list of numbers on one line
+  (keeps reference files small and their diffs readable)."""
+  text = json.dumps(doc, ensure_ascii=False, indent=1)
+  text = re.sub(r"\[[-0-9.eE,\s]*\]",
+                lambda m: "[" + ", ".join(m.group(0)[1:-1].split()).replace(
+                    ",,", ",") + "]", text)
+  json.loads(text)  # still valid
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text + "\n")
+
+
 def r6(x):
   """A float32 logit, rounded to 6 decimals (tolerance in the test is 1e-3)."""
   return round(float(x), 6)
@@ -517,14 +529,7 @@ def main():
       "cases": cases,
       "tokenizer_cases": tcases,
   }
-  text = json.dumps(doc, ensure_ascii=False, indent=1)
-  # One line per list of numbers keeps the file small and diffs readable.
-  text = re.sub(r"\[[-0-9.eE,\s]*\]",
-                lambda m: "[" + ", ".join(m.group(0)[1:-1].split()).replace(
-                    ",,", ",") + "]", text)
-  json.loads(text)  # still valid
-  with open(out_path, "w", encoding="utf-8") as f:
-    f.write(text + "\n")
+  write_compact_json(doc, out_path)
   print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes)")
 
 

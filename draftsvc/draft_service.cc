@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "common/grpc_status.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
+#include "common/wire_request.h"
 #include "draftsvc/draft_mix.h"
 #include "engine/model/sampler.h"
 #include "proto/draft.grpc.pb.h"
@@ -60,6 +63,39 @@ class IndexRestorer : public TrieScanVisitor {
   DraftIndex& index_;
 };
 
+// One unary RPC of a method registered raw (grpc::ByteBuffer in and out,
+// so that common/wire_request.h checks the request's UTF-8 before it is
+// parsed): the request, the response being built, and Finish, which
+// serializes the response (if OK) into gRPC's buffer before finishing the
+// reactor. Shared by the handler and the callbacks that may finish it.
+template <typename Request, typename Response>
+class UnaryCall {
+ public:
+  UnaryCall(grpc::CallbackServerContext* context, grpc::ByteBuffer* out)
+      : reactor_(context->DefaultReactor()), out_(out) {}
+
+  Request request;
+  Response response;
+
+  grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+  // Exactly once.
+  void Finish(grpc::Status status) {
+    if (status.ok()) *out_ = SerializeResponse(response);
+    reactor_->Finish(std::move(status));
+  }
+  // A function that finishes this call, keeping it alive until then.
+  static std::function<void(grpc::Status)> Finisher(
+      std::shared_ptr<UnaryCall> call) {
+    return [call = std::move(call)](grpc::Status s) {
+      call->Finish(std::move(s));
+    };
+  }
+
+ private:
+  grpc::ServerUnaryReactor* const reactor_;
+  grpc::ByteBuffer* const out_;
+};
+
 // Counts down the durability callbacks of one RPC plus the RPC's own
 // arrival; the last arrival builds the final status and finishes the
 // reactor, so it is finished exactly once and only after its response is
@@ -70,8 +106,11 @@ class FinishLatch {
   using FinishFn = std::function<grpc::Status(
       absl::Span<const std::pair<int, absl::Status>> failures)>;
 
-  FinishLatch(grpc::ServerUnaryReactor* reactor, FinishFn finish)
-      : reactor_(reactor), finish_(std::move(finish)) {}
+  // `reactor_finish` finishes the RPC (UnaryCall::Finish).
+  FinishLatch(std::function<void(grpc::Status)> reactor_finish,
+              FinishFn finish)
+      : reactor_finish_(std::move(reactor_finish)),
+        finish_(std::move(finish)) {}
 
   // One more arrival to wait for.
   void Expect() {
@@ -87,11 +126,11 @@ class FinishLatch {
       if (--pending_ > 0) return;
       failures.swap(failures_);
     }
-    reactor_->Finish(finish_(failures));
+    reactor_finish_(finish_(failures));
   }
 
  private:
-  grpc::ServerUnaryReactor* const reactor_;
+  const std::function<void(grpc::Status)> reactor_finish_;
   const FinishFn finish_;
   absl::Mutex mu_;
   int pending_ ABSL_GUARDED_BY(mu_) = 1;  // The RPC's own arrival.
@@ -564,7 +603,18 @@ struct ServiceMetrics {
   metrics::Histogram* assistant_draft_seconds = nullptr;  // With an assistant.
 };
 
-class DraftServer::Service final : public v1::DraftService::CallbackService {
+// Every method is registered raw: a request with invalid UTF-8 in a string
+// field is INVALID_ARGUMENT naming the field (logged at most once a
+// minute), never gRPC's bare UNIMPLEMENTED and a libprotobuf ERROR line.
+using RawDraftService = v1::DraftService::WithRawCallbackMethod_OpenSession<
+    v1::DraftService::WithRawCallbackMethod_Step<
+        v1::DraftService::WithRawCallbackMethod_CloseSession<
+            v1::DraftService::WithRawCallbackMethod_Stats<
+                v1::DraftService::WithRawCallbackMethod_Prune<
+                    v1::DraftService::WithRawCallbackMethod_Flush<
+                        v1::DraftService::CallbackService>>>>>>;
+
+class DraftServer::Service final : public RawDraftService {
  public:
   // `assistant` may be null (none runs).
   Service(const DraftServerOptions& options, DraftIndex& index,
@@ -577,17 +627,21 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
         rebuild_(rebuild),
         metrics_(metrics) {}
 
-  grpc::ServerUnaryReactor* OpenSession(
-      grpc::CallbackServerContext* context,
-      const v1::OpenSessionRequest* request,
-      v1::OpenSessionResponse* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
+    return Serve<v1::OpenSessionRequest, v1::OpenSessionResponse>(context, wire, out, "OpenSession",
+                                       &Service::HandleOpenSession);
+  }
+
+  void HandleOpenSession(std::shared_ptr<UnaryCall<v1::OpenSessionRequest, v1::OpenSessionResponse>> call) {
+    [[maybe_unused]] const v1::OpenSessionRequest* request = &call->request;
+    [[maybe_unused]] v1::OpenSessionResponse* response = &call->response;
     // Checked whether or not an assistant runs: bad input is bad input.
     absl::StatusOr<engine::SamplingParams> sampling =
         SamplingFromProto(request->sampling());
     if (!sampling.ok()) {
-      reactor->Finish(ToGrpcStatus(sampling.status()));
-      return reactor;
+      call->Finish(ToGrpcStatus(sampling.status()));
+      return;
     }
     // Sources named that this server cannot serve fail the open, before
     // anything is stored, as Step would fail every entry of the session:
@@ -602,15 +656,15 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       if (!vocabulary.ok()) sources = vocabulary;
     }
     if (!sources.ok()) {
-      reactor->Finish(ToGrpcStatus(sources.status()));
-      return reactor;
+      call->Finish(ToGrpcStatus(sources.status()));
+      return;
     }
     absl::StatusOr<OpenResult> opened = index_.OpenSession(
         request->session_id(), request->namespace_(), request->vocab_size(),
         request->prompt_tokens(), request->branch_length());
     if (!opened.ok()) {
-      reactor->Finish(ToGrpcStatus(opened.status()));
-      return reactor;
+      call->Finish(ToGrpcStatus(opened.status()));
+      return;
     }
     if (assistant_ != nullptr) {
       assistant_->Open(request->session_id(), opened->serial,
@@ -624,18 +678,23 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       response->set_assistant_seconds_per_token(
           assistant_->RecentSecondsPerToken());
     }
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    call->Finish(grpc::Status::OK);
+    return;
   }
 
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
-                                 const v1::StepRequest* request,
-                                 v1::StepResponse* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
+    return Serve<v1::StepRequest, v1::StepResponse>(context, wire, out, "Step",
+                                       &Service::HandleStep);
+  }
+
+  void HandleStep(std::shared_ptr<UnaryCall<v1::StepRequest, v1::StepResponse>> call) {
+    [[maybe_unused]] const v1::StepRequest* request = &call->request;
+    [[maybe_unused]] v1::StepResponse* response = &call->response;
     absl::Status valid = ValidateStepRequest(*request);
     if (!valid.ok()) {
-      reactor->Finish(ToGrpcStatus(valid));
-      return reactor;
+      call->Finish(ToGrpcStatus(valid));
+      return;
     }
     const int n = request->steps_size();
     // Every entry exists before any callback can run: callbacks only touch
@@ -661,7 +720,8 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
              : (store_.degraded() ? v1::PERSISTENCE_NOT_PERSISTED
                                   : v1::PERSISTENCE_QUEUED);
     auto latch = std::make_shared<FinishLatch>(
-        reactor, [response, ok_persistence](
+        UnaryCall<v1::StepRequest, v1::StepResponse>::Finisher(call),
+        [response, ok_persistence](
                      absl::Span<const std::pair<int, absl::Status>> failures) {
           for (v1::SessionDraft& draft : *response->mutable_drafts()) {
             if (draft.code() == 0) draft.set_persistence(ok_persistence);
@@ -773,15 +833,22 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
       ToProto(*tree, draft->mutable_tree());
     }
     latch->Arrive(-1, absl::OkStatus());
-    return reactor;
+    return;
   }
 
-  grpc::ServerUnaryReactor* CloseSession(
-      grpc::CallbackServerContext* context,
-      const v1::CloseSessionRequest* request,
-      v1::CloseSessionResponse* /*response*/) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    auto latch = std::make_shared<FinishLatch>(reactor, FirstFailureOrOk);
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
+    return Serve<v1::CloseSessionRequest, v1::CloseSessionResponse>(context, wire, out, "CloseSession",
+                                       &Service::HandleCloseSession);
+  }
+
+  void HandleCloseSession(std::shared_ptr<UnaryCall<v1::CloseSessionRequest, v1::CloseSessionResponse>> call) {
+    [[maybe_unused]] const v1::CloseSessionRequest* request = &call->request;
+    [[maybe_unused]] v1::CloseSessionResponse* response = &call->response;
+    auto latch = std::make_shared<FinishLatch>(
+        UnaryCall<v1::CloseSessionRequest, v1::CloseSessionResponse>::Finisher(
+            call),
+        FirstFailureOrOk);
     std::function<void(absl::Status)> on_durable;
     if (options_.store.sync) {
       latch->Expect();
@@ -790,30 +857,35 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
     absl::Status closed =
         index_.CloseSession(request->session_id(), std::move(on_durable));
     if (!closed.ok()) {
-      reactor->Finish(ToGrpcStatus(closed));  // The latch never finishes.
-      return reactor;
+      call->Finish(ToGrpcStatus(closed));  // The latch never finishes.
+      return;
     }
     latch->Arrive(-1, absl::OkStatus());
-    return reactor;
+    return;
   }
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
-                                  const v1::StatsRequest* request,
-                                  v1::StatsResponse* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
+    return Serve<v1::StatsRequest, v1::StatsResponse>(context, wire, out, "Stats",
+                                       &Service::HandleStats);
+  }
+
+  void HandleStats(std::shared_ptr<UnaryCall<v1::StatsRequest, v1::StatsResponse>> call) {
+    [[maybe_unused]] const v1::StatsRequest* request = &call->request;
+    [[maybe_unused]] v1::StatsResponse* response = &call->response;
     if (!request->namespace_().empty()) {
       absl::StatusOr<std::string> ns =
           DraftIndex::CanonicalNamespace(request->namespace_());
       if (!ns.ok()) {
-        reactor->Finish(ToGrpcStatus(ns.status()));
-        return reactor;
+        call->Finish(ToGrpcStatus(ns.status()));
+        return;
       }
     }
     std::vector<NamespaceStats> stats = index_.Stats(request->namespace_());
     if (!request->namespace_().empty() && stats.empty()) {
-      reactor->Finish(ToGrpcStatus(absl::NotFoundError(absl::StrCat(
+      call->Finish(ToGrpcStatus(absl::NotFoundError(absl::StrCat(
           "unknown namespace ", QuoteInput(request->namespace_())))));
-      return reactor;
+      return;
     }
     for (const NamespaceStats& s : stats) {
       v1::NamespaceStats* out = response->add_namespaces();
@@ -857,15 +929,22 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
     recovery->set_dropped_updates(wal.dropped_updates);
     recovery->set_rocksdb_dropped_bytes(wal.rocksdb_dropped_bytes);
     recovery->set_summary(wal.Summary());
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    call->Finish(grpc::Status::OK);
+    return;
   }
 
   grpc::ServerUnaryReactor* Prune(grpc::CallbackServerContext* context,
-                                  const v1::PruneRequest* request,
-                                  v1::PruneResponse* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    auto latch = std::make_shared<FinishLatch>(reactor, FirstFailureOrOk);
+      const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
+    return Serve<v1::PruneRequest, v1::PruneResponse>(context, wire, out, "Prune",
+                                       &Service::HandlePrune);
+  }
+
+  void HandlePrune(std::shared_ptr<UnaryCall<v1::PruneRequest, v1::PruneResponse>> call) {
+    [[maybe_unused]] const v1::PruneRequest* request = &call->request;
+    [[maybe_unused]] v1::PruneResponse* response = &call->response;
+    auto latch = std::make_shared<FinishLatch>(
+        UnaryCall<v1::PruneRequest, v1::PruneResponse>::Finisher(call),
+        FirstFailureOrOk);
     std::function<void(absl::Status)> on_durable;
     if (options_.store.sync) {
       latch->Expect();
@@ -874,25 +953,50 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
     absl::StatusOr<PruneResult> pruned = index_.Prune(
         request->namespace_(), request->target_nodes(), std::move(on_durable));
     if (!pruned.ok()) {
-      reactor->Finish(ToGrpcStatus(pruned.status()));
-      return reactor;
+      call->Finish(ToGrpcStatus(pruned.status()));
+      return;
     }
     response->set_removed_nodes(pruned->removed_nodes);
     response->set_remaining_nodes(pruned->remaining_nodes);
     latch->Arrive(-1, absl::OkStatus());
-    return reactor;
+    return;
   }
 
   grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* context,
-                                  const v1::FlushRequest* /*request*/,
-                                  v1::FlushResponse* /*response*/) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
+    return Serve<v1::FlushRequest, v1::FlushResponse>(context, wire, out, "Flush",
+                                       &Service::HandleFlush);
+  }
+
+  void HandleFlush(std::shared_ptr<UnaryCall<v1::FlushRequest, v1::FlushResponse>> call) {
+    [[maybe_unused]] const v1::FlushRequest* request = &call->request;
+    [[maybe_unused]] v1::FlushResponse* response = &call->response;
     store_.Flush(
-        [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
-    return reactor;
+        [call](absl::Status s) { call->Finish(ToGrpcStatus(s)); });
+    return;
   }
 
  private:
+  // Parses the raw request (UTF-8 first) and runs `handle`, or finishes the
+  // call with INVALID_ARGUMENT naming the bad field.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Serve(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire,
+      grpc::ByteBuffer* out, absl::string_view method,
+      void (Service::*handle)(std::shared_ptr<UnaryCall<Request, Response>>)) {
+    auto call = std::make_shared<UnaryCall<Request, Response>>(context, out);
+    absl::Status parsed = ParseWireRequest(*wire, &call->request);
+    if (!parsed.ok()) {
+      wire_rejections_.Log(
+          absl::StrCat("rejected a ", method, " request: ", parsed.message()));
+      call->Finish(ToGrpcStatus(parsed));
+      return call->reactor();
+    }
+    grpc::ServerUnaryReactor* reactor = call->reactor();
+    (this->*handle)(std::move(call));
+    return reactor;
+  }
+
   // Request-level checks: batch size and duplicate ids.
   absl::Status ValidateStepRequest(const v1::StepRequest& request) const {
     if (request.steps_size() > options_.max_step_sessions) {
@@ -940,6 +1044,7 @@ class DraftServer::Service final : public v1::DraftService::CallbackService {
   AssistantSource* const assistant_;  // Null: none runs.
   const RebuildStats& rebuild_;
   const ServiceMetrics metrics_;
+  RateLimitedLog wire_rejections_{"draftsvc", absl::Minutes(1)};
 };
 
 namespace {

@@ -447,7 +447,8 @@ TEST_F(DraftServiceTest, LockedOrCorruptDbFailsToOpenWithoutCrashing) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr(options.db_path));
-  EXPECT_THAT(second.status().message(), HasSubstr("another process"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr("is locked: another store in this process"));
   // The running server is unaffected.
   EXPECT_EQ(h->StepOne("s", {4, 5, 6}, 2).code(), 0);
   ASSERT_TRUE(h->Flush().ok());

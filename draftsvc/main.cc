@@ -1,15 +1,13 @@
 // draftsvc: serves lookahead.v1.DraftService over gRPC, with the standard
 // health service and server reflection. SIGTERM/SIGINT shut it down
 // gracefully: in-flight RPCs finish, queued trie writes are flushed and
-// fsynced, RocksDB is closed.
+// fsynced, RocksDB is closed. A signal during recovery ends the start at
+// once. Exit codes: common/shutdown_signal.h.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
-#include <pthread.h>
-
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -29,6 +27,7 @@
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/port_file.h"
+#include "common/shutdown_signal.h"
 #include "common/tls_files.h"
 #include "draftsvc/draft_service.h"
 #include "draftsvc/fault_file_system.h"
@@ -213,7 +212,7 @@ CredentialsFromFlags() {
   return MakeServerCredentials(tls);
 }
 
-int Run() {
+int Run(ShutdownSignal* shutdown) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       CredentialsFromFlags();
   if (!credentials.ok()) {
@@ -221,13 +220,6 @@ int Run() {
                  credentials.status().ToString().c_str());
     return 1;
   }
-  // Block the shutdown signals in every thread (all are created later) and
-  // take them synchronously below.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   DraftServerOptions options;
   options.db_path = absl::GetFlag(FLAGS_db_path);
@@ -353,6 +345,10 @@ int Run() {
 
   metrics::Registry registry;
   options.metrics = &registry;
+  shutdown->SetPhase(assistant.model_path.empty()
+                         ? "recovering the trie store"
+                         : "recovering the trie store and loading the "
+                           "assistant model");
   absl::StatusOr<std::unique_ptr<DraftServer>> draft =
       DraftServer::Open(options);
   if (!draft.ok()) {
@@ -429,8 +425,7 @@ int Run() {
     }
   }
 
-  int signal = 0;
-  sigwait(&signals, &signal);
+  const int signal = shutdown->Wait();
   std::printf("draftsvc: signal %d, shutting down\n", signal);
   std::fflush(stdout);
   server->Shutdown(
@@ -442,7 +437,9 @@ int Run() {
   if (!closed.ok()) {
     std::fprintf(stderr, "draftsvc: closing the store: %s\n",
                  closed.ToString().c_str());
-    return 1;
+    // Unavailable: stopped degraded with updates that were never written.
+    return closed.code() == absl::StatusCode::kUnavailable ? kExitUnpersisted
+                                                           : kExitFailed;
   }
   std::printf("draftsvc: flushed and closed %s\n", options.db_path.c_str());
   return 0;
@@ -458,6 +455,10 @@ int main(int argc, char** argv) {
   absl::InitializeSymbolizer(argv[0]);
   // A crash prints its signal and stack trace to stderr before dying.
   absl::InstallFailureSignalHandler({});
+  // SIGTERM and SIGINT are an orderly stop in every phase, never the
+  // failure handler's banner.
+  lookahead::ShutdownSignal shutdown("draftsvc");
+  shutdown.SetPhase("reading the flags");
   absl::ParseCommandLine(argc, argv);
-  return lookahead::draftsvc::Run();
+  return lookahead::draftsvc::Run(&shutdown);
 }

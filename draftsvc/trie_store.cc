@@ -1,6 +1,8 @@
 #include "draftsvc/trie_store.h"
 
+#include <fcntl.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -9,10 +11,13 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/base/const_init.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/ascii.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "draftsvc/store_info_log.h"
@@ -61,16 +66,68 @@ absl::string_view View(const rocksdb::Slice& s) {
   return absl::string_view(s.data(), s.size());
 }
 
-// Maps a RocksDB failure of DB::Open to a Status naming the directory.
+// The store directories open in this process. RocksDB refuses a second
+// open of a directory from the same process, and the kernel's lock table
+// cannot tell that case apart (POSIX locks do not conflict within a process,
+// and probing the LOCK file from here would release its lock).
+absl::Mutex open_paths_mu(absl::kConstInit);
+absl::flat_hash_set<std::string>& OpenPaths()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(open_paths_mu) {
+  static auto* paths = new absl::flat_hash_set<std::string>();
+  return *paths;
+}
+
+// The key under which `path` is claimed: its absolute, normalized form.
+std::string PathKey(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+
+// The pid of another process holding a write lock on `dir`/LOCK (the lock
+// RocksDB takes with fcntl), or 0 if none. REQUIRES: this process does not
+// have `dir` open (closing a descriptor drops this process's POSIX locks on
+// the file).
+pid_t LockHolder(const std::string& dir) {
+  const int fd = ::open((dir + "/LOCK").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct flock probe = {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  pid_t holder = 0;
+  if (::fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK) {
+    holder = probe.l_pid;
+  }
+  ::close(fd);
+  return holder;
+}
+
+// Whether files can be created in `dir`, or in its nearest existing
+// ancestor if it does not exist yet: false on a read-only mount
+// (access(2) answers EROFS even to root) or without write permission.
+bool DirectoryWritable(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::absolute(dir);
+  std::error_code ec;
+  while (p.has_parent_path() && p != p.root_path() &&
+         !std::filesystem::exists(p, ec)) {
+    p = p.parent_path();
+  }
+  struct statvfs vfs;
+  if (::statvfs(p.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0) {
+    return false;
+  }
+  return ::access(p.c_str(), W_OK) == 0;
+}
+
+// What an operator should do about a directory that cannot be written.
+constexpr char kNotWritableHint[] =
+    "make it writable (a read-only mount or missing permission), or give "
+    "--db_path a writable directory";
+
+// Maps a RocksDB failure while opening the store at `path` to a Status
+// naming the directory.
 absl::Status OpenError(const std::string& path, const rocksdb::Status& s) {
   const std::string what = s.ToString();
-  if (s.IsIOError() && absl::StrContains(absl::AsciiStrToLower(what), "lock")) {
-    return absl::UnavailableError(absl::StrCat(
-        "trie store ", path,
-        " is locked: another process (or another store in this process) "
-        "holds its LOCK file: ",
-        what));
-  }
   if (s.IsCorruption()) {
     return absl::FailedPreconditionError(
         absl::StrCat("trie store ", path, " is corrupt: ", what));
@@ -81,6 +138,29 @@ absl::Status OpenError(const std::string& path, const rocksdb::Status& s) {
   }
   return absl::FailedPreconditionError(
       absl::StrCat("cannot open trie store ", path, ": ", what));
+}
+
+// OpenError for a failed read-write DB::Open. The cause of an I/O error is
+// told by the kernel, never by the words of RocksDB's message: a lock that
+// another process holds (UNAVAILABLE, naming its pid) or a directory that
+// cannot be written (FAILED_PRECONDITION, saying what helps). REQUIRES: this
+// process does not hold the directory's lock (see LockHolder).
+absl::Status ReadWriteOpenError(const std::string& path,
+                                const rocksdb::Status& s) {
+  if (s.IsIOError()) {
+    if (const pid_t holder = LockHolder(path); holder > 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "trie store ", path, " is locked: process ", holder,
+          " holds its LOCK file (another draftsvc on the same --db_path?): ",
+          s.ToString()));
+    }
+    if (!DirectoryWritable(path)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("trie store ", path, " is not writable: ",
+                       kNotWritableHint, " (", s.ToString(), ")"));
+    }
+  }
+  return OpenError(path, s);
 }
 
 absl::Status ReadError(const std::string& path, const rocksdb::Status& s) {
@@ -414,10 +494,22 @@ absl::StatusOr<std::unique_ptr<TrieStore>> TrieStore::Open(
     std::filesystem::create_directories(path, ec);
     if (ec) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "cannot create trie store directory ", path, ": ", ec.message()));
+          "cannot create trie store directory ", path, ": ", ec.message(),
+          DirectoryWritable(path) ? "" : absl::StrCat(": ", kNotWritableHint)));
+    }
+  }
+  const std::string key = PathKey(path);
+  {
+    absl::MutexLock lock(&open_paths_mu);
+    if (!OpenPaths().insert(key).second) {
+      return absl::UnavailableError(
+          absl::StrCat("trie store ", path,
+                       " is locked: another store in this process has it "
+                       "open (close it first)"));
     }
   }
   auto store = std::unique_ptr<TrieStore>(new TrieStore(path, options));
+  store->claimed_path_ = key;  // Released by Close.
   absl::Status opened = store->OpenAtStart();
   if (!opened.ok()) return opened;
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
@@ -582,7 +674,7 @@ absl::Status TrieStore::OpenAtStart() {
   info_log_->TakeWalDrops();
   listener_->Take().IgnoreError();
   if (!rw.ok()) {
-    const absl::Status error = OpenError(path_, rw);
+    const absl::Status error = ReadWriteOpenError(path_, rw);
     // Another process's LOG stays as it is; else the lines of this start
     // are appended (the directory is not ours to rotate).
     if (error.code() != absl::StatusCode::kUnavailable) {
@@ -595,7 +687,9 @@ absl::Status TrieStore::OpenAtStart() {
     }
     if (!ro.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "cannot create trie store ", path_, ": ", rw.ToString()));
+          "cannot create trie store ", path_, ": ", rw.ToString(),
+          DirectoryWritable(path_) ? ""
+                                   : absl::StrCat(": ", kNotWritableHint)));
     }
     {
       absl::MutexLock lock(&db_mu_);
@@ -605,9 +699,8 @@ absl::Status TrieStore::OpenAtStart() {
     }
     absl::StatusOr<bool> needs_format = LoadFormat();
     if (!needs_format.ok()) return needs_format.status();
-    EnterDegraded(absl::UnavailableError(
-        absl::StrCat("trie store ", path_,
-                     " cannot be written, opened read-only: ", rw.ToString())));
+    EnterDegraded(absl::UnavailableError(absl::StrCat(
+        error.message(), "; opened read-only, serving what it holds")));
     if (*needs_format) {
       backlog_->AddPut(fmt::FormatKey(),
                        fmt::EncodeFixed32(fmt::kFormatVersion));
@@ -1342,12 +1435,21 @@ absl::Status TrieStore::Close() {
     closing_ = true;
   }
   if (writer_.joinable()) writer_.join();
+  absl::Cleanup release = [this] {
+    if (claimed_path_.empty()) return;
+    absl::MutexLock lock(&open_paths_mu);
+    OpenPaths().erase(claimed_path_);
+  };
   absl::Status result;
   const StoreHealth health = Health();
-  if (health.degraded) {
+  const int64_t never_persisted =
+      health.unpersisted_mutations + health.lost_mutations;
+  // Degraded with nothing unwritten (a read-only disk that was only read):
+  // nothing is lost, an orderly close.
+  if (health.degraded && never_persisted > 0) {
     result = absl::UnavailableError(absl::StrCat(
         "trie store ", path_, " closed degraded (", health.error,
-        "): ", health.unpersisted_mutations + health.lost_mutations,
+        "): ", never_persisted,
         " trie mutations applied in memory were never persisted"));
   }
   absl::MutexLock lock(&db_mu_);

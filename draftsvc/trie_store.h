@@ -345,7 +345,8 @@ class TrieStore : public MutationSink {
   std::atomic<bool> degraded_flag_{false};  // health_.degraded.
 
   std::thread writer_;    // Started by Open, joined by Close.
-  absl::Mutex close_mu_;  // Serializes Close().
+  std::string claimed_path_;  // Set by Open: this process's claim on path_.
+  absl::Mutex close_mu_;      // Serializes Close().
   bool closed_ ABSL_GUARDED_BY(close_mu_) = false;
 };
 

@@ -597,7 +597,8 @@ TEST(TrieStoreTest, SecondOpenOfLockedDirIsUnavailable) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr(dir));
-  EXPECT_THAT(second.status().message(), HasSubstr("another process"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr("is locked: another store in this process"));
   // The holder is unaffected.
   ASSERT_TRUE(SubmitAndWait(**first, {"ns", 10, {Add({3}, 1)}}).ok());
   EXPECT_EQ(*(*first)->GetCount("ns", {3}), 5);

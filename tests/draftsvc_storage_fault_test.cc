@@ -237,5 +237,137 @@ TEST(DraftsvcStorageFaultTest, RealFullTmpfsNeverAborts) {
   }
 }
 
+// Mounts `source` read-only at `target` (a bind mount), or returns false
+// where this machine does not allow it (not root, no mount namespace).
+bool BindMountReadOnly(const std::string& source, const std::string& target) {
+  if (mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    return false;
+  }
+  if (mount(nullptr, target.c_str(), nullptr,
+            MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
+    umount2(target.c_str(), MNT_DETACH);
+    return false;
+  }
+  return true;
+}
+
+// A database directory on a real read-only bind mount: draftsvc opens it
+// read-only and serves what it holds (degraded), naming the real cause, not
+// a lock held by some other process. A stop then reports the updates it
+// could not write (exit code 3). With no database there, it fails with one
+// line that says what to do.
+TEST(DraftsvcStorageFaultTest, ReadOnlyBindMountServesDegraded) {
+  const std::string work = FreshDir("storage_readonly");
+  const std::string src = work + "/src";
+  const std::string mnt = work + "/mnt";
+  std::filesystem::create_directories(mnt);
+  const int64_t nodes = Populate(src + "/db", work);
+  ASSERT_GT(nodes, 0);
+  if (!BindMountReadOnly(src, mnt)) {
+    GTEST_SKIP() << "cannot make a read-only bind mount here (not root?)";
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  for (const char* sync : {"--sync=true", "--sync=false"}) {
+    const std::string what = absl::StrCat("ro", sync + 2);
+    Draftsvc d = StartDraftsvc(mnt + "/db", work, what, {sync});
+    ASSERT_GT(d.port, 0) << what << " did not serve:\n" << d.process->Log();
+    v1::StatsResponse stats;
+    ASSERT_TRUE(Stats(*d.stub, &stats).ok());
+    ASSERT_EQ(stats.namespaces_size(), 1);
+    EXPECT_EQ(stats.namespaces(0).output_nodes(), nodes) << what;
+    EXPECT_NE(stats.store().error().find("is not writable"), std::string::npos)
+        << stats.store().error();
+    EXPECT_EQ(stats.store().error().find("locked"), std::string::npos)
+        << stats.store().error();
+    ExpectServesDegraded(d, what);  // Also makes updates it cannot write.
+    const int status = d.process->Kill(SIGTERM);
+    const std::string log = d.process->Log();
+    ASSERT_TRUE(WIFEXITED(status)) << what << ":\n" << log;
+    EXPECT_EQ(WEXITSTATUS(status), 3) << what << ":\n" << log;
+    EXPECT_NE(log.find("were never persisted"), std::string::npos) << log;
+  }
+  // Only read: nothing is lost, an orderly stop exits 0.
+  Draftsvc reader = StartDraftsvc(mnt + "/db", work, "reader", {"--sync"});
+  ASSERT_GT(reader.port, 0) << reader.process->Log();
+  v1::StatsResponse stats;
+  ASSERT_TRUE(Stats(*reader.stub, &stats).ok());
+  const int status = reader.process->Kill(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << status << ":\n" << reader.process->Log();
+
+  Draftsvc fresh = StartDraftsvc(mnt + "/fresh", work, "ro_fresh", {});
+  EXPECT_EQ(fresh.port, 0);
+  const int fresh_status = fresh.process->Kill(0);
+  EXPECT_TRUE(WIFEXITED(fresh_status) && WEXITSTATUS(fresh_status) == 1)
+      << fresh_status;
+  const std::string log = fresh.process->Log();
+  EXPECT_NE(log.find("Read-only file system"), std::string::npos) << log;
+  EXPECT_NE(log.find("--db_path"), std::string::npos) << log;
+  EXPECT_EQ(log.find("locked"), std::string::npos) << log;
+}
+
+// Two servers on one directory: the second names the process that holds it.
+TEST(DraftsvcStorageFaultTest, SecondServerNamesTheLockHolder) {
+  const std::string work = FreshDir("storage_locked");
+  const std::string db = work + "/db";
+  Draftsvc first = StartDraftsvc(db, work, "first", {});
+  ASSERT_GT(first.port, 0) << first.process->Log();
+  Draftsvc second = StartDraftsvc(db, work, "second", {});
+  EXPECT_EQ(second.port, 0);
+  const int status = second.process->Kill(0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  const std::string log = second.process->Log();
+  EXPECT_NE(log.find(absl::StrCat("is locked: process ", first.process->pid(),
+                                  " holds its LOCK file")),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(first.process->Kill(SIGTERM), 0) << first.process->Log();
+}
+
+// SIGTERM at any moment of a start (flags, recovery of a populated store,
+// loading an assistant model, serving) is an orderly stop: exit code 0 and
+// no failure banner. --self_draft loads the embedded model (tools/setup.sh),
+// which takes long enough that some signals arrive mid-start.
+TEST(DraftsvcStorageFaultTest, SigtermInEveryPhaseStopsCleanly) {
+  const std::string work = FreshDir("storage_sigterm");
+  const std::string db = work + "/db";
+  ASSERT_GT(Populate(db, work), 0);
+  int stopped_while_starting = 0;
+  for (const bool assistant : {false, true}) {
+    for (int delay_ms : {0, 5, 20, 50, 100, 200, 400}) {
+      const std::string what =
+          absl::StrCat(assistant ? "assistant" : "trie", "_delay", delay_ms);
+      std::vector<std::string> args = {
+          DraftsvcBinary(), "--host=127.0.0.1", "--port=0",
+          "--metrics_port=0", "--db_path=" + db,          "--sync"};
+      if (assistant) args.push_back("--self_draft");
+      ServerProcess p(args, absl::StrCat(work, "/port.", what),
+                      absl::StrCat(work, "/server.", what, ".log"));
+      // From main() on; before it, the dynamic loader maps LibTorch (about
+      // a second) and SIGTERM's default action ends the process (status 143
+      // in a shell, no output).
+      ASSERT_TRUE(p.WaitUntilCatches(SIGTERM)) << what << ":\n" << p.Log();
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      const int status = p.Kill(SIGTERM);
+      const std::string log = p.Log();
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << what << ": status " << status << ":\n" << log;
+      EXPECT_EQ(log.find("SIGTERM received"), std::string::npos) << log;
+      EXPECT_EQ(log.find("PC: @"), std::string::npos) << log;
+      if (log.find("draftsvc: signal 15 while ") != std::string::npos) {
+        ++stopped_while_starting;
+      }
+    }
+  }
+  EXPECT_GT(stopped_while_starting, 0);
+  // Every stop left the store whole.
+  Draftsvc d = StartDraftsvc(db, work, "after", {"--wal_recovery=strict"});
+  ASSERT_GT(d.port, 0) << d.process->Log();
+  EXPECT_EQ(d.process->Kill(SIGTERM), 0) << d.process->Log();
+}
+
 }  // namespace
 }  // namespace lookahead::testing

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -68,6 +69,25 @@ int ChildProcess::Kill(int signal) {
 
 void ChildProcess::Signal(int signal) {
   if (pid_ > 0) ::kill(pid_, signal);
+}
+
+bool ChildProcess::WaitUntilCatches(int signal, int timeout_ms) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const uint64_t bit = uint64_t{1} << (signal - 1);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!Running()) return false;
+    std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("SigCgt:", 0) == 0 &&
+          (std::stoull(line.substr(7), nullptr, 16) & bit) != 0) {
+        return true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
 }
 
 std::string ChildProcess::Log() const {

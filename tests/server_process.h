@@ -27,8 +27,14 @@ class ChildProcess {
   int Kill(int signal);
   // Sends `signal` (e.g. SIGSTOP, SIGCONT) without waiting for the process.
   void Signal(int signal);
+  // Waits up to `timeout_ms` until the process has a handler for `signal`
+  // (its main() has begun; before that the dynamic loader runs and the
+  // signal's default action applies). False if it died or time ran out.
+  bool WaitUntilCatches(int signal, int timeout_ms = 30000);
   // The process's output so far.
   std::string Log() const;
+  // Its pid while it runs (until reaped), else -1.
+  pid_t pid() const { return pid_; }
 
  private:
   const std::string log_file_;

@@ -34,12 +34,12 @@
 namespace lookahead::verifysvc {
 namespace {
 
-absl::Status Run(VerifysvcConfig c) {
-  ShutdownSignal shutdown;  // Before any thread exists.
+absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
   RETURN_IF_ERROR(engine::ConfigureThreads(c.threads));
   ASSIGN_OR_RETURN(auto http, StartHttpFront(c));  // 503 until Attach
 
   // The model, its tokenizer, and the limits they imply.
+  shutdown->SetPhase("loading the model");
   const absl::Time load_start = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> file,
                    engine::OpenModelFile(c.model_path));
@@ -58,6 +58,7 @@ absl::Status Run(VerifysvcConfig c) {
               absl::ToDoubleSeconds(absl::Now() - load_start));
 
   // What one forward pass costs here, by tokens: the draft budget's basis.
+  shutdown->SetPhase("measuring the step cost");
   ASSIGN_OR_RETURN(StepCostModel cost,
                    MeasureStepCost(*model, {1, 2, 3, 4, 8, 16, 32, 64},
                                    /*context=*/128, /*repeats=*/2));
@@ -65,6 +66,7 @@ absl::Status Run(VerifysvcConfig c) {
               DescribeStepCost(cost).c_str());
 
   // Draft sources: draftsvc's tries on the --draftsvc shards (none: none).
+  shutdown->SetPhase("connecting to draftsvc");
   ASSIGN_OR_RETURN(std::unique_ptr<ShardedDraftSource> trie_source,
                    ConnectDraftsvcShards(c.draftsvc_shards, probe.vocab_size,
                                          c.draft_client, c.draft_sessions));
@@ -108,7 +110,7 @@ absl::Status Run(VerifysvcConfig c) {
               DescribeSecurity(c).c_str());
   std::fflush(stdout);
 
-  const int signal = shutdown.Wait();
+  const int signal = shutdown->Wait();
   std::printf("verifysvc: signal %d, finishing running requests\n", signal);
   std::fflush(stdout);
   server->GetHealthCheckService()->SetServingStatus(false);
@@ -133,15 +135,19 @@ int main(int argc, char** argv) {
   absl::InitializeSymbolizer(argv[0]);
   // A crash prints its signal and stack trace to stderr before dying.
   absl::InstallFailureSignalHandler({});
+  // SIGTERM and SIGINT are an orderly stop in every phase, never the
+  // failure handler's banner.
+  lookahead::ShutdownSignal shutdown("verifysvc");
+  shutdown.SetPhase("reading the flags");
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<lookahead::verifysvc::VerifysvcConfig> config =
       lookahead::verifysvc::ConfigFromFlags();
-  absl::Status status = config.ok()
-                            ? lookahead::verifysvc::Run(*std::move(config))
-                            : config.status();
+  absl::Status status =
+      config.ok() ? lookahead::verifysvc::Run(*std::move(config), &shutdown)
+                  : config.status();
   if (!status.ok()) {
     std::fprintf(stderr, "verifysvc: %s\n", status.ToString().c_str());
-    return 1;
+    return lookahead::kExitFailed;
   }
-  return 0;
+  return lookahead::kExitStopped;
 }

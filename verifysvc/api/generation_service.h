@@ -5,7 +5,8 @@
 // emits as GenerateResponses; never blocks a gRPC reaction on the model.
 // Generate and Tokenize, whose requests carry strings, are registered raw:
 // their wire bytes are checked for invalid UTF-8 before parsing
-// (wire_request.h), so a bad byte is INVALID_ARGUMENT naming the field.
+// (common/wire_request.h), so a bad byte is INVALID_ARGUMENT naming the
+// field.
 // With ApiKeys, every RPC needs "authorization: Bearer <key>" metadata
 // (UNAUTHENTICATED, RESOURCE_EXHAUSTED over the key's rate with a
 // "retry-after" trailer in seconds), and Generate's namespace is the key's
@@ -21,10 +22,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/wire_request.h"
 #include "engine/text/tokenizer.h"
 #include "proto/generation.grpc.pb.h"
 #include "verifysvc/api/api_keys.h"
-#include "verifysvc/api/wire_request.h"
 #include "verifysvc/serving/request_builder.h"
 #include "verifysvc/serving/scheduler.h"
 
@@ -91,7 +92,7 @@ class GenerationServiceImpl final : public GenerationServiceBase {
   absl::StatusOr<std::optional<KeyGrant>> Authorize(
       grpc::CallbackServerContext* context);
   // Requests whose bytes did not parse (invalid UTF-8): one line a minute.
-  RateLimitedLog wire_rejections_{absl::Minutes(1)};
+  RateLimitedLog wire_rejections_{"verifysvc", absl::Minutes(1)};
 };
 
 }  // namespace lookahead::verifysvc

@@ -1,4 +1,4 @@
-#include "verifysvc/api/wire_request.h"
+#include "common/wire_request.h"
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 
@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/wire_validation.h"
 
-namespace lookahead::verifysvc {
+namespace lookahead {
 
 absl::Status ParseWireRequest(const grpc::ByteBuffer& wire,
                               google::protobuf::Message* request) {
@@ -50,12 +50,13 @@ void RateLimitedLog::Log(absl::string_view line) {
     left_out_ = 0;
   }
   if (left_out > 0) {
-    std::printf("verifysvc: %s (and %lld more like it not logged)\n",
-                std::string(line).c_str(), static_cast<long long>(left_out));
+    std::printf("%s: %s (and %lld more like it not logged)\n",
+                program_.c_str(), std::string(line).c_str(),
+                static_cast<long long>(left_out));
   } else {
-    std::printf("verifysvc: %s\n", std::string(line).c_str());
+    std::printf("%s: %s\n", program_.c_str(), std::string(line).c_str());
   }
   std::fflush(stdout);
 }
 
-}  // namespace lookahead::verifysvc
+}  // namespace lookahead

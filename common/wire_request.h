@@ -1,15 +1,17 @@
-// A request's wire bytes to its proto message, for the GenerationService
-// methods registered raw (grpc::ByteBuffer in): invalid UTF-8 in a string
-// field becomes INVALID_ARGUMENT naming the field instead of gRPC's bare
-// UNIMPLEMENTED and a libprotobuf ERROR line per request. And a log that a
-// flood of bad requests cannot flood. Thread-safe.
-#ifndef LOOKAHEAD_VERIFYSVC_API_WIRE_REQUEST_H_
-#define LOOKAHEAD_VERIFYSVC_API_WIRE_REQUEST_H_
+// A request's wire bytes to its proto message, for gRPC methods registered
+// raw (grpc::ByteBuffer in; verifysvc's GenerationService, draftsvc's
+// DraftService): invalid UTF-8 in a string field becomes INVALID_ARGUMENT
+// naming the field instead of gRPC's bare UNIMPLEMENTED and a libprotobuf
+// ERROR line per request. And a log that a flood of bad requests cannot
+// flood. Thread-safe.
+#ifndef LOOKAHEAD_COMMON_WIRE_REQUEST_H_
+#define LOOKAHEAD_COMMON_WIRE_REQUEST_H_
 
 #include <grpcpp/support/byte_buffer.h>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -18,7 +20,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 
-namespace lookahead::verifysvc {
+namespace lookahead {
 
 // Parses `wire` into `*request` iff every string field in it (nested ones
 // included) is valid UTF-8 and the bytes parse; else INVALID_ARGUMENT
@@ -30,15 +32,18 @@ absl::Status ParseWireRequest(const grpc::ByteBuffer& wire,
 // `message` serialized as gRPC's generated handler would send it.
 grpc::ByteBuffer SerializeResponse(const google::protobuf::Message& message);
 
-// Writes at most one line per `interval` to stdout; the next line written
-// says how many were left out in between.
+// Writes at most one line per `interval` to stdout, prefixed with
+// "<program>: "; the next line written says how many were left out in
+// between.
 class RateLimitedLog {
  public:
-  explicit RateLimitedLog(absl::Duration interval) : interval_(interval) {}
+  RateLimitedLog(std::string program, absl::Duration interval)
+      : program_(std::move(program)), interval_(interval) {}
 
   void Log(absl::string_view line) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  const std::string program_;
   const absl::Duration interval_;
 
   absl::Mutex mu_;
@@ -46,6 +51,6 @@ class RateLimitedLog {
   int64_t left_out_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace lookahead::verifysvc
+}  // namespace lookahead
 
-#endif  // LOOKAHEAD_VERIFYSVC_API_WIRE_REQUEST_H_
+#endif  // LOOKAHEAD_COMMON_WIRE_REQUEST_H_

@@ -36,72 +36,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "draftsvc/assistant_engine.h"
 #include "draftsvc/assistant_model.h"
 #include "engine/model/draft_tree.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/sampler.h"
 
 namespace lookahead::draftsvc {
-
-struct AssistantDrafterOptions {
-  // --assistant_max_cached_tokens: KV-cache token slots of all sessions
-  // together (a slot costs 2 * kept layers * kv_heads * head_dim floats:
-  // 45 KiB for all 30 layers of SmolLM2-135M, so the default 8192 is 360
-  // MiB). A session's cache holds its context plus 2 * max_chain_tokens +
-  // 2 slots, grown by half when full. Crossing the limit evicts whole
-  // sessions' caches, least recently used first (an evicted session is
-  // prefilled again from its context when next drafted); a session that
-  // alone exceeds it drafts nothing.
-  int64_t max_cached_tokens = 8192;
-  // --assistant_predraft_threads: background workers that draft ahead
-  // after each Draft and Advance. 0 disables pre-drafting (every Draft
-  // drafts within its deadline). Default 1.
-  int predraft_threads = 1;
-  // Longest chain a Draft returns and a pre-draft runs ahead of the
-  // context, in tokens. Default 8.
-  int max_chain_tokens = 8;
-  // Stairs shape: one runner-up sibling leaf per level for the first
-  // min(top2_levels, budget / top2_budget_per_level) levels; the chain gets
-  // the rest of the budget (capped by max_chain_tokens). Defaults 2 and 4:
-  // budget 1-3 is a pure chain, 4-7 adds the runner-up at level 1, 8+ at
-  // levels 1 and 2.
-  int top2_levels = 2;
-  int top2_budget_per_level = 4;
-};
-
-// One Draft's answer.
-struct AssistantDraft {
-  // The candidate tree below the session's last context token, in
-  // topological order: chain nodes 0..k-1 (node i's parent is i - 1), then
-  // the runner-up leaves (level j's parent is chain node j - 1). Every
-  // node's source is kAssistant. Empty when nothing could be drafted
-  // within the deadline.
-  engine::DraftTree tree;
-  // probabilities[i]: the assistant's probability of tree.tokens[i] given
-  // its parent's path: softmax(logits / T) at the session's temperature T
-  // (T = 1 for greedy sessions) over the whole vocabulary.
-  std::vector<float> probabilities;
-  // True iff the answer came whole from a pre-draft (no model work in this
-  // call).
-  bool predrafted = false;
-};
-
-struct AssistantDrafterStats {
-  int64_t sessions = 0;
-  int64_t drafted_tokens = 0;   // tokens chosen by the assistant
-  int64_t forward_passes = 0;   // model passes (catch-up and drafting)
-  int64_t tokens_run = 0;       // tokens those passes ran
-  double forward_seconds = 0;   // time in those passes
-  int64_t predraft_hits = 0;    // Drafts answered whole from pre-drafts
-  int64_t predraft_misses = 0;  // Drafts that needed model work
-  int64_t deadline_cuts = 0;    // Drafts that stopped short at the deadline
-  int64_t cached_tokens = 0;    // KV slots allocated now
-  int64_t evictions = 0;        // sessions whose cache was evicted
-  // forward_seconds / drafted_tokens (0 if none): the cost per draft token.
-  double seconds_per_drafted_token() const {
-    return drafted_tokens == 0 ? 0 : forward_seconds / drafted_tokens;
-  }
-};
 
 class AssistantDrafter {
  public:

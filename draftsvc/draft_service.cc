@@ -354,25 +354,18 @@ class AssistantSource {
           "assistant step deadline (--assistant_deadline_ms) ",
           absl::FormatDuration(options.step_deadline), " is negative"));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<AssistantModel> model,
-                     AssistantModel::Load(options.model_path, /*vocab_size=*/0,
-                                          options.model));
-    absl::StatusOr<std::unique_ptr<AssistantDrafter>> drafter =
-        AssistantDrafter::Create(model.get(), options.drafter);
-    if (!drafter.ok()) {
-      return absl::Status(
-          drafter.status().code(),
-          absl::StrCat("assistant drafter: ", drafter.status().message()));
+    AssistantEngineFactory factory = options.factory;
+    if (factory == nullptr) {
+      ASSIGN_OR_RETURN(factory, LoadAssistantPlugin(options.plugin_path));
     }
-    return std::unique_ptr<AssistantSource>(new AssistantSource(
-        std::move(model), *std::move(drafter), options.step_deadline));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<AssistantEngine> engine,
+        factory(options.model_path, options.model, options.drafter));
+    return std::unique_ptr<AssistantSource>(
+        new AssistantSource(std::move(engine), options.step_deadline));
   }
 
-  ~AssistantSource() {
-    drafter_.reset();  // Joins the pre-draft workers before the model goes.
-  }
-
-  const AssistantModel& model() const { return *model_; }
+  const AssistantEngine& engine() const { return *drafter_; }
   absl::Duration step_deadline() const { return step_deadline_; }
   AssistantDrafterStats stats() const { return drafter_->stats(); }
   // What a drafted token costs at least: one one-token pass.
@@ -391,7 +384,7 @@ class AssistantSource {
             const engine::SamplingParams& sampling) {
     Entry entry;
     entry.serial = serial;
-    entry.unusable = model_->CheckVocabulary(vocab_size);
+    entry.unusable = drafter_->CheckVocabulary(vocab_size);
     if (entry.unusable.ok()) {
       entry.context.assign(prompt.begin(), prompt.end());
       entry.sampling = sampling;
@@ -525,17 +518,13 @@ class AssistantSource {
     engine::SamplingParams sampling;
   };
 
-  AssistantSource(std::unique_ptr<AssistantModel> model,
-                  std::unique_ptr<AssistantDrafter> drafter,
+  AssistantSource(std::unique_ptr<AssistantEngine> drafter,
                   absl::Duration step_deadline)
-      : model_(std::move(model)),
-        drafter_(std::move(drafter)),
-        step_deadline_(step_deadline) {}
+      : drafter_(std::move(drafter)), step_deadline_(step_deadline) {}
 
   static std::string DrafterId(int64_t serial) { return absl::StrCat(serial); }
 
-  const std::unique_ptr<AssistantModel> model_;
-  std::unique_ptr<AssistantDrafter> drafter_;  // Reset first in the dtor.
+  const std::unique_ptr<AssistantEngine> drafter_;
   const absl::Duration step_deadline_;
 
   mutable absl::Mutex mu_;
@@ -652,7 +641,7 @@ class DraftServer::Service final : public RawDraftService {
     if (sources.ok() && !request->sources().empty() &&
         (*sources & SourceBit(DraftSource::kAssistant)) != 0) {
       absl::Status vocabulary =
-          assistant_->model().CheckVocabulary(request->vocab_size());
+          assistant_->engine().CheckVocabulary(request->vocab_size());
       if (!vocabulary.ok()) sources = vocabulary;
     }
     if (!sources.ok()) {
@@ -674,7 +663,7 @@ class DraftServer::Service final : public RawDraftService {
     response->set_namespace_(opened->name_space);
     response->set_prompt_nodes(opened->prompt_nodes);
     if (assistant_ != nullptr &&
-        assistant_->model().CheckVocabulary(request->vocab_size()).ok()) {
+        assistant_->engine().CheckVocabulary(request->vocab_size()).ok()) {
       response->set_assistant_seconds_per_token(
           assistant_->RecentSecondsPerToken());
     }
@@ -1340,8 +1329,8 @@ DraftServer::~DraftServer() {
 
 grpc::Service* DraftServer::service() { return service_.get(); }
 
-const AssistantModel* DraftServer::assistant_model() const {
-  return assistant_ != nullptr ? &assistant_->model() : nullptr;
+const AssistantEngine* DraftServer::assistant_engine() const {
+  return assistant_ != nullptr ? &assistant_->engine() : nullptr;
 }
 
 AssistantDrafterStats DraftServer::assistant_stats() const {

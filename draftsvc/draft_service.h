@@ -29,25 +29,30 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
-#include "draftsvc/assistant_drafter.h"
-#include "draftsvc/assistant_model.h"
+#include "draftsvc/assistant_engine.h"
 #include "draftsvc/draft_index.h"
 #include "draftsvc/trie_store.h"
 
 namespace lookahead::draftsvc {
 
 // The assistant-model draft source (DraftSource::kAssistant): a GGUF that
-// draftsvc runs itself (AssistantModel) and drafts from per session
-// (AssistantDrafter).
+// draftsvc runs itself and drafts from per session, through the assistant
+// plugin (assistant_engine.h).
 struct AssistantServingOptions {
   // The GGUF to load (flags --assistant_model, or --self_draft with
   // --self_draft_model: the target's own file). Empty (default): no
-  // assistant runs, and entries asking for it get FAILED_PRECONDITION.
+  // assistant runs (nor is the plugin loaded), and entries asking for it
+  // get FAILED_PRECONDITION.
   std::string model_path;
-  // Which layers, how many threads (AssistantOptions' defaults: every
-  // layer on one thread, the measured best).
-  AssistantOptions model;
+  // Which layers, which compute form, how many threads (defaults: every
+  // layer, int8, one thread: the measured best).
+  AssistantModelOptions model;
   AssistantDrafterOptions drafter;
+  // Where the factory comes from: `factory` if set (tests link
+  // CreateAssistantEngine in), else the plugin at `plugin_path` (flag
+  // --assistant_plugin; "": beside the binary).
+  AssistantEngineFactory factory = nullptr;
+  std::string plugin_path;
   // How long one Step may wait for the assistant's drafts, for all of its
   // entries together (flag --assistant_deadline_ms): the verifier waits for
   // the Step, so this bounds what the assistant adds to a decoding step. An
@@ -151,8 +156,8 @@ class DraftServer {
   grpc::Service* service();
 
   const RebuildStats& rebuild_stats() const { return rebuild_; }
-  // The assistant model as loaded, or null when none runs.
-  const AssistantModel* assistant_model() const;
+  // The assistant as loaded, or null when none runs.
+  const AssistantEngine* assistant_engine() const;
   // The assistant drafter's counters (all 0 when none runs).
   AssistantDrafterStats assistant_stats() const;
   DraftIndex& index() { return *index_; }

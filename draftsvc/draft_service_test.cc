@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "draftsvc/assistant_engine_impl.h"
 #include "draftsvc/assistant_model.h"
 #include "draftsvc/fault_file_system.h"
 #include "engine/testing/engine_test_util.h"
@@ -903,6 +904,7 @@ class AssistantServiceTest : public DraftServiceTest {
   DraftServerOptions AssistantOptions(const std::string& name) {
     DraftServerOptions o = Options(name, /*sync=*/false);
     o.assistant.model_path = TinyAssistant();
+    o.assistant.factory = &CreateAssistantEngine;  // Linked in, no plugin.
     // No background drafts and a deadline no pass misses: every Step drafts
     // now, so the test does not depend on timing.
     o.assistant.drafter.predraft_threads = 0;
@@ -980,7 +982,7 @@ TEST_F(AssistantServiceTest, AssistantDraftsTheModelsGreedyContinuation) {
   options.metrics = &registry;
   auto h = StartOrDie(options);
   ASSERT_NE(h, nullptr);
-  ASSERT_NE(h->draft->assistant_model(), nullptr);
+  ASSERT_NE(h->draft->assistant_engine(), nullptr);
   // The reference: the same file, loaded on its own, continues greedily.
   auto reference = AssistantModel::Load(TinyAssistant(), kVocab);
   ASSERT_TRUE(reference.ok()) << reference.status();

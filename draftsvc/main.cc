@@ -165,6 +165,11 @@ ABSL_FLAG(std::string, assistant_layers, "all",
 ABSL_FLAG(int, assistant_threads, 1,
           "Matmul threads of one assistant pass. Keep it small: draftsvc "
           "shares the CPU with the verifier.");
+ABSL_FLAG(std::string, assistant_plugin, "",
+          "The shared library that runs --assistant_model and --self_draft "
+          "(the only part of draftsvc that links the engine and LibTorch, "
+          "loaded only when an assistant is asked for). Default: "
+          "libdraftsvc_assistant.so beside the draftsvc binary.");
 ABSL_FLAG(int64_t, assistant_max_cached_tokens, 8192,
           "KV-cache token slots of all assistant sessions together (45 KiB "
           "each for SmolLM2-135M: 8192 = 360 MiB); least recently used "
@@ -312,22 +317,11 @@ int Run(ShutdownSignal* shutdown) {
       assistant.model_path = engine::DefaultModelPath();
     }
   }
+  // The model options are checked by the plugin when an assistant loads.
   assistant.model.layers = absl::GetFlag(FLAGS_assistant_layers);
-  absl::StatusOr<engine::LinearActivations> activations =
-      engine::ParseLinearActivations(
-          absl::GetFlag(FLAGS_assistant_activations));
-  if (!activations.ok()) {
-    std::fprintf(stderr, "draftsvc: --assistant_activations: %s\n",
-                 std::string(activations.status().message()).c_str());
-    return 1;
-  }
-  assistant.model.model.activations = *activations;
-  assistant.model.model.matmul_threads = absl::GetFlag(FLAGS_assistant_threads);
-  if (assistant.model.model.matmul_threads < 1) {
-    std::fprintf(stderr, "draftsvc: --assistant_threads=%d must be >= 1\n",
-                 assistant.model.model.matmul_threads);
-    return 1;
-  }
+  assistant.model.activations = absl::GetFlag(FLAGS_assistant_activations);
+  assistant.model.threads = absl::GetFlag(FLAGS_assistant_threads);
+  assistant.plugin_path = absl::GetFlag(FLAGS_assistant_plugin);
   assistant.drafter.max_cached_tokens =
       absl::GetFlag(FLAGS_assistant_max_cached_tokens);
   assistant.drafter.predraft_threads =
@@ -363,8 +357,9 @@ int Run(ShutdownSignal* shutdown) {
       static_cast<long long>(rebuild.nodes),
       static_cast<long long>(rebuild.ngram_entries), options.db_path.c_str(),
       rebuild.seconds, options.store.sync ? 1 : 0);
-  if (const AssistantModel* model = (*draft)->assistant_model()) {
-    std::printf("draftsvc: assistant model %s\n", model->description().c_str());
+  if (const AssistantEngine* assistant = (*draft)->assistant_engine()) {
+    std::printf("draftsvc: assistant model %s\n",
+                assistant->description().c_str());
   }
   const WalRecoveryReport& wal = (*draft)->store().wal_recovery();
   if (wal.LostAcknowledged() || wal.rocksdb_dropped_bytes > 0 ||

@@ -346,9 +346,8 @@ TEST(DraftsvcStorageFaultTest, SigtermInEveryPhaseStopsCleanly) {
       if (assistant) args.push_back("--self_draft");
       ServerProcess p(args, absl::StrCat(work, "/port.", what),
                       absl::StrCat(work, "/server.", what, ".log"));
-      // From main() on; before it, the dynamic loader maps LibTorch (about
-      // a second) and SIGTERM's default action ends the process (status 143
-      // in a shell, no output).
+      // From main() on; before it, the dynamic loader runs and SIGTERM's
+      // default action ends the process (status 143 in a shell, no output).
       ASSERT_TRUE(p.WaitUntilCatches(SIGTERM)) << what << ":\n" << p.Log();
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       const int status = p.Kill(SIGTERM);

@@ -24,10 +24,15 @@ RUN tools/setup.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN --mount=type=cache,target=/root/.cache/bazel \
     bazel build //draftsvc:draftsvc \
-    && install -D -m 0755 .bazel/bin/draftsvc/draftsvc /out/draftsvc
+    && install -D -m 0755 .bazel/bin/draftsvc/draftsvc /out/draftsvc \
+    && install -D -m 0755 .bazel/bin/draftsvc/libdraftsvc_assistant.so \
+        /out/libdraftsvc_assistant.so
 
 FROM debian:bookworm-slim
-# The libraries draftsvc links (objdump -p: NEEDED), nothing else.
+# The libraries draftsvc links (objdump -p: NEEDED), nothing else. The
+# assistant plugin beside it also needs LibTorch (libtorch1.13 and the ~1 GiB
+# it pulls in), which this image leaves out: --assistant_model then fails the
+# start naming the missing library. Add libtorch1.13 here to run one.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         libabsl20220623 libgrpc++1.51 libgrpc29 libprotobuf32 librocksdb7.8 \
@@ -36,7 +41,7 @@ RUN groupadd --system --gid 10001 lookahead \
     && useradd --system --uid 10001 --gid 10001 --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin lookahead \
     && install -d -o 10001 -g 10001 /var/lib/lookahead
-COPY --from=build /out/draftsvc /usr/local/bin/draftsvc
+COPY --from=build /out/draftsvc /out/libdraftsvc_assistant.so /usr/local/bin/
 COPY --from=probe /out/grpc-health-probe /usr/local/bin/grpc_health_probe
 # Numeric, so that Kubernetes can verify runAsNonRoot.
 USER 10001:10001

@@ -71,8 +71,8 @@ void ShutdownSignal::Watch() {
     if (!serving_) {
       // Nothing to finish: the start is abandoned as a crash would leave
       // it, which every start tolerates, but with an orderly exit code.
-      std::printf("%s: signal %d while %s, stopped\n", program_.c_str(),
-                  signal, phase_.c_str());
+      std::printf("%s: signal %d while %s, stopped\n", program_.c_str(), signal,
+                  phase_.c_str());
       std::fflush(stdout);
       std::fflush(stderr);
       _exit(kExitStopped);

@@ -46,7 +46,7 @@ class ShutdownSignal {
   ~ShutdownSignal() = default;
 
   // Names what the server is doing while it starts ("loading the model"),
-  // for the line a signal prints then.
+  // for the line a signal prints then. First: "reading the flags".
   void SetPhase(std::string phase);
 
   // The server now serves: blocks until SIGTERM or SIGINT arrives (or has
@@ -61,7 +61,7 @@ class ShutdownSignal {
   absl::Mutex mu_;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   int received_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string phase_ ABSL_GUARDED_BY(mu_) = "starting";
+  std::string phase_ ABSL_GUARDED_BY(mu_) = "reading the flags";
 };
 
 }  // namespace lookahead

@@ -50,9 +50,8 @@ void RateLimitedLog::Log(absl::string_view line) {
     left_out_ = 0;
   }
   if (left_out > 0) {
-    std::printf("%s: %s (and %lld more like it not logged)\n",
-                program_.c_str(), std::string(line).c_str(),
-                static_cast<long long>(left_out));
+    std::printf("%s: %s (and %lld more like it not logged)\n", program_.c_str(),
+                std::string(line).c_str(), static_cast<long long>(left_out));
   } else {
     std::printf("%s: %s\n", program_.c_str(), std::string(line).c_str());
   }

@@ -35,8 +35,7 @@ class DrafterEngine final : public AssistantEngine {
                        absl::Span<const int32_t> accepted) override {
     return drafter_->Advance(session_id, accepted);
   }
-  absl::StatusOr<AssistantDraft> Draft(absl::string_view session_id,
-                                       int budget,
+  absl::StatusOr<AssistantDraft> Draft(absl::string_view session_id, int budget,
                                        absl::Time deadline) override {
     return drafter_->Draft(session_id, budget, deadline);
   }
@@ -74,8 +73,8 @@ absl::StatusOr<std::unique_ptr<AssistantEngine>> CreateAssistantEngine(
   }
   options.model.activations = *activations;
   if (model.threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--assistant_threads=", model.threads, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--assistant_threads=", model.threads, " must be >= 1"));
   }
   options.model.matmul_threads = model.threads;
   ASSIGN_OR_RETURN(std::unique_ptr<AssistantModel> loaded,

@@ -28,7 +28,7 @@
 #include "absl/synchronization/notification.h"
 #include "draftsvc/assistant_engine_impl.h"
 #include "draftsvc/assistant_model.h"
-#include "draftsvc/fault_file_system.h"
+#include "draftsvc/testing/fault_file_system.h"
 #include "engine/testing/engine_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1051,7 +1051,7 @@ void TrieStore::TryResume() {
     old->Close().PermitUncheckedError();
     old.reset();
   }
-  if (options_.testing_before_reopen) options_.testing_before_reopen();
+  if (options_.TEST_before_reopen) options_.TEST_before_reopen();
   std::unique_ptr<rocksdb::DB> fresh;
   RoundWalFilter filter(marker_.ignore_from_round);
   rocksdb::Status s = OpenDb(/*read_only=*/false, &filter, &fresh);

@@ -134,13 +134,13 @@ struct TrieStoreOptions {
   // the store becomes degraded or healthy. Must not block on the store
   // (Flush()/Close()). May be empty.
   std::function<void(const StoreHealth&)> on_health_change;
-  // TEST ONLY: the file system under RocksDB and the ACK marker, e.g. a
-  // FaultFileSystem. Null (default): the POSIX one.
+  // The file system under RocksDB and the ACK marker. Null (default): the
+  // POSIX one; tests pass a FaultFileSystem (draftsvc/testing/).
   std::shared_ptr<rocksdb::FileSystem> file_system;
-  // TEST ONLY: called on the writer thread during a resume, after the old
-  // database is closed and before the new one is opened, with no lock of
-  // the store held. May be empty.
-  std::function<void()> testing_before_reopen;
+  // Tests only (leveldb's TEST_ habit): called on the writer thread during
+  // a resume, after the old database is closed and before the new one is
+  // opened, with no lock of the store held. May be empty.
+  std::function<void()> TEST_before_reopen;
 };
 
 // Receives a full scan (TrieStore::Scan) in key order: every namespace

@@ -17,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "draftsvc/fault_file_system.h"
+#include "draftsvc/testing/fault_file_system.h"
 #include "draftsvc/trie_store.h"
 #include "draftsvc/wal_recovery.h"
 #include "gmock/gmock.h"
@@ -372,7 +372,7 @@ TEST(StoreResumeTest, ProbeSparesTheReopenAndReadersNeverWait) {
   o.resume_interval_ms = 1;
   o.max_resume_interval_ms = 1;  // No backoff: many attempts.
   o.file_system = fs;
-  o.testing_before_reopen = [&] {
+  o.TEST_before_reopen = [&] {
     // On the writer thread, between closing and reopening the database: a
     // lock held across the reopen would deadlock here.
     const int64_t bytes = live->DiskBytes();

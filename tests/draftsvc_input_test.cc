@@ -72,14 +72,14 @@ std::vector<BadWire> InvalidUtf8Requests() {
   {
     v1::StatsRequest r;
     r.set_namespace_(p);
-    cases.push_back({"Stats namespace", Method("Stats"), WireWith(r, p, bad),
-                     "namespace"});
+    cases.push_back(
+        {"Stats namespace", Method("Stats"), WireWith(r, p, bad), "namespace"});
   }
   {
     v1::PruneRequest r;
     r.set_namespace_(p);
-    cases.push_back({"Prune namespace", Method("Prune"), WireWith(r, p, bad),
-                     "namespace"});
+    cases.push_back(
+        {"Prune namespace", Method("Prune"), WireWith(r, p, bad), "namespace"});
   }
   return cases;
 }
@@ -100,8 +100,7 @@ TEST(DraftsvcInputTest, InvalidUtf8IsInvalidArgumentNamingTheField) {
       EXPECT_EQ(got.messages, 0);
       EXPECT_TRUE(
           absl::StartsWith(got.status.error_message(), bad.field + " is "))
-          << got.status.error_message() << " does not start with "
-          << bad.field;
+          << got.status.error_message() << " does not start with " << bad.field;
       EXPECT_TRUE(
           absl::StrContains(got.status.error_message(), "not valid UTF-8"))
           << got.status.error_message();

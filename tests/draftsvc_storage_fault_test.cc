@@ -4,8 +4,9 @@
 // degraded state (Stats, health service "lookahead.v1.DraftService.storage",
 // lookahead_store_degraded) and recovers when the disk works again.
 //
-// The full disk is draftsvc's TEST-ONLY --testing_store_fault_file (writes
-// fail with ENOSPC while the file exists); RealFullTmpfs also mounts a real
+// The full disk is --testing_store_fault_file of the testonly
+// //draftsvc/testing:draftsvc_fault_testing (writes fail with ENOSPC while
+// the file exists); RealFullTmpfs also mounts a real
 // 2 MiB tmpfs when the test may (root), else it is skipped.
 #include <signal.h>
 #include <sys/mount.h>

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -52,7 +53,15 @@ Draftsvc StartDraftsvc(const std::string& db_path, const std::string& work_dir,
   const std::string metrics_port_file =
       absl::StrCat(work_dir, "/metrics_port.", name);
   std::filesystem::remove(metrics_port_file);
-  std::vector<std::string> args = {DraftsvcBinary(),
+  // The storage fault flag exists only in the testonly fault binary.
+  std::string binary = DraftsvcBinary();
+  for (const std::string& flag : flags) {
+    if (absl::StartsWith(flag, "--testing_store_fault_file")) {
+      const char* fault = std::getenv("DRAFTSVC_FAULT_BINARY");
+      binary = fault != nullptr ? fault : "";
+    }
+  }
+  std::vector<std::string> args = {binary,
                                    "--host=127.0.0.1",
                                    "--port=0",
                                    "--metrics_port=0",

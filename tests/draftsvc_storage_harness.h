@@ -32,6 +32,8 @@ struct Draftsvc {
 };
 
 // Starts draftsvc on `db_path` with `flags` added; waits for its port.
+// Flags with --testing_store_fault_file start $DRAFTSVC_FAULT_BINARY
+// (//draftsvc/testing:draftsvc_fault_testing) instead of $DRAFTSVC_BINARY.
 Draftsvc StartDraftsvc(const std::string& db_path, const std::string& work_dir,
                        const std::string& name,
                        const std::vector<std::string>& flags);

@@ -46,7 +46,8 @@ TEST(VerifysvcStopTest, SigtermInEveryPhaseIsAnOrderlyStop) {
     const int status = p.Kill(SIGTERM);
     const std::string log = p.Log();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << what << ": status " << status << ":\n" << log;
+        << what << ": status " << status << ":\n"
+        << log;
     EXPECT_EQ(log.find("SIGTERM received"), std::string::npos) << log;
     EXPECT_EQ(log.find("PC: @"), std::string::npos) << log;
     if (log.find("verifysvc: signal 15 while ") != std::string::npos) {
@@ -62,8 +63,8 @@ TEST(VerifysvcStopTest, SigtermInEveryPhaseIsAnOrderlyStop) {
                         work + "/port.serving", work + "/server.serving.log");
   ASSERT_GT(serving.WaitForPort(120000), 0) << serving.Log();
   const int status = serving.Kill(SIGTERM);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << status << ":\n" << serving.Log();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << ":\n"
+                                                             << serving.Log();
   EXPECT_NE(serving.Log().find("verifysvc: stopped after"), std::string::npos)
       << serving.Log();
 }

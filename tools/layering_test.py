@@ -10,7 +10,11 @@
 - verifysvc/main.cc is under 150 lines.
 
 With --bazel it also asks Bazel (cquery) that //draftsvc/... and //engine/... do not
-depend on any //verifysvc target. Exit status 1 on any violation.
+depend on any //verifysvc target, that nothing test-only (testonly targets,
+//draftsvc/testing, //engine/testing, targets named for faults, fakes or
+mocks) is linked into the production binaries, and that the draftsvc
+binary links no LibTorch (only its assistant plugin does). Exit status 1
+on any violation.
 
     tools/layering_test.py [--bazel]
 """
@@ -126,6 +130,53 @@ def bazel_violations():
         elif labels:
             problems.append(f"{universe} depends on verifysvc: "
                             + ", ".join(labels[:5]))
+    problems += production_violations()
+    return problems
+
+
+# What ships, and what must never be inside it.
+PRODUCTION = ("//draftsvc:draftsvc", "//draftsvc:libdraftsvc_assistant.so",
+              "//verifysvc:verifysvc")
+TEST_ONLY = ("attr(testonly, 1, //...) + //draftsvc/testing/... + "
+             "//engine/testing/...")
+TEST_NAME = re.compile(r"[/:_](testing|fault|fake|mock)", re.I)
+
+
+def cquery_labels(query):
+    out = subprocess.run(["bazel", "cquery", query, "--output=label"],
+                         cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        return None, f"bazel cquery {query!r} failed: {out.stderr[-500:]}"
+    return [line.split()[0] for line in out.stdout.splitlines()
+            if line.startswith("//") or line.startswith("@")], None
+
+
+def production_violations():
+    problems = []
+    for binary in PRODUCTION:
+        labels, error = cquery_labels(f"deps({binary})")
+        if error:
+            problems.append(error)
+            continue
+        ours = [l for l in labels if l.startswith("//")]
+        named = [l for l in ours if TEST_NAME.search(l)]
+        if named:
+            problems.append(f"{binary} links test code: {', '.join(named)}")
+        test_only, error = cquery_labels(
+            f"deps({binary}) intersect ({TEST_ONLY})")
+        if error:
+            problems.append(error)
+        elif test_only:
+            problems.append(f"{binary} links test-only targets: "
+                            + ", ".join(test_only[:5]))
+    # The draftsvc binary is main.cc over :server_main; its plugin is only
+    # a data dependency (loaded at run time), so the linked code is here.
+    linked, error = cquery_labels("deps(//draftsvc:server_main)")
+    if error:
+        problems.append(error)
+    elif "//third_party:torch" in linked:
+        problems.append("//draftsvc:draftsvc links //third_party:torch "
+                        "(only its assistant plugin may)")
     return problems
 
 
@@ -142,7 +193,9 @@ def main(argv):
     if problems:
         return 1
     print("layering: no generated proto headers below the edges, arrows point "
-          "down, serving functions <= 80 lines, main.cc < 150 lines")
+          "down, serving functions <= 80 lines, main.cc < 150 lines"
+          + ("; no test code in the production binaries, no LibTorch in "
+             "draftsvc" if args.bazel else ""))
     return 0
 
 

@@ -17,7 +17,6 @@
 #include "absl/debugging/symbolize.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
 #include "common/metrics_http.h"
 #include "common/shutdown_signal.h"
 #include "common/status_macros.h"
@@ -66,7 +65,6 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
               DescribeStepCost(cost).c_str());
 
   // Draft sources: draftsvc's tries on the --draftsvc shards (none: none).
-  shutdown->SetPhase("connecting to draftsvc");
   ASSIGN_OR_RETURN(std::unique_ptr<ShardedDraftSource> trie_source,
                    ConnectDraftsvcShards(c.draftsvc_shards, probe.vocab_size,
                                          c.draft_client, c.draft_sessions));
@@ -135,10 +133,8 @@ int main(int argc, char** argv) {
   absl::InitializeSymbolizer(argv[0]);
   // A crash prints its signal and stack trace to stderr before dying.
   absl::InstallFailureSignalHandler({});
-  // SIGTERM and SIGINT are an orderly stop in every phase, never the
-  // failure handler's banner.
+  // SIGTERM/SIGINT: an orderly stop in every phase, never the banner.
   lookahead::ShutdownSignal shutdown("verifysvc");
-  shutdown.SetPhase("reading the flags");
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<lookahead::verifysvc::VerifysvcConfig> config =
       lookahead::verifysvc::ConfigFromFlags();

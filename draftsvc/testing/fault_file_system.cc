@@ -1,4 +1,4 @@
-#include "draftsvc/fault_file_system.h"
+#include "draftsvc/testing/fault_file_system.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,7 +1,8 @@
 // FaultFileSystem: a RocksDB FileSystem that passes everything to the real
 // (POSIX) one but makes writes fail on demand: ENOSPC (a full disk), EIO, or
-// EROFS (a read-only remount). For tests and for draftsvc's TEST-ONLY flag
-// --testing_store_fault_file; production stores never use it.
+// EROFS (a read-only remount). For tests and for the testonly binary
+// draftsvc_fault_testing's --testing_store_fault_file; the draftsvc binary
+// does not link it.
 //
 // While a fault is active every write-side operation of a file the store
 // writes fails: Append, PositionedAppend, Truncate, Allocate, the marker's
@@ -11,8 +12,8 @@
 // for reading can be made to fail (FailReads).
 //
 // Thread-safety: safe for concurrent use.
-#ifndef LOOKAHEAD_DRAFTSVC_FAULT_FILE_SYSTEM_H_
-#define LOOKAHEAD_DRAFTSVC_FAULT_FILE_SYSTEM_H_
+#ifndef LOOKAHEAD_DRAFTSVC_TESTING_FAULT_FILE_SYSTEM_H_
+#define LOOKAHEAD_DRAFTSVC_TESTING_FAULT_FILE_SYSTEM_H_
 
 #include <atomic>
 #include <cstdint>
@@ -128,4 +129,4 @@ class FaultFileSystem : public rocksdb::FileSystemWrapper {
 
 }  // namespace lookahead::draftsvc
 
-#endif  // LOOKAHEAD_DRAFTSVC_FAULT_FILE_SYSTEM_H_
+#endif  // LOOKAHEAD_DRAFTSVC_TESTING_FAULT_FILE_SYSTEM_H_

@@ -16,6 +16,7 @@ the model loads). A second verifysvc with --api_keys_file checks 401, 403 and
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -317,6 +318,146 @@ class OpenAiFrontTest(unittest.TestCase):
         self.assertEqual(e.exception.body["param"],
                          "lookahead.lookahead_window")
 
+    # --- logprobs and cached tokens --------------------------------------
+
+    SAMPLINGS = (("greedy", dict(temperature=0)),
+                 ("seeded", dict(temperature=0.8, top_p=0.95, seed=11)))
+
+    def check_chat_entry(self, entry, greedy, top):
+        self.assertIsInstance(entry.token, str)
+        self.assertLessEqual(entry.logprob, 0.0)
+        self.assertIsInstance(entry.bytes, list)
+        self.assertGreaterEqual(len(entry.top_logprobs), 1)
+        self.assertLessEqual(len(entry.top_logprobs), top)
+        values = [t.logprob for t in entry.top_logprobs]
+        self.assertEqual(values, sorted(values, reverse=True))
+        self.assertTrue(all(v <= 0.0 for v in values))
+        if greedy:
+            # Greedy picks the most likely token: it ranks first.
+            self.assertEqual(len(entry.top_logprobs), top)
+            self.assertEqual(entry.top_logprobs[0].token, entry.token)
+            self.assertEqual(entry.top_logprobs[0].bytes, entry.bytes)
+            self.assertEqual(entry.top_logprobs[0].logprob, entry.logprob)
+
+    def test_chat_logprobs_stream_and_not(self):
+        for name, sampling in self.SAMPLINGS:
+            with self.subTest(name):
+                args = dict(model=self.model, messages=CHAT, max_tokens=24,
+                            logprobs=True, top_logprobs=3, **sampling)
+                reply = self.client.chat.completions.create(**args)
+                content = reply.choices[0].logprobs.content
+                # One entry per token, EOS included.
+                self.assertEqual(len(content), reply.usage.completion_tokens)
+                for entry in content:
+                    self.check_chat_entry(entry, name == "greedy", 3)
+                text = b"".join(bytes(e.bytes) for e in content).decode(
+                    "utf-8", "replace")
+                self.assertTrue(
+                    text.startswith(reply.choices[0].message.content), text)
+                chunks = list(self.client.chat.completions.create(
+                    stream=True, **args))
+                streamed = [e for c in chunks if c.choices and
+                            c.choices[0].logprobs
+                            for e in c.choices[0].logprobs.content]
+                # Streamed and whole: the same tokens, the same values.
+                self.assertEqual(
+                    [(e.token, e.logprob, e.bytes,
+                      [(t.token, t.logprob) for t in e.top_logprobs])
+                     for e in streamed],
+                    [(e.token, e.logprob, e.bytes,
+                      [(t.token, t.logprob) for t in e.top_logprobs])
+                     for e in content])
+                # logprobs: true alone gives each token's own only.
+                alone = self.client.chat.completions.create(
+                    model=self.model, messages=CHAT, max_tokens=4,
+                    logprobs=True, **sampling)
+                self.assertEqual(
+                    [(e.token, e.logprob)
+                     for e in alone.choices[0].logprobs.content],
+                    [(e.token, e.logprob) for e in content[:4]])
+                self.assertTrue(all(e.top_logprobs == [] for e in
+                                    alone.choices[0].logprobs.content))
+        # Without logprobs asked: null.
+        plain = self.client.chat.completions.create(
+            model=self.model, messages=CHAT, max_tokens=2, temperature=0)
+        self.assertIsNone(plain.choices[0].logprobs)
+
+    def test_completions_logprobs_stream_and_not(self):
+        for name, sampling in self.SAMPLINGS:
+            with self.subTest(name):
+                args = dict(model=self.model, prompt=PROMPT, max_tokens=24,
+                            logprobs=5, **sampling)
+                reply = self.client.completions.create(**args)
+                lp = reply.choices[0].logprobs
+                n = reply.usage.completion_tokens
+                for field in (lp.tokens, lp.token_logprobs, lp.top_logprobs,
+                              lp.text_offset):
+                    self.assertEqual(len(field), n)
+                self.assertTrue(all(v <= 0.0 for v in lp.token_logprobs))
+                self.assertEqual(lp.text_offset[0], 0)
+                self.assertEqual(lp.text_offset, sorted(lp.text_offset))
+                self.assertLessEqual(lp.text_offset[-1],
+                                     len(reply.choices[0].text))
+                for token, value, top in zip(lp.tokens, lp.token_logprobs,
+                                             lp.top_logprobs):
+                    self.assertLessEqual(len(top), 5)
+                    self.assertTrue(all(v <= 0.0 for v in top.values()))
+                    if name == "greedy":
+                        # The chosen token is the most likely one.
+                        best = max(top.values())
+                        self.assertEqual(value, best)
+                        self.assertEqual(top.get(token), value)
+                chunks = list(self.client.completions.create(stream=True,
+                                                             **args))
+                joined = {"tokens": [], "token_logprobs": [],
+                          "top_logprobs": [], "text_offset": []}
+                for c in chunks:
+                    if c.choices and c.choices[0].logprobs:
+                        for key in joined:
+                            joined[key] += getattr(c.choices[0].logprobs, key)
+                self.assertEqual(joined["tokens"], lp.tokens)
+                self.assertEqual(joined["token_logprobs"], lp.token_logprobs)
+                self.assertEqual(joined["top_logprobs"], lp.top_logprobs)
+                self.assertEqual(joined["text_offset"], lp.text_offset)
+        # Legacy logprobs go up to 20 here (OpenAI: 5); past that, 400.
+        wide = self.client.completions.create(
+            model=self.model, prompt=PROMPT, max_tokens=2, temperature=0,
+            logprobs=20)
+        self.assertEqual(len(wide.choices[0].logprobs.top_logprobs[0]), 20)
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model=self.model, prompt=PROMPT,
+                                           max_tokens=2, logprobs=21)
+        self.assertEqual(e.exception.body["param"], "logprobs")
+        self.assertIn("logprobs must be in [0, 20]",
+                      e.exception.body["message"])
+
+    def test_cached_tokens_in_openai_usage(self):
+        # A long prompt seen twice: its whole blocks come from the prefix
+        # cache, reported in OpenAI's usage.prompt_tokens_details.
+        document = " ".join(f"Clause {i}: the licensee shall keep notice {i}."
+                            for i in range(40))
+        messages = [{"role": "system", "content": document},
+                    {"role": "user", "content": "Summarize clause 3."}]
+        for _ in range(2):
+            reply = self.client.chat.completions.create(
+                model=self.model, messages=messages, max_tokens=2,
+                temperature=0)
+        cached = reply.usage.prompt_tokens_details.cached_tokens
+        self.assertGreater(cached, 0)
+        self.assertLessEqual(cached, reply.usage.prompt_tokens)
+        self.assertEqual(
+            cached, reply.usage.model_extra["lookahead"]["cached_prompt_tokens"])
+        chunks = list(self.client.chat.completions.create(
+            model=self.model, messages=messages, max_tokens=2, temperature=0,
+            stream=True, stream_options={"include_usage": True}))
+        self.assertGreater(chunks[-1].usage.prompt_tokens_details.cached_tokens,
+                           0)
+        text = self.client.completions.create(
+            model=self.model, prompt=document, max_tokens=1, temperature=0)
+        text = self.client.completions.create(
+            model=self.model, prompt=document, max_tokens=1, temperature=0)
+        self.assertGreater(text.usage.prompt_tokens_details.cached_tokens, 0)
+
     # --- the openai package: errors --------------------------------------
 
     def assertBadRequest(self, param, message, **kwargs):
@@ -331,13 +472,24 @@ class OpenAiFrontTest(unittest.TestCase):
 
     def test_bad_requests(self):
         self.assertBadRequest("n", "n = 2 is not supported", n=2)
-        self.assertBadRequest("logprobs", "logprobs is not supported",
-                              logprobs=True)
-        self.assertBadRequest("top_logprobs", "not supported",
+        self.assertBadRequest("top_logprobs",
+                              "top_logprobs = 2 needs logprobs: true",
                               top_logprobs=2)
-        self.assertBadRequest("max_tokens", "max_tokens = -1 must be >= 1",
-                              max_tokens=-1)
-        self.assertBadRequest("max_tokens", "max_tokens", max_tokens=10**15)
+        self.assertBadRequest("top_logprobs",
+                              "top_logprobs must be in [0, 20] (alternatives "
+                              "per token; unset = no logprobs); got 21",
+                              logprobs=True, top_logprobs=21)
+        self.assertBadRequest("logprobs", "logprobs must be a boolean",
+                              logprobs=3)
+        self.assertBadRequest("stop[1]", "stop[1] is empty; remove it",
+                              stop=["a", ""])
+        self.assertBadRequest("messages[1].content",
+                              "messages[1].content is required",
+                              messages=[CHAT[0], {"role": "user"}])
+        self.assertBadRequest("response_format.type",
+                              'response_format.type "json_object" is not '
+                              "supported", response_format={
+                                  "type": "json_object"})
         self.assertBadRequest("temperature", "temperature must be a number",
                               temperature="hot")
         self.assertBadRequest("stop", "stop has 10000 strings; use at most 16",
@@ -352,6 +504,26 @@ class OpenAiFrontTest(unittest.TestCase):
             user="someone", extra_body={"not_a_field": [1, {"x": 2}]})
         self.assertEqual(reply.usage.completion_tokens, 2)
 
+    def test_max_tokens_range_has_one_wording(self):
+        prompt_tokens = self.client.chat.completions.create(
+            model=self.model, messages=CHAT, max_tokens=1,
+            temperature=0).usage.prompt_tokens
+        wording = re.compile(
+            r"max_tokens must be in \[1, (\d+)\] \(leave it unset for the "
+            r"server's default; --max_context_tokens=(\d+) less the "
+            r"prompt's (\d+) tokens\); got (-?\d+)")
+        for value in (0, -1, 2**31 - 1, 10**15):
+            with self.assertRaises(openai.BadRequestError) as e:
+                self.client.chat.completions.create(
+                    model=self.model, messages=CHAT, max_tokens=value)
+            self.assertEqual(e.exception.body["param"], "max_tokens")
+            got = wording.fullmatch(e.exception.body["message"])
+            self.assertIsNotNone(got, e.exception.body["message"])
+            left, context, prompt, sent = map(int, got.groups())
+            self.assertEqual(prompt, prompt_tokens)
+            self.assertEqual(left, context - prompt)
+            self.assertEqual(sent, value)
+
     def test_unknown_model_is_not_found(self):
         with self.assertRaises(openai.NotFoundError) as e:
             self.client.chat.completions.create(model="gpt-4", messages=CHAT)
@@ -363,18 +535,37 @@ class OpenAiFrontTest(unittest.TestCase):
     # --- raw HTTP: what clients should not send --------------------------
 
     def test_malformed_and_invalid_utf8_bodies(self):
-        for body, message in [
-                (b'{"model": ', b"not valid JSON"),
-                (b'{"model": "m", "prompt": "a\xff\xfe"}', b"not valid JSON"),
-                (b"[1, 2, 3]", b"must be a JSON object"),
-                (b'{"model": "x", "prompt": ' + b"[" * 200 + b"]" * 200 +
-                 b"}", b"nests deeper than 32")]:
-            status, headers, got = raw_request(
-                self.port, post("/v1/completions", body))
+        # A body wrong as a whole: param is null, never a word of the
+        # message.
+        no_length = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+                     b"Connection: close\r\n\r\n")
+        for path, request, message in [
+                ("/v1/completions", post("/v1/completions", b'{"model": '),
+                 b"not valid JSON"),
+                ("/v1/completions", post(
+                    "/v1/completions", b'{"model": "m", "prompt": "a\xff\xfe"}'),
+                 b"not valid JSON"),
+                ("/v1/completions", post("/v1/completions", b"[1, 2, 3]"),
+                 b"must be a JSON object"),
+                ("/v1/chat/completions", post("/v1/chat/completions", b"[1]"),
+                 b"must be a JSON object"),
+                ("/v1/chat/completions", post("/v1/chat/completions", b""),
+                 b"not valid JSON"),
+                ("/v1/chat/completions", no_length, b"not valid JSON"),
+                ("/v1/chat/completions", post(
+                    "/v1/chat/completions",
+                    b'{"model": "m", "max_tokens": 1e999}'),
+                 b"number overflow"),
+                ("/v1/completions", post(
+                    "/v1/completions", b'{"model": "x", "prompt": ' +
+                    b"[" * 200 + b"]" * 200 + b"}"),
+                 b"nests deeper than 32")]:
+            status, headers, got = raw_request(self.port, request)
             self.assertEqual(status, 400, got)
             self.assertIn(message, got)
-            self.assertEqual(json.loads(got)["error"]["type"],
-                             "invalid_request_error")
+            error = json.loads(got)["error"]
+            self.assertEqual(error["type"], "invalid_request_error")
+            self.assertIsNone(error["param"], (path, got))
 
     def test_body_over_cap_is_413_before_it_is_read(self):
         # Only the head is sent: the answer must come from Content-Length.
@@ -385,6 +576,7 @@ class OpenAiFrontTest(unittest.TestCase):
             s.sendall(head + b"{" * 1000)
             status, headers, body = parse_response(read_all(s))
         self.assertEqual(status, 413)
+        self.assertIsNone(json.loads(body)["error"]["param"])
         self.assertIn(str(MAX_BODY).encode(), body)
         self.assertIn(b"--http_max_body_bytes", body)
         self.assertEqual(headers.get("connection"), "close")
@@ -408,12 +600,14 @@ class OpenAiFrontTest(unittest.TestCase):
             b"Connection: close\r\n\r\n")
         self.assertEqual(status, 404)
         self.assertEqual(json.loads(body)["error"]["type"], "not_found_error")
+        self.assertIsNone(json.loads(body)["error"]["param"])
         status, headers, body = raw_request(
             self.port, b"GET /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
             b"Connection: close\r\n\r\n")
         self.assertEqual(status, 405)
         self.assertEqual(headers.get("allow"), "POST")
         self.assertIn(b"use POST", body)
+        self.assertIsNone(json.loads(body)["error"]["param"])
         status, headers, _ = raw_request(
             self.port, post("/health", "{}"))
         self.assertEqual(status, 405)

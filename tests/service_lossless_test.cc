@@ -6,6 +6,9 @@
 //     (DRAFT_MODE_OFF) with hierarchical trie drafts, and with parallel
 //     drafts for a few; drafts must really be accepted somewhere, or the
 //     comparison proves nothing.
+//   * Logprobs (GenerateRequest.logprobs) with drafts are bit for bit those
+//     of plain decoding, greedy and seeded, one per token id; out of range
+//     they are INVALID_ARGUMENT naming the field.
 //   * Retrieval-augmented prompts (a passage and a question whose answer
 //     quotes it) reach an effective decoding length (usage.edl) of at least
 //     2 the first time the passage is seen, from the prompt trie alone; a
@@ -16,6 +19,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -298,6 +302,83 @@ TEST_F(ServiceRagTest, PassageQuotesReachEdlOneAndAHalfAndImproveOnRepeat) {
       << "the first answers should help repeats";
   absl::StatusOr<v1::GenerationStatsResponse> stats = pair_->Stats();
   if (stats.ok()) std::printf("Stats: %s\n", stats->ShortDebugString().c_str());
+}
+
+// A float's bits: logprobs must match exactly, not within a tolerance.
+uint32_t Bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+
+// Passages the answers quote (so drafts from the prompt trie are accepted),
+// greedy and seeded, with logprobs: drafts on give plain decoding's tokens
+// and the same logprob bits; values are <= 0, one per token, and under
+// greedy the token is its own top alternative.
+TEST_F(ServiceLosslessTest, LogprobsMatchPlainDecodingBitForBit) {
+  constexpr int kTop = 3;
+  int64_t accepted = 0;
+  int n = 0;
+  for (const RagCase& c : kRagCases) {
+    for (const bool greedy : {true, false}) {
+      SCOPED_TRACE(absl::StrCat(c.name, greedy ? " greedy" : " seeded"));
+      v1::GenerateRequest request =
+          ChatRequest(RagPrompt(c, c.question), kGoldenNewTokens);
+      request.mutable_draft()->set_namespace_(
+          absl::StrCat("logprobs_", c.name));
+      if (!greedy) SetSeededSampling(&request, 900 + n);
+      ++n;
+      request.set_logprobs(kTop);
+      const Generation plain = pair_->Reference(request);
+      const Generation fast = pair_->Generate(request);
+      ExpectSameAsPlain(fast, plain, "logprobs");
+      if (HasFatalFailure()) return;
+      accepted += fast.usage.accepted_draft_tokens();
+      ASSERT_EQ(plain.logprobs.size(), plain.tokens.size());
+      ASSERT_EQ(fast.logprobs.size(), plain.logprobs.size());
+      for (size_t j = 0; j < plain.logprobs.size(); ++j) {
+        SCOPED_TRACE(absl::StrCat("token ", j));
+        const v1::TokenLogprobs& a = fast.logprobs[j];
+        const v1::TokenLogprobs& b = plain.logprobs[j];
+        EXPECT_EQ(b.token_id(), plain.tokens[j]);
+        EXPECT_LE(b.logprob(), 0.0f);
+        EXPECT_EQ(a.token_id(), b.token_id());
+        EXPECT_EQ(Bits(a.logprob()), Bits(b.logprob()))
+            << a.logprob() << " vs " << b.logprob();
+        ASSERT_EQ(a.top_logprobs_size(), b.top_logprobs_size());
+        ASSERT_GE(b.top_logprobs_size(), 1);
+        ASSERT_LE(b.top_logprobs_size(), kTop);
+        if (greedy) {
+          EXPECT_EQ(b.top_logprobs_size(), kTop);
+          EXPECT_EQ(b.top_logprobs(0).token_id(), b.token_id());
+          EXPECT_EQ(Bits(b.top_logprobs(0).logprob()), Bits(b.logprob()));
+        }
+        for (int k = 0; k < a.top_logprobs_size(); ++k) {
+          EXPECT_EQ(a.top_logprobs(k).token_id(), b.top_logprobs(k).token_id());
+          EXPECT_EQ(Bits(a.top_logprobs(k).logprob()),
+                    Bits(b.top_logprobs(k).logprob()));
+        }
+      }
+    }
+  }
+  std::printf("logprobs: %lld draft tokens accepted\n",
+              static_cast<long long>(accepted));
+  EXPECT_GT(accepted, 0) << "drafts must be accepted for this to prove much";
+
+  // Without logprobs asked, none come back.
+  const Generation none = pair_->Generate(ChatRequest("Hello", 4));
+  ASSERT_TRUE(none.status.ok()) << none.status.error_message();
+  EXPECT_TRUE(none.logprobs.empty());
+  // Out of range: INVALID_ARGUMENT naming the field and its range.
+  v1::GenerateRequest wide = ChatRequest("Hello", 4);
+  wide.set_logprobs(21);
+  const Generation refused = pair_->Generate(wide);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.status.error_message().find(
+                "logprobs must be in [0, 20] (alternatives per token; unset "
+                "= no logprobs); got 21"),
+            std::string::npos)
+      << refused.status.error_message();
 }
 
 }  // namespace

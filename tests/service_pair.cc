@@ -307,6 +307,8 @@ Generation ServicePair::GenerateOn(int replica,
     out.tokens.insert(out.tokens.end(), response.token_ids().begin(),
                       response.token_ids().end());
     out.text += response.text();
+    out.logprobs.insert(out.logprobs.end(), response.logprobs().begin(),
+                        response.logprobs().end());
     if (response.has_usage()) {
       out.usage = response.usage();
       out.has_usage = true;

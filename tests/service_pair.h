@@ -56,6 +56,9 @@ struct Generation {
   std::string text;             // every message's text, in order
   lookahead::v1::Usage usage;   // from the last message
   bool has_usage = false;
+  // Every message's logprobs, in order (empty unless the request set
+  // logprobs).
+  std::vector<lookahead::v1::TokenLogprobs> logprobs;
   int messages = 0;
 };
 

@@ -171,14 +171,15 @@ TEST_F(ServiceSourcesTest, BadSourcesAndWindowsAreInvalidArgument) {
   const Generation bad_window = pair_->Generate(window);
   EXPECT_EQ(bad_window.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ExpectMentions(bad_window.status.error_message(),
-                 {"draft.lookahead_ngram = 1", "--max_lookahead_ngram"});
+                 {"draft.lookahead_ngram must be 0 or in [2, ",
+                  "--max_lookahead_ngram", "got 1"});
 
   window.mutable_draft()->set_lookahead_ngram(0);
   window.mutable_draft()->set_lookahead_window(17);
   const Generation wide = pair_->Generate(window);
   EXPECT_EQ(wide.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ExpectMentions(wide.status.error_message(),
-                 {"draft.lookahead_window = 17", "[0, 16]"});
+                 {"draft.lookahead_window must be in [0, 16]", "got 17"});
 }
 
 }  // namespace

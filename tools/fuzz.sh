@@ -78,7 +78,7 @@ echo "fuzz: building the OpenAI mapping target with $CXX"
 "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer,address,undefined \
   -fno-sanitize-recover=undefined \
   verifysvc/api/fuzz/openai_fuzz.cc verifysvc/api/openai_api.cc \
-  engine/model/draft_tree.cc \
+  verifysvc/serving/field_error.cc engine/model/draft_tree.cc \
   "${OPENAI_LIBS[@]}" -o "$OWORK/openai_fuzz"
 # Seeds: the first byte picks the endpoint (even: chat, odd: completions).
 seed() { printf '%s%s' "$2" "$3" >"$OWORK/seeds/$1"; }

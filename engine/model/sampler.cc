@@ -194,6 +194,48 @@ std::vector<int32_t> TopK(absl::Span<const float> logits, int k) {
   return candidates;
 }
 
+// SamplingCandidates for a row whose largest logit, at `top`, is finite.
+std::vector<int32_t> Candidates(absl::Span<const float> logits,
+                                const SamplingParams& params, int32_t top) {
+  const int vocab = static_cast<int>(logits.size());
+  const double inv_t = 1.0 / static_cast<double>(params.temperature);
+  const float max_logit = Clean(logits[top]);
+  // z(i) = (logit_i - max) / T <= 0; softmax(z) is the target distribution.
+  auto z = [&](int32_t i) {
+    return (static_cast<double>(Clean(logits[i])) - max_logit) * inv_t;
+  };
+  // The total order of candidates: logit desc, index asc.
+  auto before = [&](int32_t a, int32_t b) {
+    const float la = Clean(logits[a]);
+    const float lb = Clean(logits[b]);
+    return la > lb || (la == lb && a < b);
+  };
+
+  // Candidate set (empty = the whole vocabulary). `top` is always in it.
+  std::vector<int32_t> candidates;
+  if (params.top_k > 0 && params.top_k < vocab) {
+    if (params.top_p >= 1.0f) {
+      // Only the set matters here: the draw below does not depend on the
+      // order candidates are considered in.
+      candidates = TopK(logits, params.top_k);
+    } else {
+      // Nucleus sums the candidates' weights in this order: it stays
+      // nth_element's, so a top-p cut rounds as it always did.
+      candidates.resize(vocab);
+      std::iota(candidates.begin(), candidates.end(), 0);
+      std::nth_element(candidates.begin(),
+                       candidates.begin() + params.top_k - 1, candidates.end(),
+                       before);
+      candidates.resize(params.top_k);
+    }
+  }
+  if (params.top_p < 1.0f) {
+    candidates = Nucleus(candidates.empty() ? EveryToken(vocab) : candidates, z,
+                         before, params.top_p);
+  }
+  return candidates;
+}
+
 }  // namespace
 
 absl::Status ValidateSamplingParams(const SamplingParams& params) {
@@ -252,6 +294,13 @@ int32_t ArgMax(absl::Span<const float> logits) {
   return 0;  // not reached: best is one of the logits
 }
 
+std::vector<int32_t> SamplingCandidates(absl::Span<const float> logits,
+                                        const SamplingParams& params) {
+  const int32_t top = ArgMax(logits);
+  if (params.greedy() || std::isinf(Clean(logits[top]))) return {top};
+  return Candidates(logits, params, top);
+}
+
 int32_t SampleToken(absl::Span<const float> logits,
                     const SamplingParams& params, int64_t position) {
   if (params.greedy()) return ArgMax(logits);
@@ -264,35 +313,7 @@ int32_t SampleToken(absl::Span<const float> logits,
   auto z = [&](int32_t i) {
     return (static_cast<double>(Clean(logits[i])) - max_logit) * inv_t;
   };
-  // The total order of candidates: logit desc, index asc.
-  auto before = [&](int32_t a, int32_t b) {
-    const float la = Clean(logits[a]);
-    const float lb = Clean(logits[b]);
-    return la > lb || (la == lb && a < b);
-  };
-
-  // Candidate set (empty = the whole vocabulary). `top` is always in it.
-  std::vector<int32_t> candidates;
-  if (params.top_k > 0 && params.top_k < vocab) {
-    if (params.top_p >= 1.0f) {
-      // Only the set matters here: the draw below does not depend on the
-      // order candidates are considered in.
-      candidates = TopK(logits, params.top_k);
-    } else {
-      // Nucleus sums the candidates' weights in this order: it stays
-      // nth_element's, so a top-p cut rounds as it always did.
-      candidates.resize(vocab);
-      std::iota(candidates.begin(), candidates.end(), 0);
-      std::nth_element(candidates.begin(),
-                       candidates.begin() + params.top_k - 1, candidates.end(),
-                       before);
-      candidates.resize(params.top_k);
-    }
-  }
-  if (params.top_p < 1.0f) {
-    candidates = Nucleus(candidates.empty() ? EveryToken(vocab) : candidates, z,
-                         before, params.top_p);
-  }
+  const std::vector<int32_t> candidates = Candidates(logits, params, top);
 
   // Gumbel-max: argmax z_i + g_i with g_i = -log(-log(u_i)).
   const uint64_t key = kernels::PositionKey(params.seed, position);

@@ -16,6 +16,7 @@
 #define LOOKAHEAD_ENGINE_MODEL_SAMPLER_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -52,6 +53,15 @@ double CounterUniform(uint64_t seed, int64_t position, int32_t token);
 // Returns the index of the largest logit; ties go to the lowest index, NaN
 // never wins. REQUIRES: !logits.empty().
 int32_t ArgMax(absl::Span<const float> logits);
+
+// The candidate set SampleToken draws from for `logits` (one row): the
+// top_k tokens by (logit desc, index asc), cut to the smallest prefix whose
+// probability reaches top_p, as a set (in no particular order). Empty means
+// the whole vocabulary (neither cut applies); greedy params, or a row whose
+// largest logit is infinite, give {ArgMax(logits)}.
+// REQUIRES: ValidateSamplingParams(params).ok(), !logits.empty().
+std::vector<int32_t> SamplingCandidates(absl::Span<const float> logits,
+                                        const SamplingParams& params);
 
 // Selects the token at absolute position `position` from `logits` (one row,
 // size = vocab). Greedy params: ArgMax. Otherwise the candidates are the

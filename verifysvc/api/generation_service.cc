@@ -9,6 +9,7 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "engine/text/text_stream.h"
+#include "verifysvc/serving/field_error.h"
 
 namespace lookahead::verifysvc {
 
@@ -133,6 +134,16 @@ v1::GenerateResponse ResponseFromOutput(const GenerationOutput& out) {
   response.set_text(out.text);
   *response.mutable_token_ids() = {out.token_ids.begin(), out.token_ids.end()};
   response.set_accepted(static_cast<int32_t>(out.token_ids.size()));
+  for (const engine::ChoiceLogprobs& l : out.logprobs) {
+    v1::TokenLogprobs* token = response.add_logprobs();
+    token->set_token_id(l.chosen.token);
+    token->set_logprob(l.chosen.logprob);
+    for (const engine::TokenLogprob& t : l.top) {
+      v1::TokenLogprob* top = token->add_top_logprobs();
+      top->set_token_id(t.token);
+      top->set_logprob(t.logprob);
+    }
+  }
   if (out.usage.has_value()) {
     const Usage& u = *out.usage;
     v1::Usage* usage = response.mutable_usage();
@@ -310,13 +321,17 @@ absl::StatusOr<std::vector<int32_t>> TokenizeIds(
 RawRequest RawRequestFromProto(const v1::GenerateRequest& request) {
   RawRequest raw;
   raw.prompt = PromptFromProto(request);
-  raw.max_new_tokens = request.max_new_tokens();
+  // proto3's 0 is unset: the server's default.
+  if (request.max_new_tokens() != 0) {
+    raw.max_new_tokens = request.max_new_tokens();
+  }
   raw.temperature = request.sampling().temperature();
   raw.top_p = request.sampling().top_p();
   raw.top_k = request.sampling().top_k();
   raw.seed = request.sampling().seed();
   raw.stop.assign(request.stop().begin(), request.stop().end());
   raw.draft = DraftFromProto(request.draft());
+  if (request.has_logprobs()) raw.logprobs = request.logprobs();
   return raw;
 }
 
@@ -404,9 +419,10 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(
   // longest token in output bytes per id).
   if (request->ids_size() > limits_.max_context_tokens) {
     return FinishUnary(
-        context, absl::InvalidArgumentError(absl::StrCat(
-                     "ids has ", request->ids_size(), " ids; at most ",
-                     limits_.max_context_tokens, " (--max_context_tokens)")));
+        context, FieldError("ids", absl::StrCat(" has ", request->ids_size(),
+                                                " ids; use at most ",
+                                                limits_.max_context_tokens,
+                                                " (--max_context_tokens)")));
   }
   std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
   absl::Status checked = CheckTokenIds(ids, limits_.vocab_size, "ids");

@@ -347,7 +347,8 @@ class HttpFront::Impl::Connection final
             : absl::StatusOr<GenerationRequest>(status);
     if (!built.ok()) {
       backend.scheduler->CountRejected();
-      return AnswerError(ToOpenAiError(built.status()));
+      return AnswerError(parsed.ok() ? ToOpenAiError(built.status(), *parsed)
+                                     : built.status());
     }
     Submit(*std::move(built), *parsed, backend);
   }
@@ -374,7 +375,8 @@ class HttpFront::Impl::Connection final
     const bool chat = endpoint_ == OpenAiEndpoint::kChatCompletions;
     responder_.emplace(endpoint_, NewResponseId(chat ? "chatcmpl-" : "cmpl-"),
                        absl::ToUnixSeconds(absl::Now()), backend.model_name,
-                       parsed.stream && parsed.include_usage);
+                       parsed.stream && parsed.include_usage,
+                       backend.tokenizer);
     stream_response_ = parsed.stream;
     auto bridge =
         std::make_shared<Bridge>(&server_->io_, this->weak_from_this());

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -14,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "engine/text/text_stream.h"
 #include "nlohmann/json.hpp"
+#include "verifysvc/serving/field_error.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -35,6 +36,28 @@ absl::Status WrongType(absl::string_view param, absl::string_view want) {
   return Invalid(param, absl::StrCat(param, " must be ", want));
 }
 
+// An error about the body as a whole: no param (null in the error object).
+absl::Status BodyError(absl::string_view message) {
+  return absl::InvalidArgumentError(message);
+}
+
+// A client's value for a message: compact JSON, at most 40 bytes.
+std::string Excerpt(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace)
+      .substr(0, 40);
+}
+
+// `value` as a 64-bit integer, or the error naming `param`.
+absl::StatusOr<int64_t> Int64(const json& value, absl::string_view param) {
+  if (!value.is_number_integer() ||
+      (value.is_number_unsigned() &&
+       value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))) {
+    return Invalid(param, absl::StrCat(param, " must be a 64-bit integer; got ",
+                                       Excerpt(value)));
+  }
+  return value.get<int64_t>();
+}
+
 // Parses `body` as one JSON object, at most kMaxJsonDepth deep.
 absl::StatusOr<json> ParseBody(absl::string_view body) {
   json::parser_callback_t depth_check = [](int depth, json::parse_event_t,
@@ -46,15 +69,16 @@ absl::StatusOr<json> ParseBody(absl::string_view body) {
   try {
     parsed = json::parse(body.begin(), body.end(), depth_check);
   } catch (const TooDeep&) {
-    return Invalid("", absl::StrCat("the request body nests deeper than ",
-                                    kMaxJsonDepth, " levels"));
+    return BodyError(absl::StrCat("the request body nests deeper than ",
+                                  kMaxJsonDepth, " levels"));
   } catch (const json::exception& e) {
-    return Invalid("", absl::StrCat("the request body is not valid JSON "
-                                    "(UTF-8 only): ",
-                                    e.what()));
+    return BodyError(
+        absl::StrCat("the request body is not valid JSON "
+                     "(UTF-8 only): ",
+                     e.what()));
   }
   if (!parsed.is_object()) {
-    return Invalid("", "the request body must be a JSON object");
+    return BodyError("the request body must be a JSON object");
   }
   return parsed;
 }
@@ -83,27 +107,28 @@ absl::Status GetNumber(const json& body, absl::string_view param,
   return absl::OkStatus();
 }
 
-// An integer in [lo, hi]; `*set` (if given) says whether it was present.
+// An integer in [lo, hi], worded by OutOfRange when outside; `*set` (if
+// given) says whether it was present. A field BuildRequest checks passes
+// the whole 64-bit range (kMinInt, kMaxInt), so that its range is worded
+// once, there.
 absl::Status GetInt(const json& body, absl::string_view param, const char* key,
                     int64_t lo, int64_t hi, int64_t* out, bool* set = nullptr) {
   const json* v = Field(body, key);
   if (v == nullptr) return absl::OkStatus();
-  const bool in_range =
-      (v->is_number_unsigned() && v->get<uint64_t>() <= uint64_t(hi)) ||
-      (v->is_number_integer() && !v->is_number_unsigned() &&
-       v->get<int64_t>() >= lo && v->get<int64_t>() <= hi);
-  if (!v->is_number_integer() || !in_range) {
+  ASSIGN_OR_RETURN(const int64_t value, Int64(*v, param));
+  if (value < lo || value > hi) {
     return Invalid(
-        param,
-        absl::StrCat(param, " must be an integer in [", lo, ", ", hi, "]; got ",
-                     v->dump(-1, ' ', false, json::error_handler_t::replace)
-                         .substr(0, 40)));
+        param, OutOfRange(param, absl::StrCat("in [", lo, ", ", hi, "]"), "",
+                          absl::StrCat(value))
+                   .message());
   }
-  *out =
-      v->is_number_unsigned() ? int64_t(v->get<uint64_t>()) : v->get<int64_t>();
+  *out = value;
   if (set != nullptr) *set = true;
   return absl::OkStatus();
 }
+
+constexpr int64_t kMinInt = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
 absl::Status Unsupported(absl::string_view param, absl::string_view what) {
   return Invalid(param, absl::StrCat(param, " is not supported by this server",
@@ -120,20 +145,6 @@ absl::Status RejectUnsupported(const json& body, OpenAiEndpoint endpoint) {
     return Invalid("n", absl::StrCat("n = ", n,
                                      " is not supported: this server returns "
                                      "one choice per request; use n = 1"));
-  }
-  if (const json* v = Field(body, "logprobs")) {
-    const bool on = (v->is_boolean() && v->get<bool>()) ||
-                    (v->is_number() && v->get<double>() != 0);
-    if (!v->is_boolean() && !v->is_number()) {
-      return WrongType("logprobs", endpoint == OpenAiEndpoint::kCompletions
-                                       ? "an integer"
-                                       : "a boolean");
-    }
-    if (on) return Unsupported("logprobs", "leave it false or unset");
-  }
-  if (const json* v = Field(body, "top_logprobs")) {
-    if (!v->is_number()) return WrongType("top_logprobs", "an integer");
-    if (v->get<double>() != 0) return Unsupported("top_logprobs", "");
   }
   if (const json* v = Field(body, "echo")) {
     if (!v->is_boolean()) return WrongType("echo", "a boolean");
@@ -225,21 +236,14 @@ absl::Status ParseMessages(const json& body, RawPrompt* prompt) {
   return absl::OkStatus();
 }
 
-// Token ids of a prompt given as a list of integers.
+// Token ids of a prompt given as a list of integers (BuildRequest checks
+// them against the vocabulary).
 absl::Status TokenIds(const json& ids, RawPrompt* prompt) {
   prompt->kind = RawPrompt::Kind::kTokens;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const json& id = ids[i];
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
-        (id.is_number_unsigned() &&
-         id.get<uint64_t>() > uint64_t(std::numeric_limits<int32_t>::max()))) {
-      const std::string param = absl::StrCat("prompt[", i, "]");
-      return Invalid(param, absl::StrCat(param,
-                                         " must be a token id: an integer in "
-                                         "[0, the vocabulary size)"));
-    }
-    prompt->token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    ASSIGN_OR_RETURN(const int64_t id,
+                     Int64(ids[i], absl::StrCat("prompt[", i, "]")));
+    prompt->token_ids.push_back(id);
   }
   return absl::OkStatus();
 }
@@ -336,25 +340,23 @@ absl::Status ParseLookahead(const json& body, RawDraftParams* draft) {
   }
   struct IntField {
     const char* key;
-    int* out;
+    int64_t* out;
   };
+  // Ranges are BuildRequest's (draft.* there).
   for (const IntField& f :
        {IntField{"decoding_length", &draft->decoding_length},
         IntField{"branch_length", &draft->branch_length},
         IntField{"lookahead_ngram", &draft->lookahead_ngram},
         IntField{"lookahead_guess", &draft->lookahead_guess}}) {
-    int64_t value = 0;
-    RETURN_IF_ERROR(GetInt(*la, absl::StrCat("lookahead.", f.key), f.key, 0,
-                           std::numeric_limits<int32_t>::max(), &value));
-    *f.out = static_cast<int>(value);
+    RETURN_IF_ERROR(GetInt(*la, absl::StrCat("lookahead.", f.key), f.key,
+                           kMinInt, kMaxInt, f.out));
   }
   // Absent or null = the server default; 0 turns the window off.
   int64_t window = 0;
   bool window_set = false;
   RETURN_IF_ERROR(GetInt(*la, "lookahead.lookahead_window", "lookahead_window",
-                         0, std::numeric_limits<int32_t>::max(), &window,
-                         &window_set));
-  if (window_set) draft->lookahead_window = static_cast<int>(window);
+                         kMinInt, kMaxInt, &window, &window_set));
+  if (window_set) draft->lookahead_window = window;
   return absl::OkStatus();
 }
 
@@ -365,10 +367,9 @@ absl::Status ParseSampling(const json& body, RawRequest* raw) {
   double top_p = 0;
   RETURN_IF_ERROR(GetNumber(body, "top_p", "top_p", &top_p));
   raw->top_p = static_cast<float>(top_p);
-  int64_t top_k = 0;  // an extension vLLM and llama.cpp also take
-  RETURN_IF_ERROR(GetInt(body, "top_k", "top_k", 0,
-                         std::numeric_limits<int32_t>::max(), &top_k));
-  raw->top_k = static_cast<int>(top_k);
+  // An extension vLLM and llama.cpp also take; BuildRequest checks it.
+  RETURN_IF_ERROR(
+      GetInt(body, "top_k", "top_k", kMinInt, kMaxInt, &raw->top_k));
   int64_t seed = 0;
   RETURN_IF_ERROR(GetInt(body, "seed", "seed",
                          std::numeric_limits<int64_t>::min(),
@@ -377,25 +378,25 @@ absl::Status ParseSampling(const json& body, RawRequest* raw) {
   return absl::OkStatus();
 }
 
+// max_completion_tokens (OpenAI's newer name) wins over max_tokens. Any
+// 64-bit value is passed on: BuildRequest words the range, [1, the context
+// left], so an explicit 0 is an error as in OpenAI.
 absl::Status ParseMaxTokens(const json& body, OpenAiEndpoint endpoint,
-                            RawRequest* raw) {
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  int64_t max_tokens = 0;
-  bool set = false;
+                            OpenAiRequest* request) {
   for (const char* key : {"max_completion_tokens", "max_tokens"}) {
-    if (set) break;
-    RETURN_IF_ERROR(GetInt(body, key, key, std::numeric_limits<int64_t>::min(),
-                           kMax, &max_tokens, &set));
-    if (set && max_tokens < 1) {
-      return Invalid(key, absl::StrCat(key, " = ", max_tokens,
-                                       " must be >= 1 (leave it unset for "
-                                       "the server's default)"));
+    int64_t max_tokens = 0;
+    bool set = false;
+    RETURN_IF_ERROR(
+        GetInt(body, key, key, kMinInt, kMaxInt, &max_tokens, &set));
+    if (set) {
+      request->raw.max_new_tokens = max_tokens;
+      request->max_tokens_key = key;
+      return absl::OkStatus();
     }
   }
-  if (!set && endpoint == OpenAiEndpoint::kCompletions) {
-    max_tokens = kDefaultCompletionsMaxTokens;
+  if (endpoint == OpenAiEndpoint::kCompletions) {
+    request->raw.max_new_tokens = kDefaultCompletionsMaxTokens;
   }
-  raw->max_new_tokens = max_tokens;
   return absl::OkStatus();
 }
 
@@ -419,6 +420,76 @@ absl::Status CheckModel(const json& body, absl::string_view model_name) {
   return absl::OkStatus();
 }
 
+// response_format: only {"type": "text"}, the default. The JSON modes
+// would change the output, so they are a 400, not ignored.
+absl::Status ParseResponseFormat(const json& body) {
+  const json* format = Field(body, "response_format");
+  if (format == nullptr) return absl::OkStatus();
+  if (!format->is_object()) return WrongType("response_format", "an object");
+  const json* type = Field(*format, "type");
+  if (type == nullptr || !type->is_string()) {
+    return WrongType("response_format.type", "a string");
+  }
+  if (*type != "text") {
+    return Invalid("response_format.type",
+                   absl::StrCat("response_format.type ", Excerpt(*type),
+                                " is not supported by this server; use "
+                                "\"text\" (JSON modes are not implemented)"));
+  }
+  return absl::OkStatus();
+}
+
+// Chat: logprobs (a boolean) and top_logprobs (alternatives per token,
+// only with logprobs: true; 0 without it asks for nothing, as in vLLM).
+// Completions: logprobs, the number of alternatives (false = unset; OpenAI
+// caps it at 5, this server at engine::kMaxTopLogprobs as chat's
+// top_logprobs); top_logprobs is chat's, beyond 0 a 400 here. Ranges are
+// worded by CheckLogprobs, as over gRPC.
+absl::Status ParseLogprobs(const json& body, OpenAiEndpoint endpoint,
+                           RawRequest* raw) {
+  int64_t top = 0;
+  bool top_set = false;
+  RETURN_IF_ERROR(GetInt(body, "top_logprobs", "top_logprobs", kMinInt, kMaxInt,
+                         &top, &top_set));
+  const json* v = Field(body, "logprobs");
+  if (endpoint == OpenAiEndpoint::kCompletions) {
+    if (top_set && top != 0) {
+      return Invalid("top_logprobs",
+                     "top_logprobs is a /v1/chat/completions parameter; on "
+                     "/v1/completions set logprobs to the number of "
+                     "alternatives per token");
+    }
+    if (v == nullptr || (v->is_boolean() && !v->get<bool>())) {
+      return absl::OkStatus();
+    }
+    if (!v->is_number_integer()) {
+      return WrongType("logprobs", "an integer (alternatives per token)");
+    }
+    int64_t n = 0;
+    RETURN_IF_ERROR(GetInt(body, "logprobs", "logprobs", kMinInt, kMaxInt, &n));
+    if (absl::Status s = CheckLogprobs(n, "logprobs"); !s.ok()) {
+      return WithParam(s, "logprobs");
+    }
+    raw->logprobs = n;
+    return absl::OkStatus();
+  }
+  bool on = false;
+  RETURN_IF_ERROR(GetBool(body, "logprobs", &on));
+  if (!top_set) {
+    if (on) raw->logprobs = 0;
+    return absl::OkStatus();
+  }
+  if (absl::Status s = CheckLogprobs(top, "top_logprobs"); !s.ok()) {
+    return WithParam(s, "top_logprobs");
+  }
+  if (!on && top != 0) {
+    return Invalid("top_logprobs", absl::StrCat("top_logprobs = ", top,
+                                                " needs logprobs: true"));
+  }
+  if (on) raw->logprobs = top;
+  return absl::OkStatus();
+}
+
 absl::Status ParseStream(const json& body, OpenAiRequest* request) {
   RETURN_IF_ERROR(GetBool(body, "stream", &request->stream));
   if (const json* options = Field(body, "stream_options")) {
@@ -433,19 +504,32 @@ absl::Status ParseStream(const json& body, OpenAiRequest* request) {
   return absl::OkStatus();
 }
 
-// The message's leading field name, renamed for OpenAI.
+// A gRPC request field path's leading part and its OpenAI name; what
+// follows (indices, subfields) is kept. max_new_tokens is the key the
+// client used (OpenAiRequest::max_tokens_key).
 struct Rename {
-  const char* from;
+  const char* from;  // a whole component, or a prefix ending in '.'
   const char* to;
 };
 constexpr Rename kRenames[] = {
-    {"sampling.", ""},
-    {"max_new_tokens", "max_tokens"},
-    {"chat.messages", "messages"},
-    {"tokens.ids", "prompt"},
-    {"text ", "prompt "},
-    {"draft.", "lookahead."},
+    {"sampling.", ""},  {"chat.messages", "messages"}, {"tokens.ids", "prompt"},
+    {"text", "prompt"}, {"draft.", "lookahead."},
 };
+
+// The OpenAI param of a BuildRequest field path (ErrorField).
+std::string OpenAiPath(const std::string& field, const OpenAiRequest& request) {
+  if (field == "max_new_tokens") return request.max_tokens_key;
+  for (const Rename& r : kRenames) {
+    const absl::string_view from(r.from);
+    if (!absl::StartsWith(field, from)) continue;
+    const absl::string_view rest = absl::string_view(field).substr(from.size());
+    if (from.back() == '.' || rest.empty() || rest[0] == '.' ||
+        rest[0] == '[') {
+      return absl::StrCat(r.to, rest);
+    }
+  }
+  return field;
+}
 
 const char* FinishName(FinishReason finish) {
   return finish == FinishReason::kLength ? "length" : "stop";
@@ -458,17 +542,109 @@ json UsageJson(const Usage& u) {
                        {"draft_tokens", s.draft_tokens},
                        {"accepted_draft_tokens", s.accepted_draft_tokens}});
   }
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.output_tokens},
-          {"total_tokens", u.prompt_tokens + u.output_tokens},
-          {"lookahead",
-           {{"edl", u.edl},
-            {"decoding_steps", u.decoding_steps},
-            {"draft_tokens", u.draft_tokens},
-            {"accepted_draft_tokens", u.accepted_draft_tokens},
-            {"cached_prompt_tokens", u.cached_prompt_tokens},
-            {"time_to_first_token_seconds", u.time_to_first_token_seconds},
-            {"sources", std::move(sources)}}}};
+  return {
+      {"prompt_tokens", u.prompt_tokens},
+      {"completion_tokens", u.output_tokens},
+      {"total_tokens", u.prompt_tokens + u.output_tokens},
+      {"lookahead",
+       {{"edl", u.edl},
+        {"decoding_steps", u.decoding_steps},
+        {"draft_tokens", u.draft_tokens},
+        {"accepted_draft_tokens", u.accepted_draft_tokens},
+        {"cached_prompt_tokens", u.cached_prompt_tokens},
+        {"time_to_first_token_seconds", u.time_to_first_token_seconds},
+        {"sources", std::move(sources)}}},
+      // OpenAI's name for the prefix cache's hits.
+      {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}}};
+}
+
+// A logprob for JSON, which has no -infinity: OpenAI's floor, -9999.
+double JsonLogprob(float logprob) {
+  return std::isfinite(logprob) ? static_cast<double>(logprob) : -9999.0;
+}
+
+// A token's text for logprobs: its bytes with special tokens spelled out,
+// a cut UTF-8 character as U+FFFD; "token_id:N" without a tokenizer (as
+// vLLM's --return-tokens-as-token-ids).
+std::string TokenString(const engine::Tokenizer* tokenizer, int32_t id) {
+  if (tokenizer == nullptr) return absl::StrCat("token_id:", id);
+  return engine::SanitizeUtf8(tokenizer->TokenBytes(id));
+}
+
+// Chat's {"token", "logprob", "bytes"}: bytes are the token's raw bytes
+// (null without a tokenizer).
+json ChatToken(const engine::Tokenizer* tokenizer,
+               const engine::TokenLogprob& t) {
+  json bytes = nullptr;
+  if (tokenizer != nullptr) {
+    bytes = json::array();
+    for (unsigned char c : tokenizer->TokenBytes(t.token)) {
+      bytes.push_back(static_cast<int>(c));
+    }
+  }
+  return {{"token", TokenString(tokenizer, t.token)},
+          {"logprob", JsonLogprob(t.logprob)},
+          {"bytes", std::move(bytes)}};
+}
+
+// choices[0].logprobs of a chat completion: {"content": [{"token",
+// "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
+json ChatLogprobs(const engine::Tokenizer* tokenizer,
+                  absl::Span<const engine::ChoiceLogprobs> logprobs) {
+  json content = json::array();
+  for (const engine::ChoiceLogprobs& l : logprobs) {
+    json entry = ChatToken(tokenizer, l.chosen);
+    json top = json::array();
+    for (const engine::TokenLogprob& t : l.top) {
+      top.push_back(ChatToken(tokenizer, t));
+    }
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+// choices[0].logprobs of a text completion: {"tokens", "token_logprobs",
+// "top_logprobs": [{token: logprob}], "text_offset"}. text_offset counts
+// the characters (code points) of the completion's text before each token;
+// `*offset` is that count before the first and is advanced past the last.
+// Special tokens add no text; a character cut across tokens counts at the
+// token holding its first byte.
+json CompletionLogprobs(const engine::Tokenizer* tokenizer,
+                        absl::Span<const engine::ChoiceLogprobs> logprobs,
+                        int64_t* offset) {
+  json tokens = json::array(), token_logprobs = json::array(),
+       top_logprobs = json::array(), text_offset = json::array();
+  for (const engine::ChoiceLogprobs& l : logprobs) {
+    tokens.push_back(TokenString(tokenizer, l.chosen.token));
+    token_logprobs.push_back(JsonLogprob(l.chosen.logprob));
+    json top = json::object();
+    for (const engine::TokenLogprob& t : l.top) {
+      // Two tokens of one spelling: the likelier one's value.
+      top.emplace(TokenString(tokenizer, t.token), JsonLogprob(t.logprob));
+    }
+    top_logprobs.push_back(std::move(top));
+    text_offset.push_back(*offset);
+    if (tokenizer == nullptr) continue;
+    for (unsigned char c : tokenizer->TokenBytes(l.chosen.token,
+                                                 /*render_special=*/false)) {
+      if ((c & 0xC0) != 0x80) ++*offset;  // not a continuation byte
+    }
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(text_offset)}};
+}
+
+// choices[0].logprobs for `endpoint`: null without logprobs.
+json LogprobsJson(OpenAiEndpoint endpoint, const engine::Tokenizer* tokenizer,
+                  absl::Span<const engine::ChoiceLogprobs> logprobs,
+                  int64_t* offset) {
+  if (logprobs.empty()) return nullptr;
+  return endpoint == OpenAiEndpoint::kChatCompletions
+             ? ChatLogprobs(tokenizer, logprobs)
+             : CompletionLogprobs(tokenizer, logprobs, offset);
 }
 
 // Text from the model is valid UTF-8 (the output processor holds back cut
@@ -509,10 +685,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint,
                       ? ParseMessages(parsed, &request.raw.prompt)
                       : ParsePrompt(parsed, &request.raw.prompt));
   RETURN_IF_ERROR(RejectUnsupported(parsed, endpoint));
-  RETURN_IF_ERROR(ParseMaxTokens(parsed, endpoint, &request.raw));
+  RETURN_IF_ERROR(ParseResponseFormat(parsed));
+  RETURN_IF_ERROR(ParseMaxTokens(parsed, endpoint, &request));
   RETURN_IF_ERROR(ParseSampling(parsed, &request.raw));
   RETURN_IF_ERROR(ParseStop(parsed, &request.raw.stop));
   RETURN_IF_ERROR(ParseStream(parsed, &request));
+  RETURN_IF_ERROR(ParseLogprobs(parsed, endpoint, &request.raw));
   RETURN_IF_ERROR(ParseLookahead(parsed, &request.raw.draft));
   if (const json* user = Field(parsed, "user"); user && !user->is_string()) {
     return WrongType("user", "a string");
@@ -520,23 +698,19 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint,
   return request;
 }
 
-absl::Status ToOpenAiError(const absl::Status& status) {
-  if (status.code() != absl::StatusCode::kInvalidArgument ||
-      !OpenAiParam(status).empty()) {
+absl::Status ToOpenAiError(const absl::Status& status,
+                           const OpenAiRequest& request) {
+  const std::string field = ErrorField(status);
+  if (field.empty() || status.GetPayload(kParamPayload).has_value()) {
     return status;
   }
+  const std::string param = OpenAiPath(field, request);
   std::string message(status.message());
-  for (const Rename& r : kRenames) {
-    if (absl::StartsWith(message, r.from)) {
-      message = absl::StrCat(r.to, message.substr(std::strlen(r.from)));
-      break;
-    }
+  // FieldError's message begins with its field.
+  if (absl::StartsWith(message, field)) {
+    message = absl::StrCat(param, message.substr(field.size()));
   }
-  std::string param = message.substr(0, message.find_first_of(" :="));
-  if (param == "no" || param == "prompt" || param == "text") {
-    param = "prompt";
-  }
-  return WithParam(absl::InvalidArgumentError(message), param);
+  return WithParam(absl::Status(status.code(), message), param);
 }
 
 int HttpStatusOf(const absl::Status& status) {
@@ -611,18 +785,22 @@ std::string ModelsJson(absl::string_view model_name, int64_t created) {
 
 OpenAiResponder::OpenAiResponder(OpenAiEndpoint endpoint, std::string id,
                                  int64_t created, std::string model,
-                                 bool include_usage)
+                                 bool include_usage,
+                                 const engine::Tokenizer* tokenizer)
     : endpoint_(endpoint),
       id_(std::move(id)),
       created_(created),
       model_(std::move(model)),
-      include_usage_(include_usage) {}
+      include_usage_(include_usage),
+      tokenizer_(tokenizer) {}
 
-std::string OpenAiResponder::Chunk(const std::string& text,
-                                   const char* finish) const {
+std::string OpenAiResponder::Chunk(
+    const std::string& text, const char* finish,
+    absl::Span<const engine::ChoiceLogprobs> logprobs) {
   json choice = {{"index", 0},
                  {"finish_reason", finish ? json(finish) : json(nullptr)},
-                 {"logprobs", nullptr}};
+                 {"logprobs", LogprobsJson(endpoint_, tokenizer_, logprobs,
+                                           &text_offset_)}};
   const bool chat = endpoint_ == OpenAiEndpoint::kChatCompletions;
   if (chat) {
     choice["delta"] =
@@ -666,7 +844,10 @@ std::string OpenAiResponder::StreamStart() {
 
 std::string OpenAiResponder::StreamOutput(const GenerationOutput& output) {
   std::string events;
-  if (!output.text.empty()) events += Chunk(output.text, nullptr);
+  // Tokens whose text is held back still send their logprobs.
+  if (!output.text.empty() || !output.logprobs.empty()) {
+    events += Chunk(output.text, nullptr, output.logprobs);
+  }
   if (output.finish_reason != FinishReason::kNone) {
     events += Chunk("", FinishName(output.finish_reason));
     if (output.usage.has_value()) usage_ = *output.usage;
@@ -683,6 +864,8 @@ std::string OpenAiResponder::StreamError(const absl::Status& status) {
 
 void OpenAiResponder::Add(const GenerationOutput& output) {
   text_ += output.text;
+  logprobs_.insert(logprobs_.end(), output.logprobs.begin(),
+                   output.logprobs.end());
   if (output.finish_reason != FinishReason::kNone) {
     finish_ = output.finish_reason;
   }
@@ -691,9 +874,11 @@ void OpenAiResponder::Add(const GenerationOutput& output) {
 
 std::string OpenAiResponder::Body() const {
   const bool chat = endpoint_ == OpenAiEndpoint::kChatCompletions;
-  json choice = {{"index", 0},
-                 {"finish_reason", FinishName(finish_)},
-                 {"logprobs", nullptr}};
+  int64_t offset = 0;
+  json choice = {
+      {"index", 0},
+      {"finish_reason", FinishName(finish_)},
+      {"logprobs", LogprobsJson(endpoint_, tokenizer_, logprobs_, &offset)}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};
   } else {

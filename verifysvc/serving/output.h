@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "engine/model/draft_tree.h"
+#include "engine/model/token_logprobs.h"
 
 namespace lookahead::verifysvc {
 
@@ -56,6 +57,9 @@ struct Usage {
 // One decoding step's share of a sequence's output.
 struct GenerationOutput {
   std::vector<int32_t> token_ids;  // the step's tokens (EOS included)
+  // Iff the request asked for logprobs: one per token_ids entry, in order
+  // (engine/model/token_logprobs.h); else empty.
+  std::vector<engine::ChoiceLogprobs> logprobs;
   // New text: whole UTF-8 characters; a possible stop-string prefix is held
   // back until it is decided.
   std::string text;

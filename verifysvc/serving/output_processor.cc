@@ -21,8 +21,11 @@ OutputProcessor::OutputProcessor(const engine::Tokenizer* tokenizer,
       text_(tokenizer, VisibleText()),
       stop_(stop) {}
 
-GenerationOutput OutputProcessor::Append(absl::Span<const int32_t> tokens) {
+GenerationOutput OutputProcessor::Append(
+    absl::Span<const int32_t> tokens,
+    std::vector<engine::ChoiceLogprobs> logprobs) {
   GenerationOutput out;
+  out.logprobs = std::move(logprobs);
   FinishReason finish = FinishReason::kNone;
   for (int32_t token : tokens) {
     tokens_.push_back(token);
@@ -39,6 +42,8 @@ GenerationOutput OutputProcessor::Append(absl::Span<const int32_t> tokens) {
     }
     if (finish != FinishReason::kNone) break;
   }
+  // Aligned with the kept tokens: a token cut off takes its logprobs along.
+  if (!out.logprobs.empty()) out.logprobs.resize(out.token_ids.size());
   if (finish == FinishReason::kNone) return out;
   if (finish != FinishReason::kStopString) {
     out.text.append(stop_.Push(text_.Finish()));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "engine/model/token_logprobs.h"
 #include "engine/text/stop_strings.h"
 #include "engine/text/text_stream.h"
 #include "engine/text/tokenizer.h"
@@ -26,10 +27,14 @@ class OutputProcessor {
                   const std::vector<std::string>& stop, int max_new_tokens);
 
   // Appends one step's tokens up to the sequence's end and returns the
-  // step's output: the kept token ids and new text; finish_reason is set
-  // iff the sequence ended (its text then flushed). usage is left unset.
-  // REQUIRES: !finished().
-  GenerationOutput Append(absl::Span<const int32_t> tokens);
+  // step's output: the kept token ids, their `logprobs` (empty, or one per
+  // token: those of tokens past the end are dropped with them) and new
+  // text; finish_reason is set iff the sequence ended (its text then
+  // flushed). usage is left unset.
+  // REQUIRES: !finished(); logprobs empty or logprobs.size() ==
+  // tokens.size().
+  GenerationOutput Append(absl::Span<const int32_t> tokens,
+                          std::vector<engine::ChoiceLogprobs> logprobs = {});
 
   // Every kept token so far.
   const std::vector<int32_t>& tokens() const { return tokens_; }

@@ -121,6 +121,47 @@ TEST_F(OutputProcessorTest, StopStringCutsTheTextAndKeepsItsTokens) {
   EXPECT_THAT(out.tokens(), ElementsAreArray(engine::ByteIds("abEND")));
 }
 
+// Logprobs stay one per kept token: those of tokens cut by a stop string,
+// an EOS or the length limit go with them.
+TEST_F(OutputProcessorTest, LogprobsFollowTheKeptTokens) {
+  auto logprobs_of = [](absl::Span<const int32_t> tokens) {
+    std::vector<engine::ChoiceLogprobs> logprobs;
+    for (int32_t t : tokens) {
+      logprobs.push_back({{t, -0.5f * t}, {{t, -0.5f * t}}});
+    }
+    return logprobs;
+  };
+  auto chosen = [](const GenerationOutput& out) {
+    std::vector<int32_t> ids;
+    for (const engine::ChoiceLogprobs& l : out.logprobs) {
+      ids.push_back(l.chosen.token);
+    }
+    return ids;
+  };
+  OutputProcessor stop = Make({"END"}, /*max_new_tokens=*/100);
+  const std::vector<int32_t> first = engine::ByteIds("xyE");
+  GenerationOutput held = stop.Append(first, logprobs_of(first));
+  EXPECT_EQ(held.text, "xy");  // "E" is held back, its token and logprob not
+  EXPECT_EQ(chosen(held), first);
+  const std::vector<int32_t> rest = engine::ByteIds("NDab");
+  GenerationOutput cut = stop.Append(rest, logprobs_of(rest));
+  EXPECT_THAT(cut.token_ids, ElementsAreArray(engine::ByteIds("ND")));
+  EXPECT_EQ(chosen(cut), cut.token_ids);
+  EXPECT_EQ(cut.logprobs[1].chosen.logprob, -0.5f * 'D');
+
+  OutputProcessor length = Make({}, /*max_new_tokens=*/2);
+  const std::vector<int32_t> three = engine::ByteIds("abc");
+  EXPECT_EQ(chosen(length.Append(three, logprobs_of(three))),
+            engine::ByteIds("ab"));
+  OutputProcessor eos = Make({}, /*max_new_tokens=*/100);
+  const std::vector<int32_t> ended = {'o', kImEnd, 'k'};
+  GenerationOutput last = eos.Append(ended, logprobs_of(ended));
+  EXPECT_THAT(chosen(last), ElementsAre('o', kImEnd));
+  // Without logprobs asked, none come out.
+  OutputProcessor plain = Make({}, /*max_new_tokens=*/100);
+  EXPECT_TRUE(plain.Append(engine::ByteIds("ab")).logprobs.empty());
+}
+
 TEST_F(OutputProcessorTest, StopStringWinsOverEosAndLengthInTheSameStep) {
   {
     OutputProcessor out = Make({"!"}, /*max_new_tokens=*/100);

@@ -26,6 +26,12 @@ class RecordingSink : public GenerationSink {
     tokens_.insert(tokens_.end(), output.token_ids.begin(),
                    output.token_ids.end());
     steps_.push_back(output.token_ids);
+    logprobs_.insert(logprobs_.end(), output.logprobs.begin(),
+                     output.logprobs.end());
+    if (!output.logprobs.empty()) {
+      EXPECT_EQ(output.logprobs.size(), output.token_ids.size())
+          << "logprobs must be one per token";
+    }
     if (output.usage.has_value()) usage_ = *output.usage;
   }
   void Finish(absl::Status status) override {
@@ -72,12 +78,18 @@ class RecordingSink : public GenerationSink {
     absl::MutexLock lock(&mu_);
     return usage_;
   }
+  // Every Send's logprobs, in order.
+  std::vector<engine::ChoiceLogprobs> logprobs() const {
+    absl::MutexLock lock(&mu_);
+    return logprobs_;
+  }
 
  private:
   mutable absl::Mutex mu_;
   std::string text_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<int32_t>> steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<engine::ChoiceLogprobs> logprobs_ ABSL_GUARDED_BY(mu_);
   Usage usage_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

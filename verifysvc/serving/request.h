@@ -5,6 +5,7 @@
 #define LOOKAHEAD_VERIFYSVC_SERVING_REQUEST_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ struct GenerationRequest {
   int max_new_tokens = 1;       // >= 1
   engine::SamplingParams sampling;
   std::vector<std::string> stop;  // engine::ValidateStopStrings holds
+  // Unset: no logprobs. Set to n in [0, engine::kMaxTopLogprobs]: every
+  // output token carries its log-probability and the n most likely tokens
+  // at its position (GenerationOutput::logprobs); costs a pass over the
+  // vocabulary per token.
+  std::optional<int> logprobs;
   DraftPolicy draft;
   absl::Time arrival = absl::Now();
 };

@@ -9,31 +9,32 @@
 #include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/utf8.h"
+#include "engine/model/token_logprobs.h"
 #include "engine/text/stop_strings.h"
 #include "proto/namespace_name.h"
+#include "verifysvc/serving/field_error.h"
 
 namespace lookahead::verifysvc {
 namespace {
 
 absl::StatusOr<engine::SamplingParams> Sampling(const RawRequest& raw) {
   if (!(raw.temperature >= 0) || std::isinf(raw.temperature)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.temperature is ", raw.temperature,
-                     "; use 0 for greedy or a finite value > 0"));
+    return OutOfRange("sampling.temperature", "in [0, inf)", "0 = greedy",
+                      absl::StrCat(raw.temperature));
   }
   if (!(raw.top_p >= 0 && raw.top_p <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sampling.top_p is ", raw.top_p, "; use a value in (0, 1] (0 = off)"));
+    return OutOfRange("sampling.top_p", "in [0, 1]", "0 = off, as is 1",
+                      absl::StrCat(raw.top_p));
   }
-  if (raw.top_k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sampling.top_k = ", raw.top_k, " is outside [0, ", INT32_MAX,
-        "] (0 = off; values >= the vocabulary size are off too)"));
+  if (raw.top_k < 0 || raw.top_k > INT32_MAX) {
+    return OutOfRange("sampling.top_k", absl::StrCat("in [0, ", INT32_MAX, "]"),
+                      "0 = off, as is any value >= the vocabulary size",
+                      absl::StrCat(raw.top_k));
   }
   engine::SamplingParams params;
   params.temperature = raw.temperature;
   params.top_p = raw.top_p == 0 ? 1.0f : raw.top_p;
-  params.top_k = raw.top_k;
+  params.top_k = static_cast<int>(raw.top_k);
   params.seed = raw.seed;
   return params;
 }
@@ -50,9 +51,11 @@ absl::StatusOr<DraftMode> Mode(const RawDraftParams& draft) {
     case RawDraftParams::Mode::kUnsupported:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "draft.mode ", draft.wire_mode,
-      " is not supported; use OFF, TRIE_HIERARCHICAL or TRIE_PARALLEL"));
+  return FieldError(
+      "draft.mode",
+      absl::StrCat(" ", draft.wire_mode,
+                   " is not supported; use OFF, TRIE_HIERARCHICAL or "
+                   "TRIE_PARALLEL"));
 }
 
 absl::StatusOr<engine::DraftSourceSet> Sources(const RawDraftParams& draft,
@@ -71,10 +74,12 @@ absl::StatusOr<engine::DraftSourceSet> Sources(const RawDraftParams& draft,
         set |= engine::SourceBit(engine::DraftSourceTag::kAssistant);
         break;
       case RawDraftParams::Source::Kind::kUnsupported:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "draft.sources[", i, "] = ", draft.sources[i].wire,
-            " is not a draft source; use PROMPT or OUTPUT (the token "
-            "tries), NGRAM or ASSISTANT (none = server default)"));
+        return FieldError(
+            absl::StrCat("draft.sources[", i, "]"),
+            absl::StrCat(" = ", draft.sources[i].wire,
+                         " is not a draft source; use PROMPT or OUTPUT (the "
+                         "token tries), NGRAM or ASSISTANT (none = server "
+                         "default)"));
     }
   }
   return set;
@@ -82,29 +87,31 @@ absl::StatusOr<engine::DraftSourceSet> Sources(const RawDraftParams& draft,
 
 // The window W: unset = the default; set, within [0, max] (0 = no window,
 // whatever the default).
-absl::StatusOr<int> LookaheadWindow(std::optional<int> value,
+absl::StatusOr<int> LookaheadWindow(std::optional<int64_t> value,
                                     const RequestLimits& limits) {
   if (!value.has_value()) return limits.default_lookahead_window;
   if (*value < 0 || *value > limits.max_lookahead_window) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "draft.lookahead_window = ", *value, " is outside [0, ",
-        limits.max_lookahead_window,
-        "] (0 = no window; unset = server default; --max_lookahead_window)"));
+    return OutOfRange(
+        "draft.lookahead_window",
+        absl::StrCat("in [0, ", limits.max_lookahead_window, "]"),
+        "0 = no window; unset = server default; --max_lookahead_window",
+        absl::StrCat(*value));
   }
-  return *value;
+  return static_cast<int>(*value);
 }
 
 // N or G: 0 = the default, else within [min_set, max].
-absl::StatusOr<int> LookaheadParam(const char* field, int value, int min_set,
-                                   int max, int default_value) {
+absl::StatusOr<int> LookaheadParam(const char* field, int64_t value,
+                                   int min_set, int max, int default_value) {
   if (value != 0 && (value < min_set || value > max)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft.", field, " = ", value, " is outside ",
-                     min_set > 1 ? absl::StrCat("0 or [", min_set, ", ")
-                                 : std::string("[0, "),
-                     max, "] (0 = server default; --max_", field, ")"));
+    return OutOfRange(
+        absl::StrCat("draft.", field),
+        absl::StrCat(min_set > 1 ? absl::StrCat("0 or in [", min_set, ", ")
+                                 : std::string("in [0, "),
+                     max, "]"),
+        absl::StrCat("0 = server default; --max_", field), absl::StrCat(value));
   }
-  return value == 0 ? default_value : value;
+  return value == 0 ? default_value : static_cast<int>(value);
 }
 
 absl::StatusOr<DraftPolicy> Draft(const RawDraftParams& draft,
@@ -113,31 +120,35 @@ absl::StatusOr<DraftPolicy> Draft(const RawDraftParams& draft,
   ASSIGN_OR_RETURN(policy.mode, Mode(draft));
   if (draft.decoding_length < 0 ||
       draft.decoding_length > limits.max_decoding_length) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft.decoding_length = ", draft.decoding_length,
-                     " is outside [0, ", limits.max_decoding_length,
-                     "] (0 = server default; --max_decoding_length)"));
+    return OutOfRange("draft.decoding_length",
+                      absl::StrCat("in [0, ", limits.max_decoding_length, "]"),
+                      "0 = server default; --max_decoding_length",
+                      absl::StrCat(draft.decoding_length));
   }
   if (draft.branch_length < 0 ||
       draft.branch_length > limits.max_branch_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "draft.branch_length = ", draft.branch_length, " is outside [0, ",
-        limits.max_branch_length, "] (0 = server default)"));
+    return OutOfRange("draft.branch_length",
+                      absl::StrCat("in [0, ", limits.max_branch_length, "]"),
+                      "0 = server default", absl::StrCat(draft.branch_length));
   }
   policy.name_space =
       draft.name_space.empty() ? v1::kDefaultNamespace : draft.name_space;
   if (!v1::ValidateNamespaceName(policy.name_space).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "draft.namespace: ", QuoteInput(policy.name_space),
-        " is not a namespace name; use 1..", v1::kMaxNamespaceBytes,
-        " bytes of [A-Za-z0-9_.-] (empty = \"", v1::kDefaultNamespace, "\")"));
+    return FieldError("draft.namespace",
+                      absl::StrCat(": ", QuoteInput(policy.name_space),
+                                   " is not a namespace name; use 1..",
+                                   v1::kMaxNamespaceBytes,
+                                   " bytes of [A-Za-z0-9_.-] (empty "
+                                   "= \"",
+                                   v1::kDefaultNamespace, "\")"));
   }
   policy.decoding_length = draft.decoding_length == 0
                                ? limits.default_decoding_length
-                               : draft.decoding_length;
+                               : static_cast<int>(draft.decoding_length);
   if (policy.mode == DraftMode::kOff) policy.decoding_length = 0;
-  policy.branch_length = draft.branch_length == 0 ? limits.default_branch_length
-                                                  : draft.branch_length;
+  policy.branch_length = draft.branch_length == 0
+                             ? limits.default_branch_length
+                             : static_cast<int>(draft.branch_length);
   ASSIGN_OR_RETURN(policy.sources, Sources(draft, limits));
   ASSIGN_OR_RETURN(policy.lookahead_window,
                    LookaheadWindow(draft.lookahead_window, limits));
@@ -159,18 +170,20 @@ absl::StatusOr<int> MaxNewTokens(const RawRequest& raw, int prompt,
   // In 64 bits and compared, never added: prompt + a huge max_new_tokens
   // would wrap.
   const int64_t left = int64_t{limits.max_context_tokens} - prompt;
-  if (raw.max_new_tokens < 0 || raw.max_new_tokens > left) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_new_tokens = ", raw.max_new_tokens, " is outside [0, ", left,
-        "] (0 = server default): the prompt has ", prompt,
-        " tokens and the context holds ", limits.max_context_tokens,
-        " (--max_context_tokens)"));
-  }
-  if (raw.max_new_tokens == 0) {
+  if (!raw.max_new_tokens.has_value()) {
     return static_cast<int>(
         std::min<int64_t>(limits.default_max_new_tokens, left));
   }
-  return static_cast<int>(raw.max_new_tokens);
+  const int64_t value = *raw.max_new_tokens;
+  if (value < 1 || value > left) {
+    return OutOfRange("max_new_tokens", absl::StrCat("in [1, ", left, "]"),
+                      absl::StrCat("leave it unset for the server's default; "
+                                   "--max_context_tokens=",
+                                   limits.max_context_tokens,
+                                   " less the prompt's ", prompt, " tokens"),
+                      absl::StrCat(value));
+  }
+  return static_cast<int>(value);
 }
 
 // Prompt text within `max_bytes` (a chat's roles and contents together)
@@ -181,30 +194,61 @@ absl::Status CheckTextBytes(const RawPrompt& prompt, int64_t max_bytes,
   if (max_bytes <= 0) return absl::OkStatus();  // byte limits off
   if (prompt.kind == RawPrompt::Kind::kText &&
       static_cast<int64_t>(prompt.text.size()) > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("text is ", prompt.text.size(), " bytes; use at most ",
-                     max_bytes, " (", limit, ")"));
+    return FieldError(
+        "text", absl::StrCat(" is ", prompt.text.size(), " bytes; use at most ",
+                             max_bytes, " (", limit, ")"));
   }
   if (prompt.kind != RawPrompt::Kind::kChat) return absl::OkStatus();
   if (static_cast<int64_t>(prompt.chat.size()) > max_messages) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chat.messages has ", prompt.chat.size(), " messages; use at most ",
-        max_messages, " (each message takes at least one token)"));
+    return FieldError(
+        "chat.messages",
+        absl::StrCat(" has ", prompt.chat.size(), " messages; use at most ",
+                     max_messages, " (each message takes at least one token)"));
   }
   int64_t total = 0;
   auto add = [&](size_t i, absl::string_view field, const std::string& text) {
     total += static_cast<int64_t>(text.size());
     if (total <= max_bytes) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat("chat.messages[", i, "].", field, " is ", text.size(),
-                     " bytes, making the chat ", total, " bytes; use at most ",
-                     max_bytes, " in all (", limit, ")"));
+    return FieldError(
+        absl::StrCat("chat.messages[", i, "].", field),
+        absl::StrCat(" is ", text.size(), " bytes, making the chat ", total,
+                     " bytes; use at most ", max_bytes, " in all (", limit,
+                     ")"));
   };
   for (size_t i = 0; i < prompt.chat.size(); ++i) {
     RETURN_IF_ERROR(add(i, "role", prompt.chat[i].role));
     RETURN_IF_ERROR(add(i, "content", prompt.chat[i].content));
   }
   return absl::OkStatus();
+}
+
+// The first id outside [0, vocab_size), worded by OutOfRange.
+template <typename Id>
+absl::Status CheckIds(absl::Span<const Id> ids, int32_t vocab_size,
+                      absl::string_view field) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return OutOfRange(absl::StrCat(field, "[", i, "]"),
+                        absl::StrCat("in [0, ", vocab_size, ")"),
+                        "a token id of the model's vocabulary",
+                        absl::StrCat(ids[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The request field that holds a prompt of `kind`, for its errors.
+const char* PromptField(RawPrompt::Kind kind) {
+  switch (kind) {
+    case RawPrompt::Kind::kChat:
+      return "chat.messages";
+    case RawPrompt::Kind::kTokens:
+      return "tokens.ids";
+    case RawPrompt::Kind::kText:
+    case RawPrompt::Kind::kNone:
+      break;
+  }
+  return "text";
 }
 
 }  // namespace
@@ -277,23 +321,21 @@ absl::Status CheckTokenizeBytes(const RawPrompt& input,
 absl::Status CheckStopStrings(absl::Span<const std::string> stop,
                               const RequestLimits& limits) {
   if (stop.size() > static_cast<size_t>(limits.max_stop_strings)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stop has ", stop.size(), " strings; use at most ",
-                     limits.max_stop_strings, " (--max_stop_strings)"));
+    return FieldError(
+        "stop", absl::StrCat(" has ", stop.size(), " strings; use at most ",
+                             limits.max_stop_strings, " (--max_stop_strings)"));
   }
   for (size_t i = 0; i < stop.size(); ++i) {
-    if (stop[i].empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stop[", i, "] is empty; remove it"));
-    }
+    const std::string field = absl::StrCat("stop[", i, "]");
+    if (stop[i].empty()) return FieldError(field, " is empty; remove it");
     if (stop[i].size() > static_cast<size_t>(limits.max_stop_bytes)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stop[", i, "] is ", stop[i].size(), " bytes; use at most ",
-          limits.max_stop_bytes, " (--max_stop_bytes)"));
+      return FieldError(
+          field, absl::StrCat(" is ", stop[i].size(), " bytes; use at most ",
+                              limits.max_stop_bytes, " (--max_stop_bytes)"));
     }
     if (!IsValidUtf8(stop[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stop[", i, "] ", QuoteInput(stop[i]), " is not valid UTF-8"));
+      return FieldError(
+          field, absl::StrCat(" ", QuoteInput(stop[i]), " is not valid UTF-8"));
     }
   }
   return absl::OkStatus();
@@ -301,15 +343,14 @@ absl::Status CheckStopStrings(absl::Span<const std::string> stop,
 
 absl::Status ValidateChat(absl::Span<const engine::ChatMessage> messages) {
   if (messages.empty()) {
-    return absl::InvalidArgumentError(
-        "chat.messages is empty: give at least one message");
+    return FieldError("chat.messages", " is empty: give at least one message");
   }
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chat.messages[", i, "].role is ", QuoteInput(role),
-                       "; use system, user or assistant"));
+      return FieldError(absl::StrCat("chat.messages[", i, "].role"),
+                        absl::StrCat(" is ", QuoteInput(role),
+                                     "; use system, user or assistant"));
     }
   }
   return absl::OkStatus();
@@ -317,14 +358,12 @@ absl::Status ValidateChat(absl::Span<const engine::ChatMessage> messages) {
 
 absl::Status CheckTokenIds(absl::Span<const int32_t> ids, int32_t vocab_size,
                            absl::string_view field) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, "[", i, "] = ", ids[i],
-                       " is outside the vocabulary [0, ", vocab_size, ")"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckIds(ids, vocab_size, field);
+}
+
+absl::Status CheckTokenIds(absl::Span<const int64_t> ids, int32_t vocab_size,
+                           absl::string_view field) {
+  return CheckIds(ids, vocab_size, field);
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(
@@ -341,16 +380,34 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(
       RETURN_IF_ERROR(ValidateChat(prompt.chat));
       // Control tokens from the template only, unless the tokenizer was
       // built with parse_special_in_content (--parse_special_in_content).
-      return tokenizer.EncodeChat(prompt.chat, /*add_generation_prompt=*/true);
+      // The template's own objections (roles out of its order) name the
+      // messages.
+      {
+        absl::StatusOr<std::vector<int32_t>> ids =
+            tokenizer.EncodeChat(prompt.chat, /*add_generation_prompt=*/true);
+        if (absl::IsInvalidArgument(ids.status())) {
+          return FieldError("chat.messages",
+                            absl::StrCat(": ", ids.status().message()));
+        }
+        return ids;
+      }
     case RawPrompt::Kind::kTokens:
       RETURN_IF_ERROR(
           CheckTokenIds(prompt.token_ids, vocab_size, "tokens.ids"));
-      return prompt.token_ids;
+      return std::vector<int32_t>(prompt.token_ids.begin(),
+                                  prompt.token_ids.end());
     case RawPrompt::Kind::kNone:
       break;
   }
   return absl::InvalidArgumentError(
       "no prompt: set one of text, chat or tokens");
+}
+
+absl::Status CheckLogprobs(int64_t value, absl::string_view field) {
+  if (value >= 0 && value <= engine::kMaxTopLogprobs) return absl::OkStatus();
+  return OutOfRange(
+      field, absl::StrCat("in [0, ", engine::kMaxTopLogprobs, "]"),
+      "alternatives per token; unset = no logprobs", absl::StrCat(value));
 }
 
 absl::StatusOr<GenerationRequest> BuildRequest(
@@ -362,20 +419,28 @@ absl::StatusOr<GenerationRequest> BuildRequest(
   RETURN_IF_ERROR(
       engine::ValidateStopStrings(request.stop, limits.max_stop_strings));
   ASSIGN_OR_RETURN(request.sampling, Sampling(raw));
+  if (raw.logprobs.has_value()) {
+    RETURN_IF_ERROR(CheckLogprobs(*raw.logprobs, "logprobs"));
+    request.logprobs = static_cast<int>(*raw.logprobs);
+  }
   ASSIGN_OR_RETURN(request.draft, Draft(raw.draft, limits));
-  request.draft.sampling = {raw.temperature, raw.top_p, raw.top_k, raw.seed};
+  request.draft.sampling = {raw.temperature, raw.top_p,
+                            static_cast<int>(raw.top_k), raw.seed};
   RETURN_IF_ERROR(CheckPromptBytes(raw.prompt, limits));
   ASSIGN_OR_RETURN(request.prompt,
                    EncodePrompt(raw.prompt, tokenizer, limits.vocab_size));
   const int prompt = static_cast<int>(request.prompt.size());
+  const char* prompt_field = PromptField(raw.prompt.kind);
   if (prompt == 0) {
-    return absl::InvalidArgumentError(
-        "prompt is empty (0 tokens): give at least one token of text");
+    return FieldError(
+        prompt_field,
+        " is empty (0 tokens): a prompt needs at least one token");
   }
   if (prompt > limits.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt has ", prompt, " tokens; this server accepts at most ",
-        limits.max_prompt_tokens, " (--max_prompt_tokens)"));
+    return FieldError(
+        prompt_field,
+        absl::StrCat(" has ", prompt, " tokens; use at most ",
+                     limits.max_prompt_tokens, " (--max_prompt_tokens)"));
   }
   ASSIGN_OR_RETURN(request.max_new_tokens, MaxNewTokens(raw, prompt, limits));
   return request;

@@ -4,8 +4,10 @@
 // (text with BOS as the model wants, chat through the model's template with
 // the generation prompt, or token ids), applies the server's defaults and
 // limits, and returns INVALID_ARGUMENT naming the field, the limit and the
-// flag that sets it. Text is measured in bytes before it is tokenized (see
-// MaxPromptBytes). Pure functions of their arguments; thread-safe.
+// flag that sets it: a FieldError (field_error.h) whose message begins with
+// the field's gRPC path, values out of range worded by OutOfRange. Text is
+// measured in bytes before it is tokenized (see MaxPromptBytes). Pure
+// functions of their arguments; thread-safe.
 #ifndef LOOKAHEAD_VERIFYSVC_SERVING_REQUEST_BUILDER_H_
 #define LOOKAHEAD_VERIFYSVC_SERVING_REQUEST_BUILDER_H_
 
@@ -71,11 +73,14 @@ struct RawPrompt {
   Kind kind = Kind::kNone;
   std::string text;
   std::vector<engine::ChatMessage> chat;
-  std::vector<int32_t> token_ids;
+  // 64-bit so that a front end passes any id on, and BuildRequest alone
+  // words the range.
+  std::vector<int64_t> token_ids;
 };
 
 // The draft policy as the client gave it; 0 / empty / unset mean the
-// default.
+// default. Integers are 64-bit so that a front end passes any value on and
+// BuildRequest alone words the range.
 struct RawDraftParams {
   enum class Mode {
     kUnspecified,
@@ -86,8 +91,8 @@ struct RawDraftParams {
   };
   Mode mode = Mode::kUnspecified;
   int wire_mode = 0;  // the client's value, for the kUnsupported message
-  int decoding_length = 0;
-  int branch_length = 0;
+  int64_t decoding_length = 0;
+  int64_t branch_length = 0;
   std::string name_space;
   // The requested sources (empty = the server's --draft_sources), each
   // mapped by the front end; kUnsupported keeps the client's wire value.
@@ -98,22 +103,27 @@ struct RawDraftParams {
   };
   std::vector<Source> sources;
   // Unset = the server default; 0 = no window for this request.
-  std::optional<int> lookahead_window;
-  int lookahead_ngram = 0;  // 0 = the server default, as is guess's
-  int lookahead_guess = 0;
+  std::optional<int64_t> lookahead_window;
+  int64_t lookahead_ngram = 0;  // 0 = the server default, as is guess's
+  int64_t lookahead_guess = 0;
 };
 
 // A request as the client sent it, before validation.
 struct RawRequest {
   RawPrompt prompt;
-  int64_t max_new_tokens = 0;  // 0 = the server default
+  // Unset = the server default (gRPC's 0 is unset); set, within
+  // [1, the context left].
+  std::optional<int64_t> max_new_tokens;
   // 0 = greedy; top_p 0 = off; top_k 0 = off.
   float temperature = 0;
   float top_p = 0;
-  int top_k = 0;
+  int64_t top_k = 0;
   uint64_t seed = 0;
   std::vector<std::string> stop;
   RawDraftParams draft;
+  // Unset = no logprobs; else alternatives per output token, within
+  // [0, engine::kMaxTopLogprobs].
+  std::optional<int64_t> logprobs;
 };
 
 // `limits` with max_token_bytes from `tokenizer`'s vocabulary.
@@ -148,6 +158,12 @@ absl::Status CheckTokenizeBytes(const RawPrompt& input,
 absl::Status CheckStopStrings(absl::Span<const std::string> stop,
                               const RequestLimits& limits);
 
+// OK iff `value` is within [0, engine::kMaxTopLogprobs] (alternatives per
+// output token); else OutOfRange naming `field` ("logprobs" in the gRPC
+// request; the OpenAI front passes its own name), the one wording of this
+// limit.
+absl::Status CheckLogprobs(int64_t value, absl::string_view field);
+
 // Checks what costs nothing first (stop strings, sampling, drafts, the
 // prompt's bytes), then tokenizes the prompt and checks its tokens and
 // max_new_tokens. Every error is INVALID_ARGUMENT naming the field, its
@@ -178,9 +194,11 @@ absl::StatusOr<DraftPolicy> BuildDraftPolicy(const RawDraftParams& draft,
 // INVALID_ARGUMENT naming the flags.
 absl::Status CheckLookaheadLimits(const RequestLimits& limits);
 
-// OK iff every id is in [0, vocab_size); else INVALID_ARGUMENT naming
-// `field`[i].
+// OK iff every id is in [0, vocab_size); else a FieldError naming
+// `field`[i] of the first one that is not.
 absl::Status CheckTokenIds(absl::Span<const int32_t> ids, int32_t vocab_size,
+                           absl::string_view field);
+absl::Status CheckTokenIds(absl::Span<const int64_t> ids, int32_t vocab_size,
                            absl::string_view field);
 
 }  // namespace lookahead::verifysvc

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "engine/text/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "verifysvc/serving/field_error.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -181,28 +183,33 @@ TEST_F(RequestBuilderTest, NoPromptIsRejected) {
 }
 
 TEST_F(RequestBuilderTest, EmptyPromptIsRejected) {
-  ExpectInvalid(TokensRequest(0), {"prompt is empty (0 tokens)"});
+  ExpectInvalid(
+      TokensRequest(0),
+      {"tokens.ids is empty (0 tokens): a prompt needs at least one token"});
   RawRequest text;
   text.prompt.kind = RawPrompt::Kind::kText;
   text.prompt.text = "";  // No BOS from this tokenizer: 0 tokens.
-  ExpectInvalid(text, {"prompt is empty (0 tokens)"});
+  ExpectInvalid(
+      text, {"text is empty (0 tokens): a prompt needs at least one token"});
 }
 
 TEST_F(RequestBuilderTest, PromptOverTheLimitIsRejected) {
   ASSERT_TRUE(Build(TokensRequest(20)).ok());
-  ExpectInvalid(TokensRequest(21),
-                {"prompt has 21 tokens; this server accepts at most 20",
-                 "--max_prompt_tokens"});
+  ExpectInvalid(TokensRequest(21), {"tokens.ids has 21 tokens; use at most 20 "
+                                    "(--max_prompt_tokens)"});
 }
 
 TEST_F(RequestBuilderTest, TokenIdsOutsideTheVocabularyAreRejected) {
-  for (int32_t bad :
-       {kVocab, kVocab + 1000, -1, std::numeric_limits<int32_t>::min()}) {
+  for (int64_t bad : {int64_t{kVocab}, int64_t{kVocab} + 1000, int64_t{-1},
+                      int64_t{std::numeric_limits<int32_t>::min()},
+                      std::numeric_limits<int64_t>::max()}) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.prompt.token_ids[1] = bad;
-    ExpectInvalid(raw, {absl::StrCat("tokens.ids[1] = ", bad,
-                                     " is outside the vocabulary [0, 259)")});
+    ExpectInvalid(raw, {absl::StrCat("tokens.ids[1] must be in [0, 259) (a "
+                                     "token id of the model's vocabulary); "
+                                     "got ",
+                                     bad)});
   }
   RawRequest last = TokensRequest(1);
   last.prompt.token_ids[0] = kVocab - 1;
@@ -212,32 +219,38 @@ TEST_F(RequestBuilderTest, TokenIdsOutsideTheVocabularyAreRejected) {
 // ---------------------------------------------------------------------------
 // max_new_tokens.
 
-TEST_F(RequestBuilderTest, NegativeMaxNewTokensIsRejected) {
+// The one wording of max_new_tokens' range, [1, the context left]; unset
+// (gRPC's 0) is the server's default.
+constexpr char kMaxNewTokensRange[] =
+    "max_new_tokens must be in [1, 29] (leave it unset for the server's "
+    "default; --max_context_tokens=32 less the prompt's 3 tokens); got ";
+
+TEST_F(RequestBuilderTest, NegativeOrZeroMaxNewTokensIsRejected) {
   RawRequest raw = TokensRequest(3);
   raw.max_new_tokens = -1;
-  ExpectInvalid(
-      raw, {"max_new_tokens = -1 is outside [0, 29] (0 = server default)"});
+  ExpectInvalid(raw, {absl::StrCat(kMaxNewTokensRange, "-1")});
+  raw.max_new_tokens = 0;  // set to 0: only HTTP can say so; an error there
+  ExpectInvalid(raw, {absl::StrCat(kMaxNewTokensRange, "0")});
+  raw.max_new_tokens = 1;
+  EXPECT_TRUE(Build(raw).ok());
 }
 
 TEST_F(RequestBuilderTest, MaxNewTokensOverTheContextIsRejected) {
   RawRequest raw = TokensRequest(3);
   raw.max_new_tokens = 30;
-  ExpectInvalid(raw, {"max_new_tokens = 30 is outside [0, 29]",
-                      "the prompt has 3 tokens and the context holds 32 "
-                      "(--max_context_tokens)"});
+  ExpectInvalid(raw, {absl::StrCat(kMaxNewTokensRange, "30")});
 }
 
 TEST_F(RequestBuilderTest, HugeMaxNewTokensDoesNotWrap) {
   RawRequest raw = TokensRequest(3);
   raw.max_new_tokens = 2147483647;  // 3 + this wraps in 32 bits.
-  ExpectInvalid(raw, {"max_new_tokens = 2147483647 is outside [0, 29]"});
+  ExpectInvalid(raw, {absl::StrCat(kMaxNewTokensRange, "2147483647")});
   // RawRequest::max_new_tokens is 64-bit: a front end may pass any value.
   for (int64_t huge : {std::numeric_limits<int64_t>::max(),
                        std::numeric_limits<int64_t>::max() - 2,
                        std::numeric_limits<int64_t>::min()}) {
     raw.max_new_tokens = huge;
-    ExpectInvalid(
-        raw, {absl::StrCat("max_new_tokens = ", huge, " is outside [0, 29]")});
+    ExpectInvalid(raw, {absl::StrCat(kMaxNewTokensRange, huge)});
   }
 }
 
@@ -250,8 +263,9 @@ TEST_F(RequestBuilderTest, BadTemperatureIsRejected) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.temperature = bad;
-    ExpectInvalid(raw, {"sampling.temperature is ",
-                        "use 0 for greedy or a finite value > 0"});
+    ExpectInvalid(raw, {absl::StrCat("sampling.temperature must be in [0, "
+                                     "inf) (0 = greedy); got ",
+                                     bad)});
   }
 }
 
@@ -261,19 +275,25 @@ TEST_F(RequestBuilderTest, BadTopPIsRejected) {
     RawRequest raw = TokensRequest(3);
     raw.temperature = 1;
     raw.top_p = bad;
-    ExpectInvalid(raw,
-                  {"sampling.top_p is ", "use a value in (0, 1] (0 = off)"});
+    ExpectInvalid(raw, {absl::StrCat("sampling.top_p must be in [0, 1] (0 = "
+                                     "off, as is 1); got ",
+                                     bad)});
   }
   RawRequest edge = TokensRequest(3);
   edge.top_p = 1;
   EXPECT_TRUE(Build(edge).ok());
 }
 
-TEST_F(RequestBuilderTest, NegativeTopKIsRejected) {
-  RawRequest raw = TokensRequest(3);
-  raw.top_k = -1;
-  ExpectInvalid(raw, {"sampling.top_k = -1 is outside [0, 2147483647] (0 = "
-                      "off"});
+TEST_F(RequestBuilderTest, TopKOutsideInt32IsRejected) {
+  for (int64_t bad : {int64_t{-1}, int64_t{1} << 31}) {
+    SCOPED_TRACE(bad);
+    RawRequest raw = TokensRequest(3);
+    raw.top_k = bad;
+    ExpectInvalid(raw, {absl::StrCat("sampling.top_k must be in [0, "
+                                     "2147483647] (0 = off, as is any value "
+                                     ">= the vocabulary size); got ",
+                                     bad)});
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -311,9 +331,10 @@ TEST_F(RequestBuilderTest, DecodingLengthOutOfRangeIsRejected) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.draft.decoding_length = bad;
-    ExpectInvalid(raw, {absl::StrCat("draft.decoding_length = ", bad,
-                                     " is outside [0, 12] (0 = server "
-                                     "default; --max_decoding_length)")});
+    ExpectInvalid(raw, {absl::StrCat("draft.decoding_length must be in [0, "
+                                     "12] (0 = server default; "
+                                     "--max_decoding_length); got ",
+                                     bad)});
   }
 }
 
@@ -322,9 +343,9 @@ TEST_F(RequestBuilderTest, BranchLengthOutOfRangeIsRejected) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.draft.branch_length = bad;
-    ExpectInvalid(raw, {absl::StrCat("draft.branch_length = ", bad,
-                                     " is outside [0, 6] (0 = server "
-                                     "default)")});
+    ExpectInvalid(raw, {absl::StrCat("draft.branch_length must be in [0, 6] "
+                                     "(0 = server default); got ",
+                                     bad)});
   }
 }
 
@@ -422,7 +443,7 @@ TEST_F(RequestBuilderTest, ExplicitZeroWindowIsOffUnderADefaultWindow) {
   raw.draft.lookahead_window = 0;
   EXPECT_TRUE(Build(raw).ok());
   raw.draft.lookahead_window = 1;
-  ExpectInvalid(raw, {"draft.lookahead_window = 1 is outside [0, 0]"});
+  ExpectInvalid(raw, {"draft.lookahead_window must be in [0, 0] "});
 }
 
 TEST_F(RequestBuilderTest, LookaheadWindowOutOfRangeIsRejected) {
@@ -430,23 +451,25 @@ TEST_F(RequestBuilderTest, LookaheadWindowOutOfRangeIsRejected) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.draft.lookahead_window = bad;
-    ExpectInvalid(raw, {absl::StrCat("draft.lookahead_window = ", bad,
-                                     " is outside [0, 16] (0 = no window; "
-                                     "unset = server default; "
-                                     "--max_lookahead_window)")});
+    ExpectInvalid(raw, {absl::StrCat("draft.lookahead_window must be in [0, "
+                                     "16] (0 = no window; unset = server "
+                                     "default; --max_lookahead_window); got ",
+                                     bad)});
     raw = TokensRequest(3);
     raw.draft.lookahead_guess = bad;
-    ExpectInvalid(raw, {absl::StrCat("draft.lookahead_guess = ", bad,
-                                     " is outside [0, 16] (0 = server "
-                                     "default; --max_lookahead_guess)")});
+    ExpectInvalid(raw, {absl::StrCat("draft.lookahead_guess must be in [0, "
+                                     "16] (0 = server default; "
+                                     "--max_lookahead_guess); got ",
+                                     bad)});
   }
   for (int bad : {-1, 1, 9}) {
     SCOPED_TRACE(bad);
     RawRequest raw = TokensRequest(3);
     raw.draft.lookahead_ngram = bad;
-    ExpectInvalid(raw, {absl::StrCat("draft.lookahead_ngram = ", bad,
-                                     " is outside 0 or [2, 8] (0 = server "
-                                     "default; --max_lookahead_ngram)")});
+    ExpectInvalid(raw, {absl::StrCat("draft.lookahead_ngram must be 0 or in "
+                                     "[2, 8] (0 = server default; "
+                                     "--max_lookahead_ngram); got ",
+                                     bad)});
   }
 }
 
@@ -590,7 +613,8 @@ TEST(EncodePromptTest, TokenIdsAreCheckedAgainstTheGivenVocabulary) {
   ids = EncodePrompt(prompt, *tokenizer, /*vocab_size=*/99);
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(ids.status().message(),
-              HasSubstr("tokens.ids[2] = 99 is outside the vocabulary"));
+              HasSubstr("tokens.ids[2] must be in [0, 99) (a token id of the "
+                        "model's vocabulary); got 99"));
 }
 
 TEST(ValidateChatTest, AcceptsTheThreeRoles) {
@@ -614,17 +638,19 @@ TEST(ValidateChatTest, AcceptsTheThreeRoles) {
 TEST(CheckTokenIdsTest, NamesTheFieldAndTheFirstBadIndex) {
   const std::vector<int32_t> ids = {0, 4, 5};
   EXPECT_TRUE(CheckTokenIds(ids, 6, "x").ok());
-  EXPECT_TRUE(CheckTokenIds({}, 0, "x").ok());
+  EXPECT_TRUE(CheckTokenIds(std::vector<int32_t>{}, 0, "x").ok());
   absl::Status status = CheckTokenIds(ids, 5, "draft.ids");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
-            "draft.ids[2] = 5 is outside the vocabulary [0, 5)");
+            "draft.ids[2] must be in [0, 5) (a token id of the model's "
+            "vocabulary); got 5");
   // The first bad index is named, whichever way it is out of range.
   const std::vector<int32_t> negative = {1, -3, 99};
   status = CheckTokenIds(negative, 6, "draft.ids");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
-            "draft.ids[1] = -3 is outside the vocabulary [0, 6)");
+            "draft.ids[1] must be in [0, 6) (a token id of the model's "
+            "vocabulary); got -3");
 }
 
 // ---------------------------------------------------------------------------
@@ -644,7 +670,8 @@ TEST_F(RequestBuilderTest, TextOverTheByteLimitIsRejectedUnread) {
                       "(--max_prompt_tokens=20 tokens of at most 12 bytes)"});
   // At the limit the tokenizer decides: 240 byte tokens are too many.
   raw.prompt.text.pop_back();
-  ExpectInvalid(raw, {"prompt has 240 tokens"});
+  ExpectInvalid(raw, {"text has 240 tokens; use at most 20 "
+                      "(--max_prompt_tokens)"});
 }
 
 TEST_F(RequestBuilderTest, ChatBytesCountRolesAndContentsTogether) {
@@ -653,7 +680,8 @@ TEST_F(RequestBuilderTest, ChatBytesCountRolesAndContentsTogether) {
   raw.prompt.chat = {{"system", std::string(100, 's')},
                      {"user", std::string(130, 'u')}};
   // 6 + 100 + 4 + 130 = 240: within the limit (then too many tokens).
-  ExpectInvalid(raw, {"prompt has"});
+  ExpectInvalid(raw, {"chat.messages has 259 tokens; use at most 20 "
+                      "(--max_prompt_tokens)"});
   raw.prompt.chat[1].content.push_back('u');
   ExpectInvalid(raw, {"chat.messages[1].content is 131 bytes, making the chat "
                       "241 bytes; use at most 240 in all"});
@@ -683,7 +711,7 @@ TEST_F(RequestBuilderTest, CheapChecksComeBeforeTokenizing) {
   ExpectInvalid(raw, {"stop has 10000 strings"});
   raw.stop.clear();
   raw.draft.decoding_length = -1;
-  ExpectInvalid(raw, {"draft.decoding_length = -1"});
+  ExpectInvalid(raw, {"draft.decoding_length must be in [0, 12] "});
 }
 
 TEST_F(RequestBuilderTest, ClientStringsAreQuotedShort) {
@@ -701,6 +729,152 @@ TEST_F(RequestBuilderTest, ClientStringsAreQuotedShort) {
   EXPECT_LT(role.message().size(), 300u) << role;
   EXPECT_THAT(role.message(), HasSubstr("chat.messages[0].role is \"rrrr"));
   EXPECT_THAT(role.message(), HasSubstr("(100002 bytes)"));
+}
+
+// ---------------------------------------------------------------------------
+// Every limit and field check, worded once: the exact message (gRPC names)
+// and the field attached for a front end that renames it. openai_api_test
+// holds the HTTP side, where only the field's name differs.
+
+struct FieldCase {
+  std::string what;
+  std::function<void(RawRequest*)> set;  // applied to TokensRequest(3)
+  std::string field;                     // "" = the request as a whole
+  std::string message;
+};
+
+TEST_F(RequestBuilderTest, EveryLimitIsWordedOnceAndNamesItsField) {
+  auto text = [](std::string t) {
+    return [t](RawRequest* r) {
+      r->prompt = {};
+      r->prompt.kind = RawPrompt::Kind::kText;
+      r->prompt.text = t;
+    };
+  };
+  auto chat = [](std::vector<engine::ChatMessage> messages) {
+    return [messages](RawRequest* r) {
+      r->prompt = {};
+      r->prompt.kind = RawPrompt::Kind::kChat;
+      r->prompt.chat = messages;
+    };
+  };
+  const std::vector<FieldCase> cases = {
+      {"max_new_tokens 0", [](RawRequest* r) { r->max_new_tokens = 0; },
+       "max_new_tokens",
+       "max_new_tokens must be in [1, 29] (leave it unset for the server's "
+       "default; --max_context_tokens=32 less the prompt's 3 tokens); got 0"},
+      {"max_new_tokens 2^31 - 1",
+       [](RawRequest* r) { r->max_new_tokens = 2147483647; }, "max_new_tokens",
+       "max_new_tokens must be in [1, 29] (leave it unset for the server's "
+       "default; --max_context_tokens=32 less the prompt's 3 tokens); got "
+       "2147483647"},
+      {"temperature", [](RawRequest* r) { r->temperature = -1; },
+       "sampling.temperature",
+       "sampling.temperature must be in [0, inf) (0 = greedy); got -1"},
+      {"top_p", [](RawRequest* r) { r->top_p = 2; }, "sampling.top_p",
+       "sampling.top_p must be in [0, 1] (0 = off, as is 1); got 2"},
+      {"top_k", [](RawRequest* r) { r->top_k = -1; }, "sampling.top_k",
+       "sampling.top_k must be in [0, 2147483647] (0 = off, as is any value "
+       ">= the vocabulary size); got -1"},
+      {"decoding_length", [](RawRequest* r) { r->draft.decoding_length = 13; },
+       "draft.decoding_length",
+       "draft.decoding_length must be in [0, 12] (0 = server default; "
+       "--max_decoding_length); got 13"},
+      {"branch_length", [](RawRequest* r) { r->draft.branch_length = 7; },
+       "draft.branch_length",
+       "draft.branch_length must be in [0, 6] (0 = server default); got 7"},
+      {"lookahead_window",
+       [](RawRequest* r) { r->draft.lookahead_window = 17; },
+       "draft.lookahead_window",
+       "draft.lookahead_window must be in [0, 16] (0 = no window; unset = "
+       "server default; --max_lookahead_window); got 17"},
+      {"lookahead_ngram", [](RawRequest* r) { r->draft.lookahead_ngram = 1; },
+       "draft.lookahead_ngram",
+       "draft.lookahead_ngram must be 0 or in [2, 8] (0 = server default; "
+       "--max_lookahead_ngram); got 1"},
+      {"lookahead_guess", [](RawRequest* r) { r->draft.lookahead_guess = 17; },
+       "draft.lookahead_guess",
+       "draft.lookahead_guess must be in [0, 16] (0 = server default; "
+       "--max_lookahead_guess); got 17"},
+      {"namespace", [](RawRequest* r) { r->draft.name_space = "a b"; },
+       "draft.namespace",
+       "draft.namespace: \"a b\" is not a namespace name; use 1..128 bytes "
+       "of [A-Za-z0-9_.-] (empty = \"default\")"},
+      {"mode",
+       [](RawRequest* r) {
+         r->draft.mode = RawDraftParams::Mode::kUnsupported;
+         r->draft.wire_mode = 9;
+       },
+       "draft.mode",
+       "draft.mode 9 is not supported; use OFF, TRIE_HIERARCHICAL or "
+       "TRIE_PARALLEL"},
+      {"source",
+       [](RawRequest* r) {
+         r->draft.sources = {
+             SourceOf(RawDraftParams::Source::Kind::kUnsupported, 9)};
+       },
+       "draft.sources[0]",
+       "draft.sources[0] = 9 is not a draft source; use PROMPT or OUTPUT (the "
+       "token tries), NGRAM or ASSISTANT (none = server default)"},
+      {"token id", [](RawRequest* r) { r->prompt.token_ids[2] = kVocab; },
+       "tokens.ids[2]",
+       "tokens.ids[2] must be in [0, 259) (a token id of the model's "
+       "vocabulary); got 259"},
+      {"stop count",
+       [](RawRequest* r) {
+         r->stop = {"a", "b", "c"};
+       },
+       "stop", "stop has 3 strings; use at most 2 (--max_stop_strings)"},
+      {"stop bytes",
+       [](RawRequest* r) {
+         r->stop = {"a", std::string(1025, 's')};
+       },
+       "stop[1]", "stop[1] is 1025 bytes; use at most 1024 (--max_stop_bytes)"},
+      {"empty stop", [](RawRequest* r) { r->stop = {""}; }, "stop[0]",
+       "stop[0] is empty; remove it"},
+      {"stop UTF-8", [](RawRequest* r) { r->stop = {"\xff"}; }, "stop[0]",
+       "stop[0] \"\\xff\" is not valid UTF-8"},
+      {"prompt tokens", [](RawRequest* r) { *r = TokensRequest(21); },
+       "tokens.ids",
+       "tokens.ids has 21 tokens; use at most 20 (--max_prompt_tokens)"},
+      {"empty prompt", [](RawRequest* r) { *r = TokensRequest(0); },
+       "tokens.ids",
+       "tokens.ids is empty (0 tokens): a prompt needs at least one token"},
+      {"text tokens", text(std::string(21, 'a')), "text",
+       "text has 21 tokens; use at most 20 (--max_prompt_tokens)"},
+      {"text bytes", text(std::string(241, 'a')), "text",
+       "text is 241 bytes; use at most 240 (--max_prompt_tokens=20 tokens of "
+       "at most 12 bytes)"},
+      {"chat tokens", chat({{"user", std::string(10, 'u')}}), "chat.messages",
+       "chat.messages has 29 tokens; use at most 20 (--max_prompt_tokens)"},
+      {"chat messages",
+       chat(std::vector<engine::ChatMessage>(21, {"user", ""})),
+       "chat.messages",
+       "chat.messages has 21 messages; use at most 20 (each message takes at "
+       "least one token)"},
+      {"chat bytes", chat({{"user", "x"}, {"user", std::string(240, 'u')}}),
+       "chat.messages[1].content",
+       "chat.messages[1].content is 240 bytes, making the chat 249 bytes; use "
+       "at most 240 in all (--max_prompt_tokens=20 tokens of at most 12 "
+       "bytes)"},
+      {"no messages", chat({}), "chat.messages",
+       "chat.messages is empty: give at least one message"},
+      {"role", chat({{"user", "x"}, {"tool", "y"}}), "chat.messages[1].role",
+       "chat.messages[1].role is \"tool\"; use system, user or assistant"},
+      {"no prompt", [](RawRequest* r) { r->prompt = {}; }, "",
+       "no prompt: set one of text, chat or tokens"},
+  };
+  for (const FieldCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    RawRequest raw = TokensRequest(3);
+    c.set(&raw);
+    const absl::StatusOr<GenerationRequest> built = Build(raw);
+    EXPECT_FALSE(built.ok());
+    if (built.ok()) continue;
+    EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(built.status().message()), c.message);
+    EXPECT_EQ(ErrorField(built.status()), c.field);
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "engine/model/acceptance.h"
 #include "engine/model/batch.h"
 #include "engine/model/kv_cache.h"
+#include "engine/model/token_logprobs.h"
 #include "verifysvc/drafts/draft_trim.h"
 #include "verifysvc/drafts/jacobi_window.h"
 #include "verifysvc/serving/output_processor.h"
@@ -30,6 +31,32 @@ int32_t SelectToken(const torch::Tensor& logits_row,
                                  static_cast<size_t>(row.numel()));
   return params.greedy() ? engine::ArgMax(values)
                          : engine::SampleToken(values, params, position);
+}
+
+// The logprobs of `tokens` when `request` asks for them (else none): token
+// j was chosen from row rows[j] of `logits` (n, vocab), any float dtype and
+// device. The rows are read as acceptance reads them (float32 on the host),
+// so a token's logprobs are the same whichever step and tree verified it.
+std::vector<engine::ChoiceLogprobs> LogprobsOf(
+    const GenerationRequest& request, const torch::Tensor& logits,
+    absl::Span<const int32_t> rows, absl::Span<const int32_t> tokens) {
+  std::vector<engine::ChoiceLogprobs> logprobs;
+  if (!request.logprobs.has_value()) return logprobs;
+  const torch::Tensor index =
+      torch::tensor(std::vector<int64_t>(rows.begin(), rows.end()),
+                    torch::kLong)
+          .to(logits.device());
+  const torch::Tensor host =
+      logits.index_select(0, index).to(torch::kCPU, torch::kFloat).contiguous();
+  const int64_t vocab = host.size(1);
+  const float* data = host.data_ptr<float>();
+  logprobs.reserve(tokens.size());
+  for (size_t j = 0; j < tokens.size(); ++j) {
+    logprobs.push_back(engine::LogprobsOfChoice(
+        absl::MakeConstSpan(data + j * vocab, vocab), request.sampling,
+        tokens[j], *request.logprobs));
+  }
+  return logprobs;
 }
 
 using SourceCounts = std::array<int, engine::kNumDraftSourceTags>;
@@ -865,7 +892,12 @@ void Scheduler::AcceptDrafts(StepPlan* plan_ptr,
     }
     const std::array<int64_t, engine::kNumDraftSourceTags> accepted_before =
         seq->source_accepted;
-    const int kept = Emit(seq, accepted->tokens, hits, &tree, accepted->path);
+    // Token j was chosen at verify row path[j] (the root's, then each
+    // accepted node's).
+    std::vector<engine::ChoiceLogprobs> logprobs =
+        LogprobsOf(seq->request, tree_logits, accepted->path, accepted->tokens);
+    const int kept = Emit(seq, accepted->tokens, std::move(logprobs), hits,
+                          &tree, accepted->path);
     const int kept_hits = std::min(hits, kept);
     tally->accepted += kept_hits;
     ++tally->steps;
@@ -926,7 +958,9 @@ void Scheduler::CommitPrefill(const StepPlan& plan,
         prompt, absl::ToDoubleSeconds(seq->first_token - seq->request.arrival));
     ++tally->steps;
     ++tally->emitted;
-    Emit(seq, {first}, /*draft_hits=*/0);
+    // The first token was chosen at the prompt's last row.
+    Emit(seq, {first}, LogprobsOf(seq->request, last, {0}, {first}),
+         /*draft_hits=*/0);
   }
 }
 
@@ -977,9 +1011,10 @@ void Scheduler::Record(const StepPlan& plan, const StepTally& tally) {
 }
 
 int Scheduler::Emit(Sequence* seq, absl::Span<const int32_t> tokens,
+                    std::vector<engine::ChoiceLogprobs> logprobs,
                     int draft_hits, const engine::DraftTree* tree,
                     absl::Span<const int32_t> path) {
-  GenerationOutput out = seq->output.Append(tokens);
+  GenerationOutput out = seq->output.Append(tokens, std::move(logprobs));
   ++seq->steps;
   if (seq->draft_handle != 0 && options_.pace_repeats) {
     seq->repeats.Append(tokens);

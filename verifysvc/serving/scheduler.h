@@ -179,10 +179,12 @@ class Scheduler {
                      StepTally* tally);
   void Record(const StepPlan& plan, const StepTally& tally);
   // Appends one step's tokens to `seq` up to its end (EOS, stop string,
-  // length) and streams them; the first `draft_hits` of them are accepted
-  // draft tokens, nodes `path[1..draft_hits]` - 1 of `tree` (null with no
-  // hits). Returns how many it kept.
-  int Emit(Sequence* seq, absl::Span<const int32_t> tokens, int draft_hits,
+  // length) and streams them with their `logprobs` (empty, or one per
+  // token); the first `draft_hits` of them are accepted draft tokens, nodes
+  // `path[1..draft_hits]` - 1 of `tree` (null with no hits). Returns how
+  // many it kept.
+  int Emit(Sequence* seq, absl::Span<const int32_t> tokens,
+           std::vector<engine::ChoiceLogprobs> logprobs, int draft_hits,
            const engine::DraftTree* tree = nullptr,
            absl::Span<const int32_t> path = {});
   // Cuts each scored tree to what pays for its rows (TrimByScore).

@@ -3,19 +3,28 @@
 // plain decoding reaches them, a queued request can be cancelled, a full
 // server names its limits, and shutdown ends every stream; with a prefix
 // cache the outputs are token for token those without it (greedy and
-// seeded, prefixes ending mid-block, a cache evicting under load).
+// seeded, prefixes ending mid-block, a cache evicting under load); and
+// logprobs with drafts on (an oracle source whose trees hold plain
+// decoding's tokens and wrong branches) are bit for bit those of plain
+// decoding, greedy and seeded.
 
 #include "verifysvc/serving/scheduler.h"
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/model/prefix_cache.h"
+#include "engine/model/token_logprobs.h"
 #include "engine/testing/engine_test_util.h"
 #include "gtest/gtest.h"
+#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_source.h"
 #include "verifysvc/serving/recording_sink.h"
 
 namespace lookahead::verifysvc {
@@ -32,10 +41,11 @@ class SchedulerTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete real_; }
 
-  static std::unique_ptr<Scheduler> NewScheduler(SchedulerOptions options) {
+  static std::unique_ptr<Scheduler> NewScheduler(SchedulerOptions options,
+                                                 DraftMixer* drafts = nullptr) {
     auto cost = StepCostModel::Create({{1, 0.02}, {64, 0.1}});
-    auto scheduler = Scheduler::Create(model_, tokenizer_, /*drafts=*/nullptr,
-                                       *cost, options);
+    auto scheduler =
+        Scheduler::Create(model_, tokenizer_, drafts, *cost, options);
     EXPECT_TRUE(scheduler.ok()) << scheduler.status();
     return scheduler.ok() ? *std::move(scheduler) : nullptr;
   }
@@ -304,6 +314,202 @@ TEST_F(SchedulerTest, PrefixCacheEvictedUnderLoadStaysLossless) {
   EXPECT_GT(stats.evicted_blocks, 0);
   EXPECT_GT(stats.hit_tokens, 0);
   EXPECT_EQ(stats.lookups, 24);
+}
+
+// Drafts that know the answer: for each prompt, plain decoding's tokens.
+// Each step's tree holds the next of them as a chain, a wrong sibling at the
+// first level and, every other step, a wrong token after two right ones, so
+// that bonus tokens come from the root, from inner nodes and from leaves.
+class OracleDraftSource : public DraftSource {
+ public:
+  OracleDraftSource(
+      std::map<std::vector<int32_t>, std::vector<int32_t>> answers,
+      int32_t vocab_size)
+      : answers_(std::move(answers)), vocab_size_(vocab_size) {}
+
+  std::string name() const override { return "oracle"; }
+  int64_t Open(const DraftPolicy&, absl::Span<const int32_t> prompt) override {
+    absl::MutexLock lock(&mu_);
+    auto it = answers_.find(std::vector<int32_t>(prompt.begin(), prompt.end()));
+    if (it == answers_.end()) return 0;
+    sessions_[next_handle_] = {&it->second, 0, 0};
+    return next_handle_++;
+  }
+  void Observe(int64_t handle, absl::Span<const int32_t> tokens) override {
+    absl::MutexLock lock(&mu_);
+    sessions_.at(handle).emitted += static_cast<int>(tokens.size());
+  }
+  std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,
+                                         bool* called) override {
+    absl::MutexLock lock(&mu_);
+    *called = false;
+    std::vector<engine::DraftTree> trees(asks.size());
+    for (size_t i = 0; i < asks.size(); ++i) {
+      Session& s = sessions_.at(asks[i].handle);
+      const std::vector<int32_t>& answer = *s.answer;
+      const int next = s.emitted;
+      if (asks[i].budget < 2 || next >= static_cast<int>(answer.size())) {
+        continue;
+      }
+      *called = true;
+      const bool cut = s.steps++ % 2 == 1;
+      engine::DraftTree& tree = trees[i];
+      auto add = [&](int32_t token, int32_t parent) {
+        tree.tokens.push_back(token);
+        tree.parents.push_back(parent);
+        return tree.size() - 1;
+      };
+      int parent = add(answer[next], -1);
+      add((answer[next] + 1) % vocab_size_, -1);
+      for (int k = next + 1;
+           k < static_cast<int>(answer.size()) && tree.size() < asks[i].budget;
+           ++k) {
+        if (cut && k == next + 2) {
+          add((answer[k] + 7) % vocab_size_, parent);
+          break;
+        }
+        parent = add(answer[k], parent);
+      }
+    }
+    return trees;
+  }
+  void Close(int64_t handle) override {
+    absl::MutexLock lock(&mu_);
+    sessions_.erase(handle);
+  }
+  DraftCost cost() const override { return {}; }
+  DraftSourceStats Stats() const override { return {}; }
+
+ private:
+  struct Session {
+    const std::vector<int32_t>* answer;
+    int emitted;  // tokens the sequence emitted so far
+    int steps;    // trees proposed
+  };
+  const std::map<std::vector<int32_t>, std::vector<int32_t>> answers_;
+  const int32_t vocab_size_;
+  absl::Mutex mu_;
+  std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+// What one request streamed, logprobs included.
+struct LogprobsRun {
+  std::vector<int32_t> tokens;
+  std::vector<engine::ChoiceLogprobs> logprobs;
+  Usage usage;
+};
+
+LogprobsRun RunOne(Scheduler* scheduler, const GenerationRequest& spec) {
+  RecordingSink sink;
+  EXPECT_TRUE(scheduler->Submit(spec, &sink).ok());
+  EXPECT_TRUE(sink.Wait(absl::Seconds(300)));
+  EXPECT_TRUE(sink.status().ok()) << sink.status();
+  return {sink.tokens(), sink.logprobs(), sink.usage()};
+}
+
+// Bit for bit: a float's bits, not its value within a tolerance.
+uint32_t Bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+
+TEST_F(SchedulerTest, LogprobsAreBitIdenticalWithDraftsOnAndOff) {
+  constexpr int kTop = 5;
+  const std::vector<GenerationRequest> base = {
+      Spec(kPrompt, 40),
+      // A long prompt, prefilled in chunks.
+      Spec(std::string(kDocument) + "Question: Is free software about "
+                                    "price?\nAnswer:",
+           40),
+  };
+  engine::SamplingParams seeded;
+  seeded.temperature = 0.9f;
+  seeded.top_k = 40;
+  seeded.top_p = 0.95f;
+  seeded.seed = 1234;
+  for (const bool greedy : {true, false}) {
+    SCOPED_TRACE(greedy ? "greedy" : "seeded sampling");
+    std::vector<GenerationRequest> specs = base;
+    for (GenerationRequest& spec : specs) {
+      spec.sampling = greedy ? engine::SamplingParams{} : seeded;
+      spec.logprobs = kTop;
+    }
+    // Drafts off: plain decoding, one verified row per token.
+    auto plain = NewScheduler({});
+    ASSERT_NE(plain, nullptr);
+    std::vector<LogprobsRun> want;
+    std::map<std::vector<int32_t>, std::vector<int32_t>> answers;
+    for (const GenerationRequest& spec : specs) {
+      want.push_back(RunOne(plain.get(), spec));
+      const LogprobsRun& run = want.back();
+      answers[spec.prompt] = run.tokens;
+      // One entry per token, each the token's own, top by value.
+      ASSERT_EQ(run.logprobs.size(), run.tokens.size());
+      for (size_t j = 0; j < run.tokens.size(); ++j) {
+        const engine::ChoiceLogprobs& l = run.logprobs[j];
+        EXPECT_EQ(l.chosen.token, run.tokens[j]);
+        EXPECT_LE(l.chosen.logprob, 0.0f);
+        EXPECT_GT(l.chosen.logprob, -1e30f);
+        // Sampling lists only the top-k/top-p set, which may be smaller.
+        if (greedy) {
+          ASSERT_EQ(l.top.size(), static_cast<size_t>(kTop));
+        } else {
+          ASSERT_GE(l.top.size(), 1u);
+          ASSERT_LE(l.top.size(), static_cast<size_t>(kTop));
+        }
+        for (size_t k = 1; k < l.top.size(); ++k) {
+          EXPECT_GE(l.top[k - 1].logprob, l.top[k].logprob);
+        }
+        if (greedy) {
+          EXPECT_EQ(l.top[0].token, l.chosen.token);
+          EXPECT_EQ(Bits(l.top[0].logprob), Bits(l.chosen.logprob));
+        }
+      }
+    }
+    // Drafts on: the same tokens, chosen from tree rows, same bits.
+    OracleDraftSource oracle(answers, tokenizer_->vocab_size());
+    DraftMixer mixer({&oracle}, tokenizer_->vocab_size());
+    auto drafted = NewScheduler({}, &mixer);
+    ASSERT_NE(drafted, nullptr);
+    int64_t accepted = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      SCOPED_TRACE(absl::StrCat("request ", i));
+      GenerationRequest spec = specs[i];
+      spec.draft.mode = DraftMode::kTrieHierarchical;
+      spec.draft.decoding_length = 8;
+      spec.draft.branch_length = 8;
+      const LogprobsRun got = RunOne(drafted.get(), spec);
+      accepted += got.usage.accepted_draft_tokens;
+      ASSERT_EQ(got.tokens, want[i].tokens);
+      ASSERT_EQ(got.logprobs.size(), want[i].logprobs.size());
+      for (size_t j = 0; j < got.logprobs.size(); ++j) {
+        SCOPED_TRACE(absl::StrCat("token ", j));
+        const engine::ChoiceLogprobs& a = got.logprobs[j];
+        const engine::ChoiceLogprobs& b = want[i].logprobs[j];
+        EXPECT_EQ(a.chosen.token, b.chosen.token);
+        EXPECT_EQ(Bits(a.chosen.logprob), Bits(b.chosen.logprob))
+            << a.chosen.logprob << " vs " << b.chosen.logprob;
+        ASSERT_EQ(a.top.size(), b.top.size());
+        for (size_t k = 0; k < a.top.size(); ++k) {
+          EXPECT_EQ(a.top[k].token, b.top[k].token);
+          EXPECT_EQ(Bits(a.top[k].logprob), Bits(b.top[k].logprob));
+        }
+      }
+    }
+    // The drafts really were accepted, or the comparison proves little.
+    EXPECT_GT(accepted, 20);
+  }
+}
+
+// Without logprobs asked, outputs carry none.
+TEST_F(SchedulerTest, NoLogprobsUnlessAsked) {
+  auto scheduler = NewScheduler({});
+  ASSERT_NE(scheduler, nullptr);
+  const LogprobsRun run = RunOne(scheduler.get(), Spec(kPrompt, 4));
+  EXPECT_EQ(run.tokens.size(), 4u);
+  EXPECT_TRUE(run.logprobs.empty());
 }
 
 }  // namespace

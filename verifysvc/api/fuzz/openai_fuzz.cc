@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
 #include "verifysvc/api/openai_api.h"
+#include "verifysvc/serving/field_error.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -56,8 +57,9 @@ void FuzzOne(const uint8_t* data, size_t size) {
     return;
   }
   // A BuildRequest-style message made of client bytes, renamed.
-  CheckJson(ErrorJson(ToOpenAiError(absl::InvalidArgumentError(
-      "sampling.temperature is " + body.substr(0, 64)))));
+  CheckJson(ErrorJson(ToOpenAiError(
+      FieldError("sampling.temperature", " is " + body.substr(0, 64)),
+      *parsed)));
   const RawPrompt& prompt = parsed->raw.prompt;
   std::string text = prompt.text;
   for (const engine::ChatMessage& m : prompt.chat) text += m.content;

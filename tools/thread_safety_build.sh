@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 readonly OUTPUT_BASE="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead/bazel-thread-safety/$(pwd -P | md5sum | cut -c1-12)"
 readonly TARGETS=(
   //common:metrics //common:metrics_test
+  //common:shutdown_signal //common:wire_request
+  //draftsvc/testing:fault_file_system
   //draftsvc:draft_index //draftsvc:draft_index_test //draftsvc:draft_service
   //draftsvc:ngram_pool //draftsvc:ngram_pool_test //draftsvc:trie_store
   //draftsvc:assistant_drafter //draftsvc:assistant_drafter_test

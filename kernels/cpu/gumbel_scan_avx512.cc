@@ -11,13 +11,22 @@
 namespace lookahead::kernels::internal {
 namespace {
 
+// Every lane, for the zero-masking forms of the shifts and the float ->
+// double conversion. GCC 12.2's plain forms pass _mm512_undefined_*() as
+// the merge source, which -Wmaybe-uninitialized reports once inlined (GCC
+// bug 105593); with every lane selected the zero-masking forms compute the
+// same values and compile to the same instructions.
+constexpr __mmask8 kAllLanes = 0xFF;
+
 // kernels::SplitMix64Finalize, per lane.
 inline __m512i Finalize(__m512i z) {
-  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
-                         _mm512_set1_epi64(0xbf58476d1ce4e5b9LL));
-  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
-                         _mm512_set1_epi64(0x94d049bb133111ebLL));
-  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+  z = _mm512_mullo_epi64(
+      _mm512_xor_si512(z, _mm512_maskz_srli_epi64(kAllLanes, z, 30)),
+      _mm512_set1_epi64(0xbf58476d1ce4e5b9LL));
+  z = _mm512_mullo_epi64(
+      _mm512_xor_si512(z, _mm512_maskz_srli_epi64(kAllLanes, z, 27)),
+      _mm512_set1_epi64(0x94d049bb133111ebLL));
+  return _mm512_xor_si512(z, _mm512_maskz_srli_epi64(kAllLanes, z, 31));
 }
 
 }  // namespace
@@ -38,7 +47,8 @@ int32_t GumbelSurvivorsAvx512(const float* logits, int32_t begin,
   int32_t count = 0;
   for (int32_t i = begin; i < end; i += 8) {
     // z = (double(logit) - max) * inv_t, NaN as -inf; d = best - z.
-    __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(logits + i));
+    __m512d x =
+        _mm512_maskz_cvtps_pd(kAllLanes, _mm256_loadu_ps(logits + i));
     x = _mm512_mask_mov_pd(x, _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q),
                            neg_inf);
     const __m512d z = _mm512_mul_pd(_mm512_sub_pd(x, max), scale);
@@ -49,14 +59,16 @@ int32_t GumbelSurvivorsAvx512(const float* logits, int32_t begin,
     const __m512i bits = Finalize(_mm512_xor_si512(
         key, _mm512_add_epi64(_mm512_mullo_epi64(counter, step), offset)));
     const __m512d u = _mm512_mul_pd(
-        _mm512_add_pd(_mm512_cvtepi64_pd(_mm512_srli_epi64(bits, 11)),
-                      _mm512_set1_pd(0.5)),
+        _mm512_add_pd(
+            _mm512_cvtepi64_pd(_mm512_maskz_srli_epi64(kAllLanes, bits, 11)),
+            _mm512_set1_pd(0.5)),
         _mm512_set1_pd(0x1.0p-53));
     // ExpNegBound(d): 2^-floor(t) where t = d log2(e) - 1e-6 >= 1, else 1.
     const __m512d t = _mm512_sub_pd(
         _mm512_mul_pd(d, _mm512_set1_pd(1.4426950408889634)),
         _mm512_set1_pd(1e-6));
-    const __m512i exponent = _mm512_slli_epi64(
+    const __m512i exponent = _mm512_maskz_slli_epi64(
+        kAllLanes,
         _mm512_sub_epi64(_mm512_set1_epi64(1023), _mm512_cvttpd_epi64(t)), 52);
     const __m512d bound = _mm512_mask_mov_pd(
         _mm512_set1_pd(1.0), _mm512_cmp_pd_mask(t, _mm512_set1_pd(1.0), _CMP_GE_OQ),

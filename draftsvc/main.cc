@@ -3,7 +3,7 @@
 // gracefully: in-flight RPCs finish, queued trie writes are flushed and
 // fsynced, RocksDB is closed. A signal during recovery ends the start at
 // once. Exit codes: common/shutdown_signal.h; flags: server_main.cc.
-#include "draftsvc/server_main.h"
+#include "draftsvc/service/server_main.h"
 
 int main(int argc, char** argv) {
   return lookahead::draftsvc::DraftsvcMain(argc, argv, /*customize=*/{});

@@ -66,9 +66,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "draftsvc/draft_index.h"
-#include "draftsvc/trie_mutation.h"
-#include "draftsvc/trie_store.h"
+#include "draftsvc/index/draft_index.h"
+#include "draftsvc/storage/trie_mutation.h"
+#include "draftsvc/storage/trie_store.h"
 #include "gtest/gtest.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"

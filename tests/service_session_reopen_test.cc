@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "draftsvc/draft_service.h"
+#include "draftsvc/service/draft_service.h"
 #include "gtest/gtest.h"
 #include "verifysvc/draftsvc_client/draftsvc_client.h"
 #include "verifysvc/draftsvc_client/draftsvc_sessions.h"

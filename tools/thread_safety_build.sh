@@ -16,10 +16,13 @@ readonly TARGETS=(
   //common:metrics //common:metrics_test
   //common:shutdown_signal //common:wire_request
   //draftsvc/testing:fault_file_system
-  //draftsvc:draft_index //draftsvc:draft_index_test //draftsvc:draft_service
-  //draftsvc:ngram_pool //draftsvc:ngram_pool_test //draftsvc:trie_store
-  //draftsvc:assistant_drafter //draftsvc:assistant_drafter_test
-  //draftsvc:source_calibration //draftsvc:draft_index_ngram_test
+  //draftsvc/index:draft_index //draftsvc/index:draft_index_test
+  //draftsvc/index:draft_index_ngram_test //draftsvc/service:draft_service
+  //draftsvc/sources:ngram_pool //draftsvc/sources:ngram_pool_test
+  //draftsvc/storage:trie_store
+  //draftsvc/sources/assistant:assistant_drafter
+  //draftsvc/sources/assistant:assistant_drafter_test
+  //draftsvc/mix:source_calibration
   //engine/model:prefix_cache //engine/model:prefix_cache_test
   //tests:draftsvc_crash_test
   //verifysvc/api:generation_service

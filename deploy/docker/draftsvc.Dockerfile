@@ -25,7 +25,7 @@ COPY . .
 RUN --mount=type=cache,target=/root/.cache/bazel \
     bazel build //draftsvc:draftsvc \
     && install -D -m 0755 .bazel/bin/draftsvc/draftsvc /out/draftsvc \
-    && install -D -m 0755 .bazel/bin/draftsvc/libdraftsvc_assistant.so \
+    && install -D -m 0755 .bazel/bin/draftsvc/sources/assistant/libdraftsvc_assistant.so \
         /out/libdraftsvc_assistant.so
 
 FROM debian:bookworm-slim

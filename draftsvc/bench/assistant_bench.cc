@@ -31,8 +31,8 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "draftsvc/assistant_drafter.h"
-#include "draftsvc/assistant_model.h"
+#include "draftsvc/sources/assistant/assistant_drafter.h"
+#include "draftsvc/sources/assistant/assistant_model.h"
 #include "engine/model/batch.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/sampler.h"

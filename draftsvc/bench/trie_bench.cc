@@ -32,8 +32,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
-#include "draftsvc/draft_index.h"
-#include "draftsvc/trie_store.h"
+#include "draftsvc/index/draft_index.h"
+#include "draftsvc/storage/trie_store.h"
 
 ABSL_FLAG(std::string, sizes, "1000000,10000000",
           "Global-trie node counts to build for the retrieval benchmarks.");

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "draftsvc/server_main.h"
+#include "draftsvc/service/server_main.h"
 #include "draftsvc/testing/fault_file_system.h"
 
 ABSL_FLAG(std::string, testing_store_fault_file, "",

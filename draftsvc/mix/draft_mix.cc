@@ -1,0 +1,287 @@
+#include "draftsvc/mix/draft_mix.h"
+
+#include <algorithm>
+#include <queue>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace lookahead::draftsvc {
+namespace {
+
+// A pending n-gram candidate: the rest of the continuations that proposed
+// it, each with its count.
+using Tails = std::vector<std::pair<std::vector<int32_t>, int64_t>>;
+
+struct Pending {
+  float p;
+  int32_t depth;
+  int32_t token;
+  int32_t parent;  // Output index; -1 = root.
+  int32_t rank;
+  int32_t match;  // Longest pool key behind it (NgramMatch::key_length).
+  int32_t id;     // Index into the tails store (unique: the last tie-break).
+};
+
+// Max-heap order: higher p, then shallower, then smaller token, then first
+// made (deterministic).
+struct PendingLess {
+  bool operator()(const Pending& a, const Pending& b) const {
+    if (a.p != b.p) return a.p < b.p;
+    if (a.depth != b.depth) return a.depth > b.depth;
+    if (a.token != b.token) return a.token > b.token;
+    return a.id > b.id;
+  }
+};
+
+}  // namespace
+
+CandidateTree RankedCandidates(DraftSource source,
+                               absl::Span<const int32_t> tokens,
+                               absl::Span<const int32_t> parents,
+                               absl::Span<const float> scores) {
+  CandidateTree out;
+  out.source = source;
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  // children[parent + 1]: the node's children in input order; index[i]:
+  // node i's index in `out` (-1: dropped).
+  std::vector<std::vector<int32_t>> children(n + 1);
+  std::vector<int32_t> index(n, -1);
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t p = parents[i];
+    if (p < -1 || p >= i || (p >= 0 && index[p] < 0)) continue;
+    index[i] = static_cast<int32_t>(out.nodes.size());
+    out.nodes.push_back({tokens[i], p < 0 ? -1 : index[p], 0});
+    children[p + 1].push_back(i);
+  }
+  for (std::vector<int32_t>& siblings : children) {
+    std::stable_sort(
+        siblings.begin(), siblings.end(),
+        [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+    for (size_t r = 0; r < siblings.size(); ++r) {
+      out.nodes[index[siblings[r]]].rank = static_cast<int32_t>(r);
+    }
+  }
+  return out;
+}
+
+CandidateTree TrieCandidates(const TrieDraft& draft, DraftSource source) {
+  std::vector<int32_t> tokens, parents;
+  std::vector<float> scores;
+  for (const DraftNode& node : draft.nodes) {
+    tokens.push_back(node.token);
+    parents.push_back(node.parent);
+    scores.push_back(node.score);
+  }
+  CandidateTree out = RankedCandidates(source, tokens, parents, scores);
+  // RankedCandidates keeps every node of a valid tree, in order.
+  const int s = static_cast<int>(source);
+  for (size_t i = 0; i < out.nodes.size() && i < draft.nodes.size(); ++i) {
+    out.nodes[i].match = draft.nodes[i].matches[s];
+  }
+  return out;
+}
+
+CandidateTree NgramCandidates(absl::Span<const NgramPool* const> pools,
+                              absl::Span<const int32_t> context,
+                              const CalibrationTable& rates, int32_t budget,
+                              int32_t branch_length, int32_t per_node) {
+  CandidateTree out;
+  out.source = DraftSource::kNgram;
+  if (budget <= 0 || branch_length < 1 || context.empty()) return out;
+  std::vector<Tails> tails;  // By Pending::id.
+  std::priority_queue<Pending, std::vector<Pending>, PendingLess> heap;
+  std::vector<int32_t> extended(context.begin(), context.end());
+  const size_t context_size = extended.size();
+
+  // Pushes the children of output node `parent` (-1: root) whose
+  // probability is `p` and whose own continuation tails are `own`, stored
+  // under a key of `own_match` tokens.
+  auto expand = [&](int32_t parent, int32_t depth, float p, Tails own,
+                    int32_t own_match) {
+    // The path of `parent` after the context.
+    extended.resize(context_size);
+    std::vector<int32_t> path;
+    for (int32_t v = parent; v >= 0; v = out.nodes[v].parent) {
+      path.push_back(out.nodes[v].token);
+    }
+    extended.insert(extended.end(), path.rbegin(), path.rend());
+    // Children in rank order: the parent's own tails (by count), then the
+    // pools' continuations of the extended context.
+    std::stable_sort(own.begin(), own.end(), [](const auto& a, const auto& b) {
+      return a.second > b.second;
+    });
+    // A child's evidence is the longest key behind it: the rest of an
+    // n-gram keeps the key it was stored under, as a trie branch keeps its
+    // match length (a 4-token key is accepted far more often than a
+    // 1-token one; the calibration learns by how much).
+    struct Child {
+      int32_t token;
+      Tails tails;
+      int32_t match;
+    };
+    std::vector<Child> children;
+    auto add = [&](absl::Span<const int32_t> continuation, int64_t count,
+                   int32_t match) {
+      const int32_t token = continuation[0];
+      auto it = std::find_if(children.begin(), children.end(),
+                             [&](const Child& c) { return c.token == token; });
+      if (it == children.end()) {
+        children.push_back(Child{token, Tails(), match});
+        it = children.end() - 1;
+      }
+      it->match = std::max(it->match, match);
+      if (continuation.size() > 1) {
+        it->tails.emplace_back(
+            std::vector<int32_t>(continuation.begin() + 1, continuation.end()),
+            count);
+      }
+    };
+    for (const auto& [continuation, count] : own) {
+      add(continuation, count, own_match);
+    }
+    for (const NgramPool* pool : pools) {
+      if (pool == nullptr) continue;
+      for (const NgramMatch& m : pool->Lookup(extended, per_node)) {
+        add(m.continuation, m.count, m.key_length);
+      }
+    }
+    for (size_t r = 0; r < children.size(); ++r) {
+      const int32_t rank = static_cast<int32_t>(r);
+      const int32_t match = children[r].match;
+      const float child_p =
+          p * rates.rate(DraftSource::kNgram, depth, rank, match);
+      const int32_t id = static_cast<int32_t>(tails.size());
+      tails.push_back(std::move(children[r].tails));
+      heap.push(
+          Pending{child_p, depth, children[r].token, parent, rank, match, id});
+    }
+  };
+
+  expand(-1, 1, 1.0f, Tails(), 0);
+  while (!heap.empty() && static_cast<int32_t>(out.nodes.size()) < budget) {
+    const Pending e = heap.top();
+    heap.pop();
+    const int32_t index = static_cast<int32_t>(out.nodes.size());
+    out.nodes.push_back(CandidateNode{e.token, e.parent, e.rank, e.match});
+    if (e.depth < branch_length) {
+      expand(index, e.depth + 1, e.p, std::move(tails[e.id]), e.match);
+    }
+  }
+  return out;
+}
+
+TrieDraft MixDrafts(absl::Span<const CandidateTree> candidates,
+                    const CalibrationTable& rates, const MixRequest& request) {
+  TrieDraft result;
+  if (request.mode == DraftMode::kOff || request.decoding_length <= 0 ||
+      request.branch_length < 1) {
+    return result;
+  }
+  // The union of every candidate tree, equal token paths merged.
+  struct MixNode {
+    int32_t token;
+    int32_t parent;
+    int32_t depth;
+    uint32_t source_set = 0;
+    std::array<uint8_t, kNumDraftSources> ranks{kNoRank, kNoRank, kNoRank,
+                                                kNoRank};
+    std::array<uint8_t, kNumDraftSources> matches{0, 0, 0, 0};
+    std::vector<int32_t> children;
+  };
+  std::vector<MixNode> nodes;
+  std::vector<int32_t> root_children;
+  absl::flat_hash_map<uint64_t, int32_t> by_path;  // (parent + 1, token)
+  constexpr int32_t kDropped = -2;
+  for (const CandidateTree& tree : candidates) {
+    const int s = static_cast<int>(tree.source);
+    std::vector<int32_t> mapped(tree.nodes.size(), kDropped);
+    for (size_t i = 0; i < tree.nodes.size(); ++i) {
+      const CandidateNode& c = tree.nodes[i];
+      if (c.parent >= static_cast<int32_t>(i) || c.parent < -1) continue;
+      const int32_t parent = c.parent < 0 ? -1 : mapped[c.parent];
+      if (parent == kDropped) continue;
+      const int32_t depth = parent < 0 ? 1 : nodes[parent].depth + 1;
+      if (depth > request.branch_length) continue;
+      const uint64_t key = (static_cast<uint64_t>(parent + 1) << 32) |
+                           static_cast<uint32_t>(c.token);
+      auto [it, inserted] =
+          by_path.emplace(key, static_cast<int32_t>(nodes.size()));
+      if (inserted) {
+        nodes.push_back(MixNode{c.token, parent, depth});
+        (parent < 0 ? root_children : nodes[parent].children)
+            .push_back(it->second);
+      }
+      MixNode& node = nodes[it->second];
+      node.source_set |= uint32_t{1} << s;
+      const uint8_t rank = static_cast<uint8_t>(std::clamp(c.rank, 0, 254));
+      node.ranks[s] = std::min(node.ranks[s], rank);
+      node.matches[s] = std::max(
+          node.matches[s], static_cast<uint8_t>(std::clamp(c.match, 0, 255)));
+      mapped[i] = it->second;
+    }
+  }
+
+  // Best-first selection by p; a node's children enter once it is taken.
+  struct Entry {
+    float p;
+    int32_t depth;
+    int32_t token;
+    int32_t node;
+    int32_t out_parent;
+  };
+  auto less = [](const Entry& a, const Entry& b) {
+    if (a.p != b.p) return a.p < b.p;
+    if (a.depth != b.depth) return a.depth > b.depth;
+    if (a.token != b.token) return a.token > b.token;
+    return a.node > b.node;
+  };
+  std::priority_queue<Entry, std::vector<Entry>, decltype(less)> heap(less);
+  auto push = [&](int32_t v, float parent_p, int32_t out_parent) {
+    const MixNode& node = nodes[v];
+    float miss = 1.0f;
+    for (int s = 0; s < kNumDraftSources; ++s) {
+      if ((node.source_set >> s & 1) == 0) continue;
+      miss *= 1.0f - rates.rate(static_cast<DraftSource>(s), node.depth,
+                                node.ranks[s], node.matches[s]);
+    }
+    heap.push(
+        Entry{parent_p * (1.0f - miss), node.depth, node.token, v, out_parent});
+  };
+  for (int32_t v : root_children) push(v, 1.0f, -1);
+  std::vector<DraftNode>& out = result.nodes;
+  while (!heap.empty() &&
+         static_cast<int32_t>(out.size()) < request.decoding_length) {
+    const Entry e = heap.top();
+    heap.pop();
+    const MixNode& node = nodes[e.node];
+    DraftNode d;
+    d.token = node.token;
+    d.parent = e.out_parent;
+    d.depth = node.depth;
+    d.score = e.p;
+    d.source_set = node.source_set;
+    d.ranks = node.ranks;
+    d.matches = node.matches;
+    float best = -1.0f;
+    for (int s = 0; s < kNumDraftSources; ++s) {
+      if ((node.source_set >> s & 1) == 0) continue;
+      const DraftSource source = static_cast<DraftSource>(s);
+      const float r =
+          rates.rate(source, node.depth, node.ranks[s], node.matches[s]);
+      if (r > best) {
+        best = r;
+        d.source = source;
+      }
+    }
+    const int32_t index = static_cast<int32_t>(out.size());
+    out.push_back(d);
+    for (int32_t child : node.children) push(child, e.p, index);
+  }
+  if (request.mode == DraftMode::kParallel) {
+    result.nodes = LayOutAsChains(result.nodes, request.decoding_length);
+  }
+  return result;
+}
+
+}  // namespace lookahead::draftsvc

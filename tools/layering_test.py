@@ -6,7 +6,17 @@
   verifysvc/draftsvc_client/);
 - no engine/ source includes a verifysvc/ or draftsvc/ header, and no
   draftsvc/ source includes a verifysvc/ header (arrows point down);
+- draftsvc's layers point down too (DRAFTSVC_LAYERS, lowest first):
+  storage/ < sources/ (assistant/ within) < mix/ < index/ < service/ <
+  main.cc and bench/; a file includes draftsvc headers of its own layer or
+  lower only, and only tests include draftsvc/testing/; nothing below
+  service/ includes a generated *.pb.h; outside sources/assistant/ (tests
+  and benchmarks aside) draftsvc includes of engine/ only the torch-free
+  ENGINE_TORCH_FREE headers;
 - no function in verifysvc/serving/ is longer than 80 lines;
+- verifysvc/serving/scheduler.{h,cc} name no draft source (the tries, the
+  n-gram pool, the Jacobi window, the assistant, draftsvc): the scheduler
+  drafts through verifysvc/drafts/ only;
 - verifysvc/main.cc is under 150 lines.
 
 With --bazel it also asks Bazel (cquery) that //draftsvc/... and //engine/... do not
@@ -26,7 +36,18 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NO_PROTO = ("engine", "verifysvc/serving", "verifysvc/drafts")
+NO_PROTO = ("engine", "verifysvc/serving", "verifysvc/drafts",
+            "draftsvc/storage", "draftsvc/sources", "draftsvc/mix",
+            "draftsvc/index")
+# draftsvc's layers, lowest first: a file may include draftsvc headers of
+# its own layer or a lower one. Folders not named here (draftsvc/ itself:
+# main.cc; bench/) are above them all.
+DRAFTSVC_LAYERS = ("draftsvc/storage", "draftsvc/sources", "draftsvc/mix",
+                   "draftsvc/index", "draftsvc/service")
+# What of engine/ draftsvc may include outside sources/assistant/ (the
+# plugin, the only part that links the engine's model and LibTorch).
+ENGINE_TORCH_FREE = ("engine/model/sampler.h", "engine/model/draft_tree.h",
+                     "engine/gguf/model_files.h")
 MAX_FUNCTION_LINES = 80
 MAX_MAIN_LINES = 150
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -60,6 +81,41 @@ def include_violations():
         for inc in includes(path):
             if inc.startswith("verifysvc/"):
                 problems.append(f"{path} (draftsvc) includes {inc}")
+    return problems + draftsvc_layer_violations()
+
+
+def draftsvc_layer(path):
+    """The index of `path`'s layer in DRAFTSVC_LAYERS; len() above them."""
+    for i, folder in enumerate(DRAFTSVC_LAYERS):
+        if path.startswith(folder + "/"):
+            return i
+    return len(DRAFTSVC_LAYERS)
+
+
+def draftsvc_layer_violations():
+    problems = []
+    order = " < ".join(f.split("/")[1] for f in DRAFTSVC_LAYERS)
+    torch_free = ", ".join(ENGINE_TORCH_FREE)
+    for path in sources("draftsvc"):
+        test = path.endswith("_test.cc")
+        testing = path.startswith("draftsvc/testing/")
+        bench = path.startswith("draftsvc/bench/")
+        layer = draftsvc_layer(path)
+        for inc in includes(path):
+            if inc.startswith("draftsvc/testing/"):
+                if not (test or testing):
+                    problems.append(f"{path} (production) includes test-only "
+                                    f"{inc}")
+            elif inc.startswith("draftsvc/") and not testing:
+                if draftsvc_layer(inc) > layer:
+                    problems.append(f"{path} includes {inc}, a layer above "
+                                    f"it (draftsvc: {order})")
+            if (inc.startswith("engine/") and inc not in ENGINE_TORCH_FREE
+                    and not (test or testing or bench) and
+                    not path.startswith("draftsvc/sources/assistant/")):
+                problems.append(f"{path} includes {inc}: only "
+                                f"draftsvc/sources/assistant/ uses the "
+                                f"engine beyond {torch_free}")
     return problems
 
 
@@ -96,6 +152,39 @@ def long_functions(path):
         if length > MAX_FUNCTION_LINES:
             yield line.strip(), i + 1, length
         i = k + 1
+
+
+# The scheduler's files, and the words that name a draft source. A word is
+# a lower-case run or a capitalized one inside an identifier (kTrie ->
+# "k", "trie"; JacobiWindow -> "jacobi", "window"), so "retrieve" or
+# "tries" (the verb) do not match.
+SCHEDULER_FILES = ("verifysvc/serving/scheduler.h",
+                   "verifysvc/serving/scheduler.cc")
+SOURCE_WORDS = {"jacobi", "assistant", "assistants", "trie", "ngram",
+                "ngrams", "draftsvc"}
+WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def source_names(text):
+    """Yields (line number, word) for every draft source word in `text`,
+    "n-gram" included."""
+    for number, line in enumerate(text.split("\n"), 1):
+        if re.search(r"\bn-grams?\b", line, re.I):
+            yield number, "n-gram"
+        for word in WORD.findall(line):
+            if word.lower() in SOURCE_WORDS:
+                yield number, word
+
+
+def scheduler_violations():
+    problems = []
+    for path in SCHEDULER_FILES:
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            for line, word in source_names(f.read()):
+                problems.append(f"{path}:{line}: names a draft source "
+                                f"({word!r}); draft through "
+                                "verifysvc/drafts/ (SequenceDrafter)")
+    return problems
 
 
 def length_violations():
@@ -135,7 +224,8 @@ def bazel_violations():
 
 
 # What ships, and what must never be inside it.
-PRODUCTION = ("//draftsvc:draftsvc", "//draftsvc:libdraftsvc_assistant.so",
+PRODUCTION = ("//draftsvc:draftsvc",
+              "//draftsvc/sources/assistant:libdraftsvc_assistant.so",
               "//verifysvc:verifysvc")
 TEST_ONLY = ("attr(testonly, 1, //...) + //draftsvc/testing/... + "
              "//engine/testing/...")
@@ -169,9 +259,10 @@ def production_violations():
         elif test_only:
             problems.append(f"{binary} links test-only targets: "
                             + ", ".join(test_only[:5]))
-    # The draftsvc binary is main.cc over :server_main; its plugin is only
-    # a data dependency (loaded at run time), so the linked code is here.
-    linked, error = cquery_labels("deps(//draftsvc:server_main)")
+    # The draftsvc binary is main.cc over service:server_main; its plugin
+    # is only a data dependency (loaded at run time), so the linked code is
+    # here.
+    linked, error = cquery_labels("deps(//draftsvc/service:server_main)")
     if error:
         problems.append(error)
     elif "//third_party:torch" in linked:
@@ -185,7 +276,8 @@ def main(argv):
     parser.add_argument("--bazel", action="store_true",
                         help="also check Bazel's dependency graph")
     args = parser.parse_args(argv)
-    problems = include_violations() + length_violations()
+    problems = (include_violations() + length_violations() +
+                scheduler_violations())
     if args.bazel:
         problems += bazel_violations()
     for p in problems:
@@ -193,7 +285,9 @@ def main(argv):
     if problems:
         return 1
     print("layering: no generated proto headers below the edges, arrows point "
-          "down, serving functions <= 80 lines, main.cc < 150 lines"
+          "down (draftsvc: storage < sources < mix < index < service), "
+          "serving functions <= 80 lines, main.cc < 150 lines, the "
+          "scheduler names no draft source"
           + ("; no test code in the production binaries, no LibTorch in "
              "draftsvc" if args.bazel else ""))
     return 0

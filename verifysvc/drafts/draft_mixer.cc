@@ -105,6 +105,17 @@ absl::Status DraftMixer::Failure(int64_t handle) const {
   return absl::OkStatus();
 }
 
+bool DraftMixer::OpenAnswered(int64_t handle) const {
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return true;
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    if (it->second[s] != 0 && !sources_[s]->OpenAnswered(it->second[s])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void DraftMixer::WaitOpened(int64_t handle, absl::Time deadline) const {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;

@@ -1,8 +1,8 @@
-// DraftMixer: the one draft interface the scheduler sees. Opens every
-// enabled source for a sequence, passes emitted tokens on, asks every
-// source in one Propose per step, and merges their trees into one tree per
-// sequence within its budget (MergeDraftTrees). With one source it is a
-// pass-through.
+// DraftMixer: the one draft interface the drafting layer (DraftPlanner,
+// SequenceDrafter) sees. Opens every enabled source for a sequence, passes
+// emitted tokens on, asks every source in one Propose per step, and merges
+// their trees into one tree per sequence within its budget
+// (MergeDraftTrees). With one source it is a pass-through.
 //
 // Thread-safety: as DraftSource (scheduler thread; Stats from any thread).
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_MIXER_H_
@@ -56,6 +56,9 @@ class DraftMixer {
                      absl::Span<const std::vector<int32_t>> ngrams);
   // The first source failure of the sequence (DraftSource::Failure), or OK.
   absl::Status Failure(int64_t handle) const;
+  // True iff every source of the sequence answered its open
+  // (DraftSource::OpenAnswered); true for unknown handles.
+  bool OpenAnswered(int64_t handle) const;
   // DraftSource::WaitOpened of every source of the sequence, one deadline.
   void WaitOpened(int64_t handle, absl::Time deadline) const;
   // One valid tree per ask within ask.budget. Sets *called iff some source

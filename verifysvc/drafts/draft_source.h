@@ -1,18 +1,19 @@
 // DraftSource: where draft trees come from. One implementation per file
 // (draftsvc_source.h: draftsvc's token tries over gRPC; the n-gram pool and
-// the assistant model come next); the scheduler sees only DraftMixer, which
-// asks every enabled source and merges their trees within each budget.
+// the assistant model come next); the drafting layer sees only DraftMixer,
+// which asks every enabled source and merges their trees within each budget.
 //
-// The scheduler drives a source per sequence: Open with the prompt, then
-// each step, in ONE Propose call for all drafted sequences, ask for a tree
-// of at most `budget` tokens to verify after the sequence's last token;
-// after the verify pass, ObserveVerified the model's top-k predictions at
-// the tree's nodes (if the source WantsPredictions) and then Observe the
-// tokens the sequence emitted; Close when it ends. A source that fails
-// proposes empty trees: drafts are an optimisation, never an error. The one
-// exception is a request the source can never serve as asked (a requested
-// source that is not run): Failure reports it and the scheduler ends the
-// request with that status.
+// The drafting layer (DraftPlanner, SequenceDrafter) drives a source per
+// sequence: Open with the prompt, then each step, in ONE Propose call for
+// all drafted sequences, ask for a tree of at most `budget` tokens to
+// verify after the sequence's last token; after the verify pass,
+// ObserveVerified the model's top-k predictions at the tree's nodes (if the
+// source WantsPredictions) and then Observe the tokens the sequence
+// emitted; Close when it ends. A source that fails proposes empty trees:
+// drafts are an optimisation, never an error. The one exception is a
+// request the source can never serve as asked (a requested source that is
+// not run): Failure reports it and the scheduler ends the request with that
+// status.
 //
 // Thread-safety: implementations are used by the one scheduler thread; their
 // Stats() may be called from any thread.
@@ -123,10 +124,13 @@ class DraftSource {
     return absl::OkStatus();
   }
 
-  // Blocks until what Open started has answered whether the source serves
-  // the sequence as asked (so that Failure reports a refusal), or until
-  // `deadline`. The scheduler calls it before a sequence's first token,
-  // only for requests that named their sources. Default: returns at once.
+  // True iff what Open started has answered whether the source serves the
+  // sequence as asked (so that Failure reports a refusal), or never will
+  // (the handle is unknown or closing). Never blocks: the drafting layer
+  // polls it before a sequence's first token, only for requests that named
+  // their sources. Default: true.
+  virtual bool OpenAnswered(int64_t handle) const { return true; }
+  // Blocks until OpenAnswered or until `deadline`. Default: returns at once.
   virtual void WaitOpened(int64_t handle, absl::Time deadline) const {}
 
   // Returns one tree per ask (empty when the source has nothing, fails or

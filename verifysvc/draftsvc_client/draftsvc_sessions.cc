@@ -229,6 +229,12 @@ absl::Status DraftSessions::Failure(int64_t handle) const {
   return it == sessions_.end() ? absl::OkStatus() : it->second.failure;
 }
 
+bool DraftSessions::OpenAnswered(int64_t handle) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(handle);
+  return it == sessions_.end() || it->second.state != State::kOpening;
+}
+
 void DraftSessions::WaitOpened(int64_t handle, absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
   auto answered = [this, handle]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

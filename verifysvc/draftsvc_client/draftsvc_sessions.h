@@ -21,8 +21,9 @@
 // while the session asked for explicit sources (a source it does not run)
 // marks the session failed: Failure() returns that status and no further
 // drafts are asked for it. Opens carry the sources, so the refusal comes
-// before the sequence's first token; WaitOpened() lets the caller wait for
-// it. Opens go to draftsvc before queued closes.
+// before the sequence's first token; OpenAnswered() tells the caller
+// whether it came (WaitOpened() waits for it). Opens go to draftsvc before
+// queued closes.
 //
 // Thread-safety: all methods are safe to call concurrently; Step() is meant
 // for the one scheduler thread.
@@ -117,6 +118,12 @@ class DraftSessions {
   // OK, or the FAILED_PRECONDITION draftsvc answered for the session's
   // explicit sources (see the class comment). OK for unknown handles.
   absl::Status Failure(int64_t handle) const;
+
+  // True iff draftsvc answered the session's open (or the open failed to
+  // reach it, or the handle is unknown or closing): Failure() then says
+  // whether draftsvc refused the session's sources. Never blocks long (the
+  // lock only).
+  bool OpenAnswered(int64_t handle) const;
 
   // Blocks until draftsvc answered the session's first open (or the open
   // failed to reach it, or the handle is unknown or closing) or until

@@ -105,6 +105,10 @@ absl::Status DraftsvcSource::Failure(int64_t handle) const {
   return sessions_->Failure(handle);
 }
 
+bool DraftsvcSource::OpenAnswered(int64_t handle) const {
+  return sessions_->OpenAnswered(handle);
+}
+
 void DraftsvcSource::WaitOpened(int64_t handle, absl::Time deadline) const {
   sessions_->WaitOpened(handle, deadline);
 }

@@ -66,6 +66,7 @@ class DraftsvcSource : public DraftSource {
   void ObserveNgrams(int64_t handle,
                      absl::Span<const std::vector<int32_t>> ngrams) override;
   absl::Status Failure(int64_t handle) const override;
+  bool OpenAnswered(int64_t handle) const override;
   void WaitOpened(int64_t handle, absl::Time deadline) const override;
   std::vector<engine::DraftTree> Propose(absl::Span<const DraftAsk> asks,
                                          bool* called) override;

@@ -182,6 +182,11 @@ absl::Status ShardedDraftSource::Failure(int64_t handle) const {
                       : shards_[r->shard].source->Failure(r->inner);
 }
 
+bool ShardedDraftSource::OpenAnswered(int64_t handle) const {
+  const Route* r = Find(handle);
+  return r == nullptr || shards_[r->shard].source->OpenAnswered(r->inner);
+}
+
 void ShardedDraftSource::WaitOpened(int64_t handle, absl::Time deadline) const {
   if (const Route* r = Find(handle)) {
     shards_[r->shard].source->WaitOpened(r->inner, deadline);

@@ -19,9 +19,9 @@
 // the others' answers are not delayed by more than that either.
 //
 // Thread-safety: as DraftSource: Open, Observe, ObserveVerified,
-// ObserveNgrams, Failure, WaitOpened, WantsPredictions, Propose and Close
-// belong to the scheduler thread; Stats and ShardStats are thread-safe (the
-// shards' Stats are).
+// ObserveNgrams, Failure, OpenAnswered, WaitOpened, WantsPredictions,
+// Propose and Close belong to the scheduler thread; Stats and ShardStats are
+// thread-safe (the shards' Stats are).
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTSVC_CLIENT_SHARDED_DRAFT_SOURCE_H_
 #define LOOKAHEAD_VERIFYSVC_DRAFTSVC_CLIENT_SHARDED_DRAFT_SOURCE_H_
 
@@ -97,6 +97,7 @@ class ShardedDraftSource : public DraftSource {
   void ObserveNgrams(int64_t handle,
                      absl::Span<const std::vector<int32_t>> ngrams) override;
   absl::Status Failure(int64_t handle) const override;
+  bool OpenAnswered(int64_t handle) const override;
   void WaitOpened(int64_t handle, absl::Time deadline) const override;
   // Splits `asks` by shard, asks each shard with any (in parallel when more
   // than one has some) and returns the trees in the caller's order.

@@ -1,6 +1,7 @@
-// SchedulerObserver: what the scheduler reports as it runs, for metrics.
-// The scheduler calls it; PrometheusObserver (prometheus_observer.h)
-// exports Prometheus series; tests record the calls.
+// SchedulerObserver: what the scheduler reports as it runs, for metrics,
+// including what its drafting reports (DraftObserver). The scheduler calls
+// it; PrometheusObserver (prometheus_observer.h) exports Prometheus series;
+// tests record the calls.
 //
 // Thread-safety: OnRequestEnded may be called from any thread (rejections
 // happen on RPC threads); everything else from the scheduler thread.
@@ -9,20 +10,12 @@
 
 #include <cstdint>
 
+#include "verifysvc/drafts/draft_observer.h"
 #include "verifysvc/serving/output.h"
 
 namespace lookahead::verifysvc {
 
 enum class RequestOutcome { kFinished, kCancelled, kRejected, kFailed };
-
-// The draft mechanisms that cost time of their own, each behind a per
-// sequence CostGate (verifysvc/drafts/cost_gate.h).
-enum class GatedMechanism { kJacobiWindow = 0, kAssistant = 1 };
-constexpr int kNumGatedMechanisms = 2;
-// "jacobi_window" or "assistant": the metrics label.
-inline const char* GatedMechanismName(GatedMechanism m) {
-  return m == GatedMechanism::kJacobiWindow ? "jacobi_window" : "assistant";
-}
 
 // One step of the scheduler: a forward pass and what it did.
 struct StepReport {
@@ -37,9 +30,8 @@ struct StepReport {
   double plain_equivalent_seconds = 0;
 };
 
-class SchedulerObserver {
+class SchedulerObserver : public DraftObserver {
  public:
-  virtual ~SchedulerObserver() = default;
   virtual void OnRequestEnded(RequestOutcome outcome) {}
   // A finished request (length, EOS or stop string) and its usage.
   virtual void OnRequestFinished(const Usage& usage) {}
@@ -47,20 +39,6 @@ class SchedulerObserver {
   virtual void OnFirstToken(int prompt_tokens, double seconds) {}
   // One decoding step of one sequence kept `tokens` tokens.
   virtual void OnSequenceStep(int tokens) {}
-  // A step verified `verified` (>= 1) draft tokens of one sequence; the
-  // first `accepted` reached its output.
-  virtual void OnDraftVerified(int verified, int accepted) {}
-  // Of those, `source` proposed `verified` (>= 1) and `accepted` of its
-  // tokens reached the output (once per source per sequence step; a node of
-  // several sources counts for each).
-  virtual void OnDraftSourceVerified(engine::DraftSourceTag source,
-                                     int verified, int accepted) {}
-  // One sequence step's gate decision: the mechanism ran, or was skipped
-  // because it did not pay (or waits for its next probe).
-  virtual void OnCostGate(GatedMechanism mechanism, bool ran) {}
-  // A draft call that did work: its duration, failures it added, health.
-  virtual void OnDraftCall(double seconds, int64_t new_failures,
-                           bool available) {}
   virtual void OnStep(const StepReport& step) {}
   // A new sequence's prompt of `prompt_tokens` found its first
   // `hit_tokens` in the prefix cache.

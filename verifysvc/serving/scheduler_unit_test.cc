@@ -1745,5 +1745,76 @@ TEST_F(SchedulerUnitTest, JacobiWindowRunsOnlyWhereItsRowsCanPay) {
   }
 }
 
+
+// A source whose opens answer only when the test says so, refusing the
+// sessions then if told to (OpenAnswered, Failure).
+class SlowOpenSource : public ScriptedDraftSource {
+ public:
+  using ScriptedDraftSource::ScriptedDraftSource;
+
+  bool OpenAnswered(int64_t handle) const override {
+    absl::MutexLock lock(&open_mu_);
+    return answered_;
+  }
+  absl::Status Failure(int64_t handle) const override {
+    absl::MutexLock lock(&open_mu_);
+    return refusal_;
+  }
+  // Every open answers from now on, refusing with `refusal` (OK: serves).
+  void Answer(absl::Status refusal) {
+    absl::MutexLock lock(&open_mu_);
+    answered_ = true;
+    refusal_ = std::move(refusal);
+  }
+
+ private:
+  mutable absl::Mutex open_mu_;
+  bool answered_ ABSL_GUARDED_BY(open_mu_) = false;
+  absl::Status refusal_ ABSL_GUARDED_BY(open_mu_);
+};
+
+// A request that named its sources holds its first token until they answer
+// its open, without holding up the model thread: another request decodes
+// to its end meanwhile. A refusal then ends it before any token; an answer
+// that serves it lets it decode as plain decoding does.
+TEST_F(SchedulerUnitTest, NamedSourcesHoldTheFirstTokenNotTheOthers) {
+  constexpr int kNew = 12;
+  const std::vector<int32_t> prompt = PromptWithoutEos(1000, 6, kNew);
+  const std::vector<int32_t> other = PromptWithoutEos(1100, 7, kNew);
+  Continuations truth;
+  truth[prompt] = PlainDecode(prompt, kNew + kSlack);
+  truth[other] = PlainDecode(other, kNew + kSlack);
+  for (bool refused : {true, false}) {
+    SCOPED_TRACE(refused ? "refused" : "served");
+    SlowOpenSource source(ChainDrafts(&truth, 1.0));
+    DraftMixer mixer({&source}, kVocab);
+    SchedulerOptions options;
+    options.open_answer_wait = absl::Seconds(60);  // the test answers
+    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    ASSERT_NE(scheduler, nullptr);
+    GenerationRequest named = Request(prompt, kNew, 4);
+    named.draft.sources = engine::SourceBit(engine::DraftSourceTag::kTrie);
+    RecordingSink held, decoding;
+    ASSERT_TRUE(scheduler->Submit(std::move(named), &held).ok());
+    ASSERT_TRUE(scheduler->Submit(Request(other, kNew, 4), &decoding).ok());
+    ASSERT_TRUE(decoding.Wait());
+    EXPECT_TRUE(decoding.status().ok()) << decoding.status();
+    EXPECT_EQ(decoding.tokens(), Head(truth[other], kNew));
+    EXPECT_FALSE(held.finished());
+    EXPECT_TRUE(held.tokens().empty());
+    source.Answer(refused ? absl::FailedPreconditionError("not served")
+                          : absl::OkStatus());
+    ASSERT_TRUE(held.Wait());
+    if (refused) {
+      EXPECT_EQ(held.status().code(), absl::StatusCode::kFailedPrecondition)
+          << held.status();
+      EXPECT_TRUE(held.tokens().empty());
+    } else {
+      EXPECT_TRUE(held.status().ok()) << held.status();
+      EXPECT_EQ(held.tokens(), Head(truth[prompt], kNew));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lookahead::verifysvc

@@ -4,8 +4,8 @@
 // one vectorized scan per row, on the verifier's critical path for a few
 // microseconds; elsewhere one LibTorch top-k over the (rows, vocab) logits
 // on their device. Pure function; thread-safe.
-#ifndef LOOKAHEAD_VERIFYSVC_SERVING_VERIFY_PREDICTIONS_H_
-#define LOOKAHEAD_VERIFYSVC_SERVING_VERIFY_PREDICTIONS_H_
+#ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_VERIFY_PREDICTIONS_H_
+#define LOOKAHEAD_VERIFYSVC_DRAFTS_VERIFY_PREDICTIONS_H_
 
 #include <torch/types.h>
 
@@ -25,4 +25,4 @@ absl::StatusOr<VerifiedPredictions> TopPredictions(
 
 }  // namespace lookahead::verifysvc
 
-#endif  // LOOKAHEAD_VERIFYSVC_SERVING_VERIFY_PREDICTIONS_H_
+#endif  // LOOKAHEAD_VERIFYSVC_DRAFTS_VERIFY_PREDICTIONS_H_

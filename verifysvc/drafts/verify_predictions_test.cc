@@ -1,7 +1,7 @@
 // TopPredictions: the k best ids of every verified row, best first, with
 // the tree carried as verified; bad shapes and k are errors.
 
-#include "verifysvc/serving/verify_predictions.h"
+#include "verifysvc/drafts/verify_predictions.h"
 
 #include <torch/types.h>
 #include <torch/utils.h>

@@ -1,4 +1,4 @@
-#include "verifysvc/serving/verify_predictions.h"
+#include "verifysvc/drafts/verify_predictions.h"
 
 #include <algorithm>
 #include <cstdint>

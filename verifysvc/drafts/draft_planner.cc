@@ -1,0 +1,196 @@
+#include "verifysvc/drafts/draft_planner.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "verifysvc/drafts/draft_trim.h"
+
+namespace lookahead::verifysvc {
+
+DraftPlanner::DraftPlanner(DraftMixer* mixer, const StepCostModel* cost,
+                           int32_t vocab_size, DrafterOptions options,
+                           DraftObserver* observer) {
+  context_.mixer = mixer;
+  context_.cost = cost;
+  context_.observer = observer;
+  context_.vocab_size = vocab_size;
+  context_.startup_plain_seconds = cost->Seconds(1);
+  context_.options = std::move(options);
+}
+
+std::unique_ptr<SequenceDrafter> DraftPlanner::Open(
+    const DraftPolicy& policy, const engine::SamplingParams& sampling,
+    absl::Span<const int32_t> prompt) {
+  const absl::Time now = absl::Now();
+  const int64_t handle = context_.mixer->Open(policy, prompt);
+  if (handle == 0) return nullptr;
+  auto drafter = std::make_unique<SequenceDrafter>(&context_, policy, sampling,
+                                                   prompt, handle, now);
+  auto verdict = verdicts_.find(policy.name_space);
+  if (verdict != verdicts_.end()) {
+    drafter->window_gate_.Inherit(verdict->second.window);
+    drafter->assistant_gate_.Inherit(verdict->second.assistant);
+    for (int k = 0; k < 2; ++k) {
+      if (verdict->second.pacers[k].has_value()) {
+        drafter->pacers_[k].Inherit(*verdict->second.pacers[k]);
+      }
+    }
+  }
+  return drafter;
+}
+
+void DraftPlanner::Close(SequenceDrafter* drafter) {
+  if (drafter->handle_ == 0) return;
+  KeepVerdict(*drafter);
+  context_.mixer->Close(drafter->handle_);
+  drafter->handle_ = 0;
+}
+
+void DraftPlanner::KeepVerdict(const SequenceDrafter& drafter) {
+  const DraftPolicy& policy = drafter.policy_;
+  const bool window = SequenceDrafter::ScratchRowsOf(policy) > 0 &&
+                      drafter.window_gate_.runs() > 0;
+  const bool assistant = policy.MayUse(engine::DraftSourceTag::kAssistant) &&
+                         drafter.assistant_gate_.runs() > 0;
+  // Pacing carries over only from a sequence whose drafts never held over
+  // a few probes' worth of steps: a namespace of text its sources cannot
+  // match (random tokens, a high temperature) stops paying the prior's asks
+  // and early probes on every request, while in one whose drafts hold at
+  // all each request starts from the prior (a new prompt may be a new
+  // document to copy from; measured, inheriting every verdict cost RAG and
+  // code EDL).
+  // A sequence too short to tell leaves the verdict as it is.
+  const bool held = drafter.accepted_draft_tokens_ > 0;
+  const bool hopeless =
+      !held && drafter.steps_ >= 2 * context_.options.pacing.probe_interval;
+  auto kept = verdicts_.find(policy.name_space);
+  const bool pacing = context_.options.inherit_pacing &&
+                      (hopeless || (held && kept != verdicts_.end() &&
+                                    kept->second.pacers[0].has_value()));
+  if (!window && !assistant && !pacing) return;
+  // Bounded: namespaces come from clients.
+  constexpr size_t kMaxVerdicts = 1024;
+  if (verdicts_.size() >= kMaxVerdicts &&
+      verdicts_.count(policy.name_space) == 0) {
+    verdicts_.erase(verdicts_.begin());
+  }
+  Verdict& verdict = verdicts_[policy.name_space];
+  if (window) verdict.window.Inherit(drafter.window_gate_);
+  if (assistant) verdict.assistant.Inherit(drafter.assistant_gate_);
+  for (int k = 0; pacing && k < 2; ++k) {
+    if (hopeless) {
+      verdict.pacers[k].emplace(drafter.pacers_[k]);
+    } else {
+      verdict.pacers[k].reset();
+    }
+  }
+}
+
+StepDrafts DraftPlanner::Draft(absl::Span<SequenceDrafter* const> drafters,
+                               absl::Span<const int> rooms, int prefill_tokens,
+                               int max_step_tokens, double seconds_per_token) {
+  StepDrafts step;
+  step.drafts.resize(drafters.size());
+  // Draft budgets: what pays for itself in this pass.
+  std::vector<DraftCandidate> candidates(drafters.size());
+  for (size_t i = 0; i < drafters.size(); ++i) {
+    if (drafters[i] != nullptr)
+      candidates[i] = drafters[i]->Candidate(rooms[i]);
+  }
+  DraftCost draft_cost = context_.mixer->cost();
+  const TokenPrice price{seconds_per_token,
+                         draft_cost.assistant_seconds_per_token};
+  // Scratch rows ride in the same pass: they are charged to the step
+  // before the drafts are sized.
+  const int roots = static_cast<int>(drafters.size()) + prefill_tokens;
+  for (SequenceDrafter* drafter : drafters) {
+    if (drafter == nullptr) continue;
+    step.scratch_rows += drafter->ScratchRows(roots + step.scratch_rows, price);
+  }
+  const int base = roots + step.scratch_rows;
+  if (context_.options.charge_draft_calls) {
+    draft_cost.seconds_per_call += draft_call_seconds_;
+  }
+  const std::vector<int> budget =
+      AllocateDraftTokens(*context_.cost, base, candidates,
+                          std::max(0, max_step_tokens - base), draft_cost);
+  // ONE call to the sources for every drafted sequence.
+  std::vector<DraftAsk> asks;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < drafters.size(); ++i) {
+    if (drafters[i] == nullptr) continue;
+    asks.push_back(drafters[i]->Ask(budget[i], candidates[i].cap, price));
+    which.push_back(i);
+  }
+  if (asks.empty()) return step;
+  std::vector<engine::DraftTree> got = Propose(asks, &step.requested);
+  int failed = 0;
+  for (size_t k = 0; k < which.size(); ++k) {
+    SequenceDraft& draft = step.drafts[which[k]];
+    draft.tree = std::move(got[k]);
+    draft.asked = asks[k].budget;
+    draft.failure = drafters[which[k]]->Failure();
+    if (!draft.failure.ok()) ++failed;
+  }
+  // The sequences that failed leave the pass, their scratch rows stay.
+  Trim(drafters, roots - failed + step.scratch_rows, max_step_tokens,
+       &step.drafts);
+  return step;
+}
+
+std::vector<engine::DraftTree> DraftPlanner::Propose(
+    absl::Span<const DraftAsk> asks, int* requested) {
+  const int64_t failures = context_.mixer->Stats().failures;
+  const absl::Time start = absl::Now();
+  bool called = false;
+  std::vector<engine::DraftTree> got = context_.mixer->Propose(asks, &called);
+  if (called) {
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    // One slow call (a deadline, a busy host) moves the average by at most
+    // 10% of itself, so it cannot switch drafts off on its own.
+    const double cap =
+        draft_call_seconds_ == 0 ? seconds : 2 * draft_call_seconds_;
+    const double sample = std::min(seconds, cap);
+    draft_call_seconds_ = draft_call_seconds_ == 0
+                              ? sample
+                              : 0.9 * draft_call_seconds_ + 0.1 * sample;
+    const DraftSourceStats after = context_.mixer->Stats();
+    context_.observer->OnDraftCall(seconds, after.failures - failures,
+                                   after.available);
+    for (const DraftAsk& ask : asks) *requested += ask.budget;
+  }
+  got.resize(asks.size());
+  return got;
+}
+
+void DraftPlanner::Trim(absl::Span<SequenceDrafter* const> drafters, int base,
+                        int max_step_tokens,
+                        std::vector<SequenceDraft>* drafts) const {
+  if (context_.options.draft_ask_tokens == 0) return;
+  std::vector<ScoredDraft> scored;
+  std::vector<size_t> which;
+  // Trees without scores keep their size and are charged as rows too.
+  int unscored = 0;
+  for (size_t i = 0; i < drafts->size(); ++i) {
+    const SequenceDraft& draft = (*drafts)[i];
+    if (!draft.failure.ok()) continue;
+    const engine::DraftTree& tree = draft.tree;
+    if (tree.scores.size() != tree.tokens.size()) {
+      unscored += tree.size();
+      continue;
+    }
+    if (tree.empty()) continue;
+    scored.push_back(drafters[i]->Scored(tree));
+    which.push_back(i);
+  }
+  if (scored.empty()) return;
+  const std::vector<int> keep =
+      TrimByScore(*context_.cost, base + unscored, scored,
+                  std::max(0, max_step_tokens - base - unscored));
+  for (size_t k = 0; k < which.size(); ++k) {
+    engine::TrimDraft(&(*drafts)[which[k]].tree, keep[k]);
+  }
+}
+
+}  // namespace lookahead::verifysvc

@@ -13,7 +13,10 @@
   service/ includes a generated *.pb.h; outside sources/assistant/ (tests
   and benchmarks aside) draftsvc includes of engine/ only the torch-free
   ENGINE_TORCH_FREE headers;
-- no function in verifysvc/serving/ is longer than 80 lines;
+- no function in verifysvc/serving/ or in draftsvc's production code
+  (tests, bench/ and testing/ aside) is longer than 80 lines, and no
+  draftsvc production file is longer than 700 lines, except what
+  LENGTH_EXCEPTIONS names, each with its reason (the debt, visible);
 - verifysvc/serving/scheduler.{h,cc} name no draft source (the tries, the
   n-gram pool, the Jacobi window, the assistant, draftsvc): the scheduler
   drafts through verifysvc/drafts/ only;
@@ -49,7 +52,13 @@ DRAFTSVC_LAYERS = ("draftsvc/storage", "draftsvc/sources", "draftsvc/mix",
 ENGINE_TORCH_FREE = ("engine/model/sampler.h", "engine/model/draft_tree.h",
                      "engine/gguf/model_files.h")
 MAX_FUNCTION_LINES = 80
+MAX_FILE_LINES = 700  # draftsvc production files
 MAX_MAIN_LINES = 150
+# Known debt: "path" (a file over MAX_FILE_LINES) or "path:Name" (a function
+# over MAX_FUNCTION_LINES whose signature contains Name) -> the reason it is
+# allowed for now. An entry that no longer exceeds is reported so it can go.
+LENGTH_EXCEPTIONS = {
+}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -187,16 +196,51 @@ def scheduler_violations():
     return problems
 
 
-def length_violations():
+def draftsvc_production(path):
+    """Whether `path` is draftsvc production code (not a test, a benchmark
+    or draftsvc/testing/)."""
+    return (path.startswith("draftsvc/") and not path.endswith("_test.cc")
+            and not path.startswith(("draftsvc/bench/", "draftsvc/testing/")))
+
+
+def line_count(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return len(f.read().rstrip("\n").split("\n"))
+
+
+def function_exception(path, name):
+    """The LENGTH_EXCEPTIONS key that allows function `name` of `path`, if
+    any."""
+    for key in LENGTH_EXCEPTIONS:
+        file, _, function = key.partition(":")
+        if file == path and function and function in name:
+            return key
+    return None
+
+
+def length_violations(used_exceptions=None):
+    """Problems with function and file lengths; adds the LENGTH_EXCEPTIONS
+    keys that allowed something to `used_exceptions`."""
+    used = used_exceptions if used_exceptions is not None else set()
     problems = []
-    for path in sources("verifysvc/serving"):
-        if not path.endswith(".cc") or path.endswith("_test.cc"):
-            continue
+    checked = [p for p in sources("verifysvc/serving")
+               if p.endswith(".cc") and not p.endswith("_test.cc")]
+    checked += sorted(p for p in sources("draftsvc") if draftsvc_production(p))
+    for path in checked:
         for name, line, length in long_functions(path):
+            key = function_exception(path, name)
+            if key is not None:
+                used.add(key)
+                continue
             problems.append(f"{path}:{line}: {name!r} is {length} lines "
                             f"(at most {MAX_FUNCTION_LINES})")
-    with open(os.path.join(ROOT, "verifysvc/main.cc"), encoding="utf-8") as f:
-        main_lines = len(f.read().rstrip("\n").split("\n"))
+        if draftsvc_production(path) and line_count(path) > MAX_FILE_LINES:
+            if path in LENGTH_EXCEPTIONS:
+                used.add(path)
+                continue
+            problems.append(f"{path} is {line_count(path)} lines (at most "
+                            f"{MAX_FILE_LINES} for draftsvc production files)")
+    main_lines = line_count("verifysvc/main.cc")
     if main_lines >= MAX_MAIN_LINES:
         problems.append(f"verifysvc/main.cc is {main_lines} lines "
                         f"(under {MAX_MAIN_LINES})")
@@ -276,7 +320,8 @@ def main(argv):
     parser.add_argument("--bazel", action="store_true",
                         help="also check Bazel's dependency graph")
     args = parser.parse_args(argv)
-    problems = (include_violations() + length_violations() +
+    used_exceptions = set()
+    problems = (include_violations() + length_violations(used_exceptions) +
                 scheduler_violations())
     if args.bazel:
         problems += bazel_violations()
@@ -284,9 +329,15 @@ def main(argv):
         print("layering:", p, file=sys.stderr)
     if problems:
         return 1
+    for key in sorted(set(LENGTH_EXCEPTIONS) - used_exceptions):
+        print(f"layering: note: LENGTH_EXCEPTIONS[{key!r}] is no longer "
+              "needed; remove it")
+    for key in sorted(used_exceptions):
+        print(f"layering: allowed: {key}: {LENGTH_EXCEPTIONS[key]}")
     print("layering: no generated proto headers below the edges, arrows point "
           "down (draftsvc: storage < sources < mix < index < service), "
-          "serving functions <= 80 lines, main.cc < 150 lines, the "
+          "serving and draftsvc functions <= 80 lines, draftsvc files <= 700 "
+          "lines (exceptions listed), main.cc < 150 lines, the "
           "scheduler names no draft source"
           + ("; no test code in the production binaries, no LibTorch in "
              "draftsvc" if args.bazel else ""))

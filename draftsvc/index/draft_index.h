@@ -437,6 +437,22 @@ class DraftIndex {
   // longer than any session's.
   absl::StatusOr<std::shared_ptr<Session>> FindSession(
       absl::string_view session_id);
+  // OK iff session `session_id` may open in namespace `name` (canonical)
+  // with `vocab_size` now: ALREADY_EXISTS, RESOURCE_EXHAUSTED naming the
+  // cap, or FAILED_PRECONDITION (another vocab_size) otherwise.
+  absl::Status CheckAdmission(absl::string_view session_id,
+                              const std::string& name, int32_t vocab_size) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // CheckAdmission under mu_, again after expiring idle sessions if it
+  // failed on the id or a cap (an expired session may hold either).
+  absl::Status Admit(absl::string_view session_id, const std::string& name,
+                     int32_t vocab_size) ABSL_LOCKS_EXCLUDED(mu_);
+  // A new, unpublished session (next serial, private pool, prompt trie of
+  // every window of branch_length + 1 prompt tokens, context tail).
+  // REQUIRES: branch_length >= 1; prompt_tokens checked.
+  std::shared_ptr<Session> NewSession(absl::string_view session_id,
+                                      absl::Span<const int32_t> prompt_tokens,
+                                      int32_t branch_length);
   // Whether `session` has been idle for at least the lease at `now`.
   bool Idle(const Session& session, absl::Time now) const;
   // Finishes closing a session already taken out of sessions_: marks it

@@ -1,4 +1,4 @@
-// draftsvc from start to stop: its flags (server_main.cc), the store, the
+// draftsvc from start to stop: its flags (config.h), the store, the
 // service, /metrics, and the stop on SIGTERM/SIGINT. main.cc calls it; so
 // does the testonly draftsvc_fault_testing, which adds a fault-injecting
 // file system through `customize`.

@@ -283,24 +283,11 @@ void NgramPool::PruneLocked(std::vector<TrieMutation>* mutations,
                               options_.low_water));
   const int64_t before = entries_;
   if (before <= target) return;
+  const bool keep_none = target == 0;
+  const std::pair<uint32_t, uint64_t> threshold =
+      keep_none ? std::pair<uint32_t, uint64_t>{0, 0}
+                : PruneThresholdLocked(target);
 
-  // The target-th best (count, stamp) in retention order; stamps are
-  // unique, so exactly `target` entries are at or above it.
-  bool keep_none = target == 0;
-  std::pair<uint32_t, uint64_t> threshold{0, 0};
-  if (!keep_none) {
-    std::vector<std::pair<uint32_t, uint64_t>> all;
-    all.reserve(static_cast<size_t>(before));
-    for (const auto& [key, set] : keys_) {
-      for (const Continuation& c : set) all.emplace_back(c.count, c.stamp);
-    }
-    std::nth_element(all.begin(), all.begin() + (target - 1), all.end(),
-                     std::greater<>());
-    threshold = all[static_cast<size_t>(target - 1)];
-  }
-
-  int64_t after = 0;
-  std::vector<int32_t> key;
   // A halving prune rewrites every survivor anyway, and most entries (the
   // one-off predictions) die: one range delete of the whole pool plus the
   // survivors beats a delete per dead entry (1M rows: seconds of writes).
@@ -320,51 +307,75 @@ void NgramPool::PruneLocked(std::vector<TrieMutation>* mutations,
     mutations->push_back(std::move(all));  // Empty path: the whole pool.
   }
   const bool emit_deletes = mutations != nullptr && !wipe;
+  int64_t after = 0;
+  std::vector<int32_t> key;
   for (auto it = keys_.begin(); it != keys_.end();) {
     ContinuationSet& set = it->second;
-    // The key's ids, decoded only for a key that emits (after a wipe, few).
-    bool decoded = false;
-    auto key_ids = [&]() -> const std::vector<int32_t>& {
-      if (!decoded) key = DecodeKey(it->first);
-      decoded = true;
-      return key;
-    };
-    set.erase(
-        std::remove_if(set.begin(), set.end(),
-                       [&](Continuation& c) {
-                         if (keep_none ||
-                             std::make_pair(c.count, c.stamp) < threshold) {
-                           if (emit_deletes) {
-                             EmitDelete(mutations, key_ids(), c.tokens);
-                           }
-                           return true;
-                         }
-                         if (!options_.prune_halves_counts) return false;
-                         c.count /= 2;
-                         if (c.count == 0) {
-                           if (emit_deletes) {
-                             EmitDelete(mutations, key_ids(), c.tokens);
-                           }
-                           return true;
-                         }
-                         if (mutations != nullptr) {
-                           EmitSet(mutations, key_ids(), c.tokens, c.count);
-                         }
-                         return false;
-                       }),
-        set.end());
+    PruneKey(it->first, &set, keep_none, threshold, emit_deletes, mutations,
+             &key);
     if (set.empty()) {
       keys_.erase(it++);
       continue;
     }
-    // Halving can tie counts that RanksBefore then orders by tokens.
-    std::sort(set.begin(), set.end(), RanksBefore);
     after += static_cast<int64_t>(set.size());
     ++it;
   }
   entries_ = after;
   ++stats_.prunes;
   stats_.pruned_entries += before - after;
+}
+
+std::pair<uint32_t, uint64_t> NgramPool::PruneThresholdLocked(
+    int64_t target) const {
+  std::vector<std::pair<uint32_t, uint64_t>> all;
+  all.reserve(static_cast<size_t>(entries_));
+  for (const auto& [key, set] : keys_) {
+    for (const Continuation& c : set) all.emplace_back(c.count, c.stamp);
+  }
+  std::nth_element(all.begin(), all.begin() + (target - 1), all.end(),
+                   std::greater<>());
+  return all[static_cast<size_t>(target - 1)];
+}
+
+void NgramPool::PruneKey(absl::string_view encoded_key, ContinuationSet* set,
+                         bool keep_none,
+                         std::pair<uint32_t, uint64_t> threshold,
+                         bool emit_deletes,
+                         std::vector<TrieMutation>* mutations,
+                         std::vector<int32_t>* key) const {
+  // The key's ids, decoded only for a key that emits (after a wipe, few).
+  bool decoded = false;
+  auto key_ids = [&]() -> const std::vector<int32_t>& {
+    if (!decoded) *key = DecodeKey(encoded_key);
+    decoded = true;
+    return *key;
+  };
+  set->erase(
+      std::remove_if(set->begin(), set->end(),
+                     [&](Continuation& c) {
+                       if (keep_none ||
+                           std::make_pair(c.count, c.stamp) < threshold) {
+                         if (emit_deletes) {
+                           EmitDelete(mutations, key_ids(), c.tokens);
+                         }
+                         return true;
+                       }
+                       if (!options_.prune_halves_counts) return false;
+                       c.count /= 2;
+                       if (c.count == 0) {
+                         if (emit_deletes) {
+                           EmitDelete(mutations, key_ids(), c.tokens);
+                         }
+                         return true;
+                       }
+                       if (mutations != nullptr) {
+                         EmitSet(mutations, key_ids(), c.tokens, c.count);
+                       }
+                       return false;
+                     }),
+      set->end());
+  // Halving can tie counts that RanksBefore then orders by tokens.
+  if (!set->empty()) std::sort(set->begin(), set->end(), RanksBefore);
 }
 
 std::vector<NgramMatch> NgramPool::Lookup(absl::Span<const int32_t> context,

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -30,6 +31,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "draftsvc/storage/trie_mutation.h"
@@ -214,6 +216,20 @@ class NgramPool {
   // survivors iff `may_wipe` and halving. REQUIRES: mu_ held.
   void PruneLocked(std::vector<TrieMutation>* mutations, bool may_wipe)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The target-th best (count, stamp) in retention order; stamps are
+  // unique, so exactly `target` entries are at or above it.
+  // REQUIRES: 0 < target <= entries_; mu_ held.
+  std::pair<uint32_t, uint64_t> PruneThresholdLocked(int64_t target) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // PruneLocked's cut of one key's `set` (encoded key `encoded_key`): drops
+  // the entries below `threshold` (every one iff `keep_none`) and, when
+  // halving, halves the rest and drops those that reach 0; re-sorts the
+  // rest. Appends their deletes iff `emit_deletes` and the new counts iff
+  // `mutations` is not null. `key`: a buffer for the decoded key.
+  void PruneKey(absl::string_view encoded_key, ContinuationSet* set,
+                bool keep_none, std::pair<uint32_t, uint64_t> threshold,
+                bool emit_deletes, std::vector<TrieMutation>* mutations,
+                std::vector<int32_t>* key) const;
 
   const NgramPoolOptions options_;
 

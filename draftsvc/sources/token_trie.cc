@@ -291,36 +291,49 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
   const int64_t n = node_count();
   if (target < 0) target = 0;
   if (n <= target) return PruneStats{0, n};
+  const BfsOrder bfs = BreadthFirst();
+  NodeId kept = 0;
+  const std::vector<NodeId> rank =
+      RankSurvivors(bfs, target, mutations, &kept);
+  RebuildFrom(bfs, rank, halve, mutations);
+  return PruneStats{n - kept, kept};
+}
 
-  // Breadth-first order: depth ascending, so among equal counts an ancestor
-  // always precedes its descendants. Everything below is indexed by BFS
-  // position so the passes run sequentially; the children of position i
-  // are positions [first_child[i], first_child[i + 1]).
-  // `ordered` copies the nodes in BFS order: one random read per node, the
-  // later passes are sequential.
+std::vector<int32_t> TokenTrie::BfsOrder::PathTo(uint32_t pos) const {
+  std::vector<int32_t> path;
+  for (uint32_t u = pos; u != 0; u = parent[u]) path.push_back(nodes[u].token);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+// One random read per node; the later passes over the copy are sequential.
+TokenTrie::BfsOrder TokenTrie::BreadthFirst() const {
+  BfsOrder out;
   std::vector<NodeId> bfs;
-  std::vector<uint32_t> parent_pos;
-  std::vector<uint32_t> first_child;
-  std::vector<Node> ordered;
   bfs.reserve(size_);
-  parent_pos.reserve(size_);
-  first_child.reserve(size_ + 1);
-  ordered.reserve(size_);
+  out.parent.reserve(size_);
+  out.first_child.reserve(size_ + 1);
+  out.nodes.reserve(size_);
   bfs.push_back(kRoot);
-  parent_pos.push_back(kNoNode);
+  out.parent.push_back(kNoNode);
   for (uint32_t i = 0; i < bfs.size(); ++i) {
     const NodeId v = bfs[i];
-    ordered.push_back(node(v));
-    first_child.push_back(static_cast<uint32_t>(bfs.size()));
+    out.nodes.push_back(node(v));
+    out.first_child.push_back(static_cast<uint32_t>(bfs.size()));
     const uint32_t k = NumChildren(v);
     for (uint32_t j = 0; j < k; ++j) {
       bfs.push_back(ChildAt(v, j));
-      parent_pos.push_back(i);
+      out.parent.push_back(i);
     }
   }
-  first_child.push_back(static_cast<uint32_t>(bfs.size()));
-  std::vector<NodeId>().swap(bfs);
+  out.first_child.push_back(static_cast<uint32_t>(bfs.size()));
+  return out;
+}
 
+std::vector<TokenTrie::NodeId> TokenTrie::RankSurvivors(
+    const BfsOrder& bfs, int64_t target, std::vector<TrieMutation>* mutations,
+    NodeId* kept) {
+  const std::vector<Node>& ordered = bfs.nodes;
   // c_star: the (target + 1)-th largest count. Keep all above it, then
   // nodes equal to it in BFS order while room is left.
   uint32_t c_star = 0;
@@ -338,22 +351,12 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
   }
   int64_t ties_left = target - above;
 
-  std::vector<int32_t> path;
-  auto path_of = [&](uint32_t pos) {
-    path.clear();
-    for (uint32_t u = pos; u != 0; u = parent_pos[u]) {
-      path.push_back(ordered[u].token);
-    }
-    std::reverse(path.begin(), path.end());
-    return path;
-  };
-  // rank[i]: new id of BFS position i, or kNoNode if dropped.
   const size_t total = ordered.size();
   std::vector<NodeId> rank(total, kNoNode);
   rank[0] = kRoot;
   NodeId next = 1;
   for (size_t i = 1; i < total; ++i) {
-    if (rank[parent_pos[i]] == kNoNode) continue;  // Dropped with an ancestor.
+    if (rank[bfs.parent[i]] == kNoNode) continue;  // Dropped with an ancestor.
     bool keep = false;
     const uint32_t count = ordered[i].count;
     if (count > c_star) {
@@ -367,53 +370,36 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
     } else if (mutations != nullptr) {
       TrieMutation m;
       m.kind = TrieMutation::Kind::kDeleteSubtree;
-      m.path = path_of(static_cast<uint32_t>(i));
+      m.path = bfs.PathTo(static_cast<uint32_t>(i));
       mutations->push_back(std::move(m));
     }
   }
-  const NodeId kept = next - 1;
+  *kept = next - 1;
+  return rank;
+}
 
-  // Rebuild the arena in BFS order (new ids are BFS ranks) with fresh child
-  // blocks; survivors' child order is kept (halving preserves it).
+// Survivors' child order is kept (halving preserves it).
+void TokenTrie::RebuildFrom(const BfsOrder& bfs,
+                            const std::vector<NodeId>& rank, bool halve,
+                            std::vector<TrieMutation>* mutations) {
   Chunks new_chunks;
   uint32_t new_size = 0;
   std::vector<uint32_t> new_pool;
-  for (size_t i = 0; i < total; ++i) {
+  for (size_t i = 0; i < bfs.nodes.size(); ++i) {
     if (rank[i] == kNoNode) continue;
-    Node nv = ordered[i];
-    nv.parent = i == 0 ? kNoNode : rank[parent_pos[i]];
+    Node nv = bfs.nodes[i];
+    nv.parent = i == 0 ? kNoNode : rank[bfs.parent[i]];
     if (halve && i != 0 && nv.count >= 2) {
       nv.count = (nv.count + 1) / 2;
       if (mutations != nullptr) {
         TrieMutation m;
         m.kind = TrieMutation::Kind::kSetCount;
-        m.path = path_of(static_cast<uint32_t>(i));
+        m.path = bfs.PathTo(static_cast<uint32_t>(i));
         m.value = nv.count;
         mutations->push_back(std::move(m));
       }
     }
-    uint32_t num_kept = 0;
-    NodeId last_kept = kNoNode;
-    for (uint32_t c = first_child[i]; c < first_child[i + 1]; ++c) {
-      if (rank[c] != kNoNode) {
-        ++num_kept;
-        last_kept = rank[c];
-      }
-    }
-    if (num_kept == 0) {
-      nv.children = kNoNode;
-    } else if (num_kept == 1) {
-      nv.children = last_kept | kInlineBit;
-    } else {
-      const uint32_t off = static_cast<uint32_t>(new_pool.size());
-      new_pool.resize(new_pool.size() + (size_t{1} << SizeClass(num_kept)));
-      new_pool[off] = num_kept;
-      uint32_t w = off + 1;
-      for (uint32_t c = first_child[i]; c < first_child[i + 1]; ++c) {
-        if (rank[c] != kNoNode) new_pool[w++] = rank[c];
-      }
-      nv.children = off;
-    }
+    nv.children = KeptChildren(bfs, rank, i, &new_pool);
     Append(new_chunks, &new_size, nv);
   }
   new_pool.shrink_to_fit();
@@ -424,6 +410,35 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
   free_blocks_.fill(kNoNode);
   set_path_.clear();  // Node ids changed.
   set_nodes_.clear();
+  RebuildIndex();
+}
+
+uint32_t TokenTrie::KeptChildren(const BfsOrder& bfs,
+                                 const std::vector<NodeId>& rank, size_t i,
+                                 std::vector<uint32_t>* pool) {
+  const uint32_t begin = bfs.first_child[i];
+  const uint32_t end = bfs.first_child[i + 1];
+  uint32_t num_kept = 0;
+  NodeId last_kept = kNoNode;
+  for (uint32_t c = begin; c < end; ++c) {
+    if (rank[c] != kNoNode) {
+      ++num_kept;
+      last_kept = rank[c];
+    }
+  }
+  if (num_kept == 0) return kNoNode;
+  if (num_kept == 1) return last_kept | kInlineBit;
+  const uint32_t off = static_cast<uint32_t>(pool->size());
+  pool->resize(pool->size() + (size_t{1} << SizeClass(num_kept)));
+  (*pool)[off] = num_kept;
+  uint32_t w = off + 1;
+  for (uint32_t c = begin; c < end; ++c) {
+    if (rank[c] != kNoNode) (*pool)[w++] = rank[c];
+  }
+  return off;
+}
+
+void TokenTrie::RebuildIndex() {
   index_ = Index(0, KeyHash{&chunks_}, KeyEq{&chunks_});
   size_t indexed = 0;
   for (NodeId v = 1; v < size_; ++v) {
@@ -435,7 +450,6 @@ TokenTrie::PruneStats TokenTrie::Prune(int64_t target, bool halve,
     const NodeId p = node(v).parent;
     if (Indexed(p, NumChildren(p))) index_.insert(v);
   }
-  return PruneStats{n - kept, kept};
 }
 
 void TokenTrie::ForEach(

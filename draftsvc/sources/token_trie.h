@@ -141,6 +141,40 @@ class TokenTrie {
   // Appends a node to `chunks` (whose total size is `*size`).
   static NodeId Append(Chunks& chunks, uint32_t* size, const Node& n);
 
+  // Prune's view of the trie: the nodes copied in breadth-first order
+  // (depth ascending, so among equal counts an ancestor always precedes its
+  // descendants), indexed by BFS position so Prune's passes run
+  // sequentially. The children of position i are positions
+  // [first_child[i], first_child[i + 1]); parent[0] is kNoNode.
+  struct BfsOrder {
+    std::vector<Node> nodes;
+    std::vector<uint32_t> parent;
+    std::vector<uint32_t> first_child;
+    // The tokens from the root to position `pos`.
+    std::vector<int32_t> PathTo(uint32_t pos) const;
+  };
+  BfsOrder BreadthFirst() const;
+  // Prune's choice: rank[i] is the new id of BFS position i, or kNoNode if
+  // dropped. Keeps the `target` nodes of highest count (ties: BFS order)
+  // whose ancestors are kept; sets *kept to their number and appends a
+  // kDeleteSubtree per dropped subtree to `mutations` if not null.
+  // REQUIRES: 0 <= target < bfs.nodes.size() - 1.
+  static std::vector<NodeId> RankSurvivors(
+      const BfsOrder& bfs, int64_t target,
+      std::vector<TrieMutation>* mutations, NodeId* kept);
+  // Replaces the arena by the ranked nodes of `bfs` (new ids are BFS ranks)
+  // with fresh child blocks, halving counts >= 2 if `halve` (a kSetCount
+  // each to `mutations` if not null), and rebuilds the index.
+  void RebuildFrom(const BfsOrder& bfs, const std::vector<NodeId>& rank,
+                   bool halve, std::vector<TrieMutation>* mutations);
+  // The `children` word of BFS position i after the rebuild: its kept
+  // children (in their order) inline or in a block appended to `pool`.
+  static uint32_t KeptChildren(const BfsOrder& bfs,
+                               const std::vector<NodeId>& rank, size_t i,
+                               std::vector<uint32_t>* pool);
+  // Rebuilds index_ from the arena.
+  void RebuildIndex();
+
   NodeId AddChild(NodeId parent, int32_t token, uint32_t count);
   // Moves `node` within its parent's child array to its count-sorted place.
   void Reposition(NodeId node);

@@ -38,8 +38,10 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -262,9 +264,23 @@ class TrieStore : public MutationSink {
 
   TrieStore(std::string path, TrieStoreOptions options);
 
+  // ---- Opening (trie_store.cc) ----
   // Open's work after the options are checked: WAL analysis on a read-only
   // open, then the read-write open (or a degraded read-only start).
   absl::Status OpenAtStart();
+  // OpenAtStart's first step: opens the database read-only (*ro: RocksDB's
+  // status) with the round filter of `ignore`, reports what WAL recovery
+  // dropped against `marker` and sets next_round_. Non-OK iff Open must
+  // fail (corrupt, or a loss or an unchecked WAL under kStrict).
+  absl::Status RecoverReadOnly(const std::optional<AckMarker>& marker,
+                               uint64_t ignore, rocksdb::Status* ro);
+  // After the read-write open failed with `rw`: Open's error, or (an I/O
+  // error while the database is `readable`) a degraded read-only start.
+  absl::Status StartReadOnly(const rocksdb::Status& rw, bool readable,
+                             uint64_t ignore);
+  // After the read-write open worked: the LOG, the format record and the
+  // ACK marker.
+  absl::Status StartWritable();
   // Opens the database into *db read-write (read_only=false) or read-only
   // with the round filter `filter` (which is filled). Returns RocksDB's
   // status. Takes no lock. REQUIRES: no other instance of this store's
@@ -280,9 +296,26 @@ class TrieStore : public MutationSink {
   // an older (readable) version, which the record's rewrite upgrades.
   absl::StatusOr<bool> LoadFormat();
 
+  // ---- The writer thread (trie_store_writer.cc) ----
   void WriterLoop();
   // Writes one round; runs the callbacks. Called only by the writer thread.
   void WriteRound(std::deque<Pending> round);
+  // WriteRound's group commit of the round's accepted batches. Returns
+  // whether they are written (if not, the store is degraded now).
+  bool WriteRoundBatch(const std::deque<Pending>& round);
+  // Appends the round's accepted batches to *wb (adds to one key summed,
+  // pool rows last); *new_namespaces gets the namespaces whose metadata key
+  // it writes.
+  void AppendRound(const std::deque<Pending>& round, rocksdb::WriteBatch* wb,
+                   std::vector<std::string>* new_namespaces) const;
+  // Keeps the round's accepted batches in the backlog for the recovery, or
+  // counts them lost if the backlog overflows (now or before).
+  void KeepForRecovery(const std::deque<Pending>& round)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Syncs the WAL if the round holds a Flush, then runs every callback of
+  // the round (`written`: its batches are written).
+  void AcknowledgeRound(std::deque<Pending>& round, bool has_flush,
+                        bool written) ABSL_LOCKS_EXCLUDED(mu_);
   // Syncs the WAL if anything was written since the last sync.
   absl::Status SyncWalIfDirty();
   // Writes `wb` (prefixed with the next round's tag by the caller) and, iff
@@ -298,6 +331,10 @@ class TrieStore : public MutationSink {
   // Sets the marker's sequence number and current WAL file and size from
   // the open database (the position a later open compares with).
   void MarkWalPosition() ABSL_LOCKS_EXCLUDED(db_mu_);
+  // Whether RocksDB reported a background error since the last call.
+  absl::Status TakeBackgroundError();
+
+  // ---- The degraded state (trie_store_degraded.cc) ----
   // Enters (or stays in) the degraded state because of `error`; schedules
   // the next resume attempt (backing off if already degraded).
   void EnterDegraded(const absl::Status& error);
@@ -306,9 +343,19 @@ class TrieStore : public MutationSink {
   absl::Status ProbeWritable();
   // While degraded: probes, reopens read-write and re-writes the backlog.
   void TryResume();
+  // Counts a resume attempt; false (and the next attempt put off) once the
+  // backlog overflowed, as only a restart can resume then.
+  bool BeginResumeAttempt() ABSL_LOCKS_EXCLUDED(mu_);
+  // Closes the database and opens it read-write (read-only if that fails,
+  // so the data stays readable), with no lock held meanwhile. Returns the
+  // read-write open's status.
+  rocksdb::Status ReopenDb() ABSL_LOCKS_EXCLUDED(db_mu_);
+  // After a reopen: moves the ACK marker on and writes the backlog. Returns
+  // false iff the store is degraded again.
+  bool RepersistBacklog();
+  // Back to healthy: drops the backlog, resets the backoff, notifies.
+  void LeaveDegraded() ABSL_LOCKS_EXCLUDED(mu_);
   void NotifyHealth();
-  // Whether RocksDB reported a background error since the last call.
-  absl::Status TakeBackgroundError();
 
   // Constant after construction.
   const std::string path_;

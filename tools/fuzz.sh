@@ -72,6 +72,7 @@ echo "fuzz: GGUF OK, no crash in ${SECONDS_TO_RUN}s"
 readonly OWORK="$WORK/openai"
 mkdir -p "$OWORK/corpus" "$OWORK/seeds" "$OWORK/artifacts"
 OPENAI_LIBS_TEXT="$(pkg-config --libs absl_status absl_statusor absl_strings \
+  absl_raw_hash_set absl_hash \
   absl_str_format absl_cord absl_random_random)"
 read -r -a OPENAI_LIBS <<<"$OPENAI_LIBS_TEXT"
 echo "fuzz: building the OpenAI mapping target with $CXX"
@@ -79,7 +80,9 @@ echo "fuzz: building the OpenAI mapping target with $CXX"
   -fno-sanitize-recover=undefined \
   verifysvc/api/fuzz/openai_fuzz.cc verifysvc/api/openai_api.cc \
   verifysvc/serving/field_error.cc engine/model/draft_tree.cc \
-  "${OPENAI_LIBS[@]}" -o "$OWORK/openai_fuzz"
+  engine/text/tokenizer.cc engine/text/pre_tokenizer.cc \
+  engine/text/chat_template.cc engine/text/text_stream.cc "${SRCS[@]}" \
+  "${OPENAI_LIBS[@]}" -lre2 -o "$OWORK/openai_fuzz"
 # Seeds: the first byte picks the endpoint (even: chat, odd: completions).
 seed() { printf '%s%s' "$2" "$3" >"$OWORK/seeds/$1"; }
 seed chat 0 '{"model":"model","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":8,"temperature":0.7,"top_p":0.9,"seed":3,"stop":["a","b"],"n":1,"logprobs":false,"user":"u","stream":true,"stream_options":{"include_usage":true},"lookahead":{"sources":["trie","ngram","assistant"],"decoding_length":8,"branch_length":4,"mode":"parallel","namespace":"ns","lookahead_window":2}}'

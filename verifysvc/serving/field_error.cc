@@ -2,6 +2,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "engine/model/token_logprobs.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -26,6 +27,13 @@ absl::Status OutOfRange(absl::string_view field, absl::string_view range,
   return FieldError(
       field, absl::StrCat(" must be ", range, note.empty() ? "" : " (", note,
                           note.empty() ? "" : ")", "; got ", got));
+}
+
+absl::Status CheckLogprobs(int64_t value, absl::string_view field) {
+  if (value >= 0 && value <= engine::kMaxTopLogprobs) return absl::OkStatus();
+  return OutOfRange(
+      field, absl::StrCat("in [0, ", engine::kMaxTopLogprobs, "]"),
+      "alternatives per token; unset = no logprobs", absl::StrCat(value));
 }
 
 }  // namespace lookahead::verifysvc

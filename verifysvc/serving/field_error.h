@@ -9,6 +9,7 @@
 #ifndef LOOKAHEAD_VERIFYSVC_SERVING_FIELD_ERROR_H_
 #define LOOKAHEAD_VERIFYSVC_SERVING_FIELD_ERROR_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -31,6 +32,12 @@ std::string ErrorField(const absl::Status& status);
 // parenthesis); `got` is the value as the client sent it.
 absl::Status OutOfRange(absl::string_view field, absl::string_view range,
                         absl::string_view note, absl::string_view got);
+
+// OK iff `value` is within [0, engine::kMaxTopLogprobs] (alternatives per
+// output token); else OutOfRange naming `field` ("logprobs" in the gRPC
+// request; the OpenAI front passes its own name), the one wording of this
+// limit.
+absl::Status CheckLogprobs(int64_t value, absl::string_view field);
 
 }  // namespace lookahead::verifysvc
 

@@ -403,13 +403,6 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(
       "no prompt: set one of text, chat or tokens");
 }
 
-absl::Status CheckLogprobs(int64_t value, absl::string_view field) {
-  if (value >= 0 && value <= engine::kMaxTopLogprobs) return absl::OkStatus();
-  return OutOfRange(
-      field, absl::StrCat("in [0, ", engine::kMaxTopLogprobs, "]"),
-      "alternatives per token; unset = no logprobs", absl::StrCat(value));
-}
-
 absl::StatusOr<GenerationRequest> BuildRequest(
     const RawRequest& raw, const engine::Tokenizer& tokenizer,
     const RequestLimits& limits) {

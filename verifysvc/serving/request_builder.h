@@ -158,11 +158,6 @@ absl::Status CheckTokenizeBytes(const RawPrompt& input,
 absl::Status CheckStopStrings(absl::Span<const std::string> stop,
                               const RequestLimits& limits);
 
-// OK iff `value` is within [0, engine::kMaxTopLogprobs] (alternatives per
-// output token); else OutOfRange naming `field` ("logprobs" in the gRPC
-// request; the OpenAI front passes its own name), the one wording of this
-// limit.
-absl::Status CheckLogprobs(int64_t value, absl::string_view field);
 
 // Checks what costs nothing first (stop strings, sampling, drafts, the
 // prompt's bytes), then tokenizes the prompt and checks its tokens and

@@ -70,7 +70,7 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
                                          c.draft_client, c.draft_sessions));
   std::vector<DraftSource*> sources;
   if (trie_source != nullptr) sources.push_back(trie_source.get());
-  DraftMixer mixer(sources, probe.vocab_size);
+  DraftFanout fanout(sources, probe.vocab_size);
 
   // Metrics, labelled with the model's name.
   metrics::Registry registry;
@@ -87,7 +87,7 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
   ASSIGN_OR_RETURN(auto prefix_cache, AttachPrefixCache(*model, &c));
 
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
-                   Scheduler::Create(model.get(), tokenizer.get(), &mixer,
+                   Scheduler::Create(model.get(), tokenizer.get(), &fanout,
                                      std::move(cost), c.scheduler));
   GenerationServiceImpl service(
       tokenizer.get(), scheduler.get(), c.limits,

@@ -199,7 +199,7 @@ void RetrieveBenchmark(benchmark::State& state, BuiltIndex* built,
     const std::string& id =
         built->query_sessions[q++ % built->query_sessions.size()];
     const auto start = Clock::now();
-    absl::StatusOr<TrieDraft> tree = built->index->Retrieve(
+    absl::StatusOr<MixedDraft> tree = built->index->Retrieve(
         id, decoding_length, 0, DraftMode::kHierarchical);
     latencies.push_back(SecondsSince(start) * 1e6);
     if (!tree.ok()) {

@@ -384,8 +384,8 @@ std::vector<NamespaceStats> DraftIndex::Stats(
       s.ngram_keys = pool.keys;
       s.ngram_prunes = pool.prunes;
     }
-    for (int i = 0; i < kNumDraftSources; ++i) {
-      const DraftSource source = static_cast<DraftSource>(i);
+    for (int i = 0; i < kNumCandidateSources; ++i) {
+      const CandidateSource source = static_cast<CandidateSource>(i);
       const SourceTotals totals = space->calibration.totals(source);
       s.sources.push_back({source, totals.proposed, totals.judged,
                            totals.accepted,

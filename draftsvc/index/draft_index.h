@@ -98,7 +98,7 @@ struct IndexOptions {
   absl::Duration session_lease = absl::Minutes(5);
 
   // ---- N-gram pools (issue 15) ----
-  // Whether namespaces keep n-gram pools (DraftSource::kNgram). false:
+  // Whether namespaces keep n-gram pools (CandidateSource::kNgram). false:
   // predictions and n-grams are validated and dropped, kNgram is never
   // proposed.
   bool ngram_enabled = true;
@@ -151,12 +151,12 @@ struct RetrieveRequest {
   // 1..max_branch_length.
   int32_t branch_length = 0;
   DraftMode mode = DraftMode::kHierarchical;
-  // SourceBit set of the sources to draft from. kPrompt or kOutput: both
-  // tries. kNgram: the namespace's and the session's pools (ignored when
+  // CandidateSourceBit set of the sources to draft from. kPrompt or kOutput:
+  // both tries. kNgram: the namespace's and the session's pools (ignored when
   // ngram_enabled is false). kAssistant: only through `extra`.
-  uint32_t sources = SourceBit(DraftSource::kPrompt) |
-                     SourceBit(DraftSource::kOutput) |
-                     SourceBit(DraftSource::kNgram);
+  uint32_t sources = CandidateSourceBit(CandidateSource::kPrompt) |
+                     CandidateSourceBit(CandidateSource::kOutput) |
+                     CandidateSourceBit(CandidateSource::kNgram);
   // Candidates from sources outside the index (the assistant model), mixed
   // in like the index's own.
   std::vector<CandidateTree> extra;
@@ -164,7 +164,7 @@ struct RetrieveRequest {
 
 // What one source has done in a namespace.
 struct SourceStatsRow {
-  DraftSource source = DraftSource::kOutput;
+  CandidateSource source = CandidateSource::kOutput;
   // Draft nodes sent (a node counts for each source of its set).
   int64_t proposed = 0;
   // Of those, judged by the next Append (parent accepted or a root child,
@@ -201,7 +201,7 @@ struct NamespaceStats {
   int64_t ngram_entries = 0;
   int64_t ngram_keys = 0;
   int64_t ngram_prunes = 0;
-  // Every DraftSource, in enum order.
+  // Every CandidateSource, in enum order.
   std::vector<SourceStatsRow> sources;
 };
 
@@ -320,17 +320,17 @@ class DraftIndex {
   // disk. Errors: NOT_FOUND; INVALID_ARGUMENT naming the limit.
   // The tries alone, scores are counts (x prompt_boost): the Ant baseline
   // (benchmarks, ablations). Remembers nothing for calibration.
-  absl::StatusOr<TrieDraft> Retrieve(absl::string_view session_id,
-                                     int32_t decoding_length,
-                                     int32_t branch_length, DraftMode mode);
+  absl::StatusOr<MixedDraft> Retrieve(absl::string_view session_id,
+                                      int32_t decoding_length,
+                                      int32_t branch_length, DraftMode mode);
   // The mixed tree (draft_mix.h) of the requested sources: each proposes up
   // to decoding_length candidates (the tries by BuildTrieDraft, prompt and
   // output separately; the pools by NgramCandidates from the context
   // suffix), MixDrafts keeps the best decoding_length by calibrated
   // probability (score = that probability). The session remembers the tree
   // for the next Append's calibration. Errors as above.
-  absl::StatusOr<TrieDraft> Retrieve(absl::string_view session_id,
-                                     const RetrieveRequest& request);
+  absl::StatusOr<MixedDraft> Retrieve(absl::string_view session_id,
+                                      const RetrieveRequest& request);
 
   // Closes the session: inserts its trailing output windows shorter than
   // branch_length + 1 (length >= 2; as Ant's final stream_put does) and

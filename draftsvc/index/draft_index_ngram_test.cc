@@ -19,9 +19,9 @@ namespace {
 
 using Path = std::vector<int32_t>;
 constexpr int32_t kVocab = 1000;
-constexpr uint32_t kNgramOnly = SourceBit(DraftSource::kNgram);
-constexpr uint32_t kTriesOnly =
-    SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+constexpr uint32_t kNgramOnly = CandidateSourceBit(CandidateSource::kNgram);
+constexpr uint32_t kTriesOnly = CandidateSourceBit(CandidateSource::kPrompt) |
+                                CandidateSourceBit(CandidateSource::kOutput);
 
 // Records every batch; acknowledges at once or holds the callbacks.
 class RecordingSink : public MutationSink {
@@ -95,7 +95,7 @@ RetrieveRequest Request(int32_t budget, uint32_t sources,
 }
 
 // The tree's token paths (root child first), e.g. {{20}, {20, 21}}.
-std::set<Path> Paths(const TrieDraft& tree) {
+std::set<Path> Paths(const MixedDraft& tree) {
   std::set<Path> out;
   for (size_t i = 0; i < tree.nodes.size(); ++i) {
     Path p;
@@ -108,7 +108,7 @@ std::set<Path> Paths(const TrieDraft& tree) {
   return out;
 }
 
-void ExpectValid(const TrieDraft& tree, int32_t budget, int32_t depth) {
+void ExpectValid(const MixedDraft& tree, int32_t budget, int32_t depth) {
   EXPECT_LE(tree.nodes.size(), static_cast<size_t>(budget));
   for (size_t i = 0; i < tree.nodes.size(); ++i) {
     const DraftNode& n = tree.nodes[i];
@@ -117,7 +117,7 @@ void ExpectValid(const TrieDraft& tree, int32_t budget, int32_t depth) {
     EXPECT_LE(n.depth, depth);
     EXPECT_GT(n.score, 0.0f);
     EXPECT_LE(n.score, 1.0f);
-    EXPECT_NE(n.source_set & SourceBit(n.source), 0u);
+    EXPECT_NE(n.source_set & CandidateSourceBit(n.source), 0u);
   }
 }
 
@@ -152,7 +152,7 @@ TEST(DraftIndexNgramTest, RecycledPredictionsBecomeDraftsInTheNamespace) {
   // chaining the 1-token continuations, and 30 as the runner-up.
   ASSERT_TRUE(index.OpenSession("b", "ns", kVocab, {5, 6}, 0).ok());
   ASSERT_TRUE(index.Append("b", Path{13, 14}, nullptr).ok());
-  absl::StatusOr<TrieDraft> tree = index.Retrieve("b", Request(8, kNgramOnly));
+  absl::StatusOr<MixedDraft> tree = index.Retrieve("b", Request(8, kNgramOnly));
   ASSERT_TRUE(tree.ok()) << tree.status();
   ExpectValid(*tree, 8, 8);
   const std::set<Path> paths = Paths(*tree);
@@ -161,8 +161,9 @@ TEST(DraftIndexNgramTest, RecycledPredictionsBecomeDraftsInTheNamespace) {
   EXPECT_TRUE(paths.count({30}));
   ASSERT_FALSE(tree->nodes.empty());
   EXPECT_EQ(tree->nodes[0].token, 20);  // Best-ranked prediction first.
-  EXPECT_EQ(tree->nodes[0].source, DraftSource::kNgram);
-  EXPECT_EQ(tree->nodes[0].source_set, SourceBit(DraftSource::kNgram));
+  EXPECT_EQ(tree->nodes[0].source, CandidateSource::kNgram);
+  EXPECT_EQ(tree->nodes[0].source_set,
+            CandidateSourceBit(CandidateSource::kNgram));
 
   // Another namespace never sees them.
   ASSERT_TRUE(index.OpenSession("c", "other", kVocab, {13, 14}, 0).ok());
@@ -186,7 +187,7 @@ TEST(DraftIndexNgramTest, PromptDerivedPredictionsStayInTheirSession) {
   EXPECT_EQ(index.Stats("ns")[0].ngram_entries, 0);
   EXPECT_TRUE(sink.pool_rows().empty());
   // The session itself drafts from them.
-  absl::StatusOr<TrieDraft> tree = index.Retrieve("a", Request(4, kNgramOnly));
+  absl::StatusOr<MixedDraft> tree = index.Retrieve("a", Request(4, kNgramOnly));
   ASSERT_TRUE(tree.ok());
   EXPECT_TRUE(Paths(*tree).count({5}));
   // Another session with the same context sees nothing.
@@ -241,7 +242,7 @@ TEST(DraftIndexNgramTest, JacobiNgramsAreSharedWithinTheNamespaceOnly) {
   EXPECT_EQ(index.Stats("ns")[0].ngram_entries, 3);
   EXPECT_EQ(sink.pool_rows().size(), 3u);
   ASSERT_TRUE(index.OpenSession("b", "ns", kVocab, {5, 70}, 0).ok());
-  absl::StatusOr<TrieDraft> tree = index.Retrieve("b", Request(8, kNgramOnly));
+  absl::StatusOr<MixedDraft> tree = index.Retrieve("b", Request(8, kNgramOnly));
   ASSERT_TRUE(tree.ok());
   EXPECT_TRUE(Paths(*tree).count({71, 72, 73}));
   ASSERT_TRUE(index.OpenSession("c", "other", kVocab, {5, 70}, 0).ok());
@@ -371,26 +372,27 @@ TEST(DraftIndexNgramTest, OnePathFromTwoSourcesIsOneNodeWithBothBits) {
   input.ngrams.push_back(ngram);
   ASSERT_TRUE(index.Append("a", input, nullptr).ok());
   ASSERT_TRUE(index.OpenSession("b", "", kVocab, {900, 100}, 2).ok());
-  absl::StatusOr<TrieDraft> tree =
+  absl::StatusOr<MixedDraft> tree =
       index.Retrieve("b", Request(8, kTriesOnly | kNgramOnly));
   ASSERT_TRUE(tree.ok());
   ExpectValid(*tree, 8, 2);
   ASSERT_EQ(tree->nodes.size(), 2u);
-  const uint32_t both =
-      SourceBit(DraftSource::kOutput) | SourceBit(DraftSource::kNgram);
+  const uint32_t both = CandidateSourceBit(CandidateSource::kOutput) |
+                        CandidateSourceBit(CandidateSource::kNgram);
   EXPECT_EQ(tree->nodes[0].token, 101);
   EXPECT_EQ(tree->nodes[0].source_set, both);
-  EXPECT_EQ(tree->nodes[0].source, DraftSource::kOutput);
+  EXPECT_EQ(tree->nodes[0].source, CandidateSource::kOutput);
   EXPECT_EQ(tree->nodes[1].token, 102);
   EXPECT_EQ(tree->nodes[1].source_set, both);
   // Merged: more likely than either source alone.
   const CalibrationTable prior = CalibrationTable::Prior();
-  EXPECT_GT(tree->nodes[0].score, prior.rate(DraftSource::kOutput, 1, 0));
+  EXPECT_GT(tree->nodes[0].score, prior.rate(CandidateSource::kOutput, 1, 0));
   // The tries alone: output bit only.
   tree = index.Retrieve("b", Request(8, kTriesOnly));
   ASSERT_TRUE(tree.ok());
   ASSERT_FALSE(tree->nodes.empty());
-  EXPECT_EQ(tree->nodes[0].source_set, SourceBit(DraftSource::kOutput));
+  EXPECT_EQ(tree->nodes[0].source_set,
+            CandidateSourceBit(CandidateSource::kOutput));
 }
 
 TEST(DraftIndexNgramTest, ExtraCandidatesAreMixedAndCalibrated) {
@@ -401,21 +403,22 @@ TEST(DraftIndexNgramTest, ExtraCandidatesAreMixedAndCalibrated) {
   const std::vector<float> probs = {0.9f, 0.8f};
   RetrieveRequest request = Request(8, kTriesOnly);
   request.extra.push_back(
-      RankedCandidates(DraftSource::kAssistant, tokens, parents, probs));
-  absl::StatusOr<TrieDraft> tree = index.Retrieve("a", request);
+      RankedCandidates(CandidateSource::kAssistant, tokens, parents, probs));
+  absl::StatusOr<MixedDraft> tree = index.Retrieve("a", request);
   ASSERT_TRUE(tree.ok());
   ExpectValid(*tree, 8, 4);
   ASSERT_FALSE(tree->nodes.empty());
   EXPECT_EQ(tree->nodes[0].token, 3);
-  EXPECT_EQ(tree->nodes[0].source_set, SourceBit(DraftSource::kPrompt) |
-                                           SourceBit(DraftSource::kAssistant));
+  EXPECT_EQ(tree->nodes[0].source_set,
+            CandidateSourceBit(CandidateSource::kPrompt) |
+                CandidateSourceBit(CandidateSource::kAssistant));
   EXPECT_TRUE(Paths(*tree).count({3, 4}));
   // The verifier accepts 3 4: the assistant's nodes count as accepted.
   ASSERT_TRUE(index.Append("a", Path{3, 4, 9}, nullptr).ok());
   const std::vector<NamespaceStats> stats = index.Stats("default");
   const SourceStatsRow& assistant =
-      stats[0].sources[static_cast<int>(DraftSource::kAssistant)];
-  EXPECT_EQ(assistant.source, DraftSource::kAssistant);
+      stats[0].sources[static_cast<int>(CandidateSource::kAssistant)];
+  EXPECT_EQ(assistant.source, CandidateSource::kAssistant);
   EXPECT_EQ(assistant.proposed, 2);
   EXPECT_EQ(assistant.judged, 2);
   EXPECT_EQ(assistant.accepted, 2);
@@ -442,7 +445,7 @@ TEST(DraftIndexNgramTest, BudgetDepthAndModeAreRespected) {
       for (DraftMode mode : {DraftMode::kHierarchical, DraftMode::kParallel}) {
         RetrieveRequest r = Request(budget, kTriesOnly | kNgramOnly, depth);
         r.mode = mode;
-        absl::StatusOr<TrieDraft> tree = index.Retrieve("a", r);
+        absl::StatusOr<MixedDraft> tree = index.Retrieve("a", r);
         ASSERT_TRUE(tree.ok());
         ExpectValid(*tree, budget, depth);
         EXPECT_FALSE(tree->nodes.empty());
@@ -466,12 +469,12 @@ TEST(DraftIndexNgramTest, CalibrationFollowsWhatTheVerifierAccepts) {
   auto output_rate = [&] {
     const std::vector<NamespaceStats> stats = index.Stats("default");
     for (const SourceStatsRow& row : stats[0].sources) {
-      if (row.source == DraftSource::kOutput) return row;
+      if (row.source == CandidateSource::kOutput) return row;
     }
     return SourceStatsRow();
   };
   const float prior =
-      CalibrationTable::Prior().rate(DraftSource::kOutput, 1, 0);
+      CalibrationTable::Prior().rate(CandidateSource::kOutput, 1, 0);
   EXPECT_FLOAT_EQ(output_rate().depth_acceptance[0], prior);
   // Context "... 1": the output trie drafts 2 3; the verifier accepts it.
   for (int i = 0; i < 40; ++i) {
@@ -512,7 +515,8 @@ TEST(DraftIndexNgramTest, ScoresLearnWhichMatchLengthsHold) {
           .ok());
   auto first_score = [&](const Path& context_tail) {
     EXPECT_TRUE(index.Append("m", context_tail, nullptr).ok());
-    absl::StatusOr<TrieDraft> tree = index.Retrieve("m", Request(4, kTriesOnly));
+    absl::StatusOr<MixedDraft> tree =
+        index.Retrieve("m", Request(4, kTriesOnly));
     EXPECT_TRUE(tree.ok() && !tree->nodes.empty());
     return tree.ok() && !tree->nodes.empty() ? tree->nodes[0].score : -1.0f;
   };
@@ -535,10 +539,10 @@ TEST(DraftIndexNgramTest, OnlyNodesTheVerifierVerifiedAreJudged) {
   ASSERT_TRUE(index.Append("w", Path{1, 2, 3, 1, 4, 5, 1}, nullptr).ok());
   auto output = [&] {
     const std::vector<NamespaceStats> stats = index.Stats("default");
-    return stats[0].sources[static_cast<int>(DraftSource::kOutput)];
+    return stats[0].sources[static_cast<int>(CandidateSource::kOutput)];
   };
   // The draft after "1": 2 and 4 (depth 1), 3 and 5 (depth 2).
-  absl::StatusOr<TrieDraft> tree = index.Retrieve("w", Request(4, kTriesOnly));
+  absl::StatusOr<MixedDraft> tree = index.Retrieve("w", Request(4, kTriesOnly));
   ASSERT_TRUE(tree.ok());
   ASSERT_EQ(tree->nodes.size(), 4u);
   // The verifier verified only node 2 (its PredictionTree below the same
@@ -592,7 +596,7 @@ TEST(DraftIndexNgramTest, PoolMutationsFollowTheTrieAndAreAwaited) {
   fresh.FinishRestore();
   EXPECT_EQ(fresh.Stats("default")[0].ngram_entries, 2);
   ASSERT_TRUE(fresh.OpenSession("b", "", kVocab, {5}, 2).ok());
-  absl::StatusOr<TrieDraft> tree = fresh.Retrieve("b", Request(4, kNgramOnly));
+  absl::StatusOr<MixedDraft> tree = fresh.Retrieve("b", Request(4, kNgramOnly));
   ASSERT_TRUE(tree.ok());
   EXPECT_TRUE(Paths(*tree).count({6, 7}));
   // Unknown namespace / bad ids.
@@ -618,7 +622,7 @@ TEST(DraftIndexNgramTest, ConcurrentStepsSmoke) {
       const std::string id = absl::StrCat("s", t);
       ASSERT_TRUE(index.OpenSession(id, "ns", kVocab, {1, 2, 3}, 4).ok());
       for (int i = 0; i < kSteps; ++i) {
-        absl::StatusOr<TrieDraft> tree =
+        absl::StatusOr<MixedDraft> tree =
             index.Retrieve(id, Request(16, kTriesOnly | kNgramOnly));
         ASSERT_TRUE(tree.ok()) << tree.status();
         ExpectValid(*tree, 16, 4);
@@ -662,7 +666,7 @@ TEST(DraftIndexNgramTest, DisabledPoolsDropPredictionsButStillValidate) {
   input.ngrams.push_back(bad);
   EXPECT_EQ(index.Append("a", input, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<TrieDraft> tree = index.Retrieve("a", Request(4, kNgramOnly));
+  absl::StatusOr<MixedDraft> tree = index.Retrieve("a", Request(4, kNgramOnly));
   ASSERT_TRUE(tree.ok());
   EXPECT_TRUE(tree->nodes.empty());
 }

@@ -42,15 +42,15 @@ absl::StatusOr<std::shared_ptr<DraftIndex::Session>> DraftIndex::SessionContext(
   return session;
 }
 
-absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
-                                               int32_t decoding_length,
-                                               int32_t branch_length,
-                                               DraftMode mode) {
+absl::StatusOr<MixedDraft> DraftIndex::Retrieve(absl::string_view session_id,
+                                                int32_t decoding_length,
+                                                int32_t branch_length,
+                                                DraftMode mode) {
   RETURN_IF_ERROR(CheckRetrieveLimits(decoding_length, branch_length));
   absl::InlinedVector<int32_t, 32> context;
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
                    SessionContext(session_id, &context));
-  if (mode == DraftMode::kOff || decoding_length == 0) return TrieDraft{};
+  if (mode == DraftMode::kOff || decoding_length == 0) return MixedDraft{};
   DraftRequest request;
   request.context = context;
   request.max_match_length = session->branch_length;
@@ -60,21 +60,22 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
   request.mode = mode;
   absl::ReaderMutexLock lock(&session->ns->mu);
   const TrieSource sources[2] = {
-      {session->prompt_trie.get(), DraftSource::kPrompt, options_.prompt_boost},
-      {&session->ns->trie, DraftSource::kOutput, 1.0f},
+      {session->prompt_trie.get(), CandidateSource::kPrompt,
+       options_.prompt_boost},
+      {&session->ns->trie, CandidateSource::kOutput, 1.0f},
   };
   return BuildTrieDraft(sources, request);
 }
 
-absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
-                                               const RetrieveRequest& request) {
+absl::StatusOr<MixedDraft> DraftIndex::Retrieve(
+    absl::string_view session_id, const RetrieveRequest& request) {
   RETURN_IF_ERROR(
       CheckRetrieveLimits(request.decoding_length, request.branch_length));
   absl::InlinedVector<int32_t, 32> context;
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
                    SessionContext(session_id, &context));
   if (request.mode == DraftMode::kOff || request.decoding_length == 0) {
-    return TrieDraft{};
+    return MixedDraft{};
   }
   Namespace* const ns = session->ns;
   const int32_t branch_length = request.branch_length == 0
@@ -82,8 +83,8 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
                                     : request.branch_length;
   const CalibrationTable rates = ns->calibration.Snapshot();
   std::vector<CandidateTree> candidates;
-  constexpr uint32_t kTries =
-      SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+  constexpr uint32_t kTries = CandidateSourceBit(CandidateSource::kPrompt) |
+                              CandidateSourceBit(CandidateSource::kOutput);
   if ((request.sources & kTries) != 0) {
     // Each trie proposes a full budget on its own, so that its sibling
     // ranks are its own and the mixer weighs the two by calibration.
@@ -92,16 +93,16 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
     trie_request.max_match_length = session->branch_length;
     trie_request.decoding_length = request.decoding_length;
     trie_request.branch_length = branch_length;
-    const TrieSource prompt = {session->prompt_trie.get(), DraftSource::kPrompt,
-                               1.0f};
+    const TrieSource prompt = {session->prompt_trie.get(),
+                               CandidateSource::kPrompt, 1.0f};
     candidates.push_back(TrieCandidates(
-        BuildTrieDraft({&prompt, 1}, trie_request), DraftSource::kPrompt));
+        BuildTrieDraft({&prompt, 1}, trie_request), CandidateSource::kPrompt));
     absl::ReaderMutexLock lock(&ns->mu);
-    const TrieSource output = {&ns->trie, DraftSource::kOutput, 1.0f};
+    const TrieSource output = {&ns->trie, CandidateSource::kOutput, 1.0f};
     candidates.push_back(TrieCandidates(
-        BuildTrieDraft({&output, 1}, trie_request), DraftSource::kOutput));
+        BuildTrieDraft({&output, 1}, trie_request), CandidateSource::kOutput));
   }
-  if ((request.sources & SourceBit(DraftSource::kNgram)) != 0 &&
+  if ((request.sources & CandidateSourceBit(CandidateSource::kNgram)) != 0 &&
       ns->pool != nullptr) {
     // The session's own pool first: it is the more specific evidence.
     const NgramPool* pools[] = {session->pool.get(), ns->pool.get()};
@@ -114,10 +115,10 @@ absl::StatusOr<TrieDraft> DraftIndex::Retrieve(absl::string_view session_id,
   mix.decoding_length = request.decoding_length;
   mix.branch_length = branch_length;
   mix.mode = request.mode;
-  TrieDraft draft = MixDrafts(candidates, rates, mix);
-  std::array<int64_t, kNumDraftSources> proposed{};
+  MixedDraft draft = MixDrafts(candidates, rates, mix);
+  std::array<int64_t, kNumCandidateSources> proposed{};
   for (const DraftNode& node : draft.nodes) {
-    for (int s = 0; s < kNumDraftSources; ++s) {
+    for (int s = 0; s < kNumCandidateSources; ++s) {
       proposed[s] += node.source_set >> s & 1;
     }
   }

@@ -123,12 +123,12 @@ std::vector<SourceCalibration::Observation> Judge(
     const size_t at = static_cast<size_t>(node.depth) - 1;
     const bool hit = at < accepted.size() && accepted[at] == node.token;
     on_path[i] = hit;
-    const uint32_t set =
-        node.source_set != 0 ? node.source_set : SourceBit(node.source);
-    for (int s = 0; s < kNumDraftSources; ++s) {
+    const uint32_t set = node.source_set != 0 ? node.source_set
+                                              : CandidateSourceBit(node.source);
+    for (int s = 0; s < kNumCandidateSources; ++s) {
       if ((set >> s & 1) == 0) continue;
       const int32_t rank = node.ranks[s] == kNoRank ? 0 : node.ranks[s];
-      out.push_back({static_cast<DraftSource>(s), node.depth, rank, hit,
+      out.push_back({static_cast<CandidateSource>(s), node.depth, rank, hit,
                      node.matches[s]});
     }
   }

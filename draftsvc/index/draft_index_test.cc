@@ -129,7 +129,7 @@ void ExpectReplayMatches(OracleSink& sink, const DraftIndex& index,
   EXPECT_EQ(sink.bad(), "");
 }
 
-std::set<int32_t> Tokens(const TrieDraft& tree) {
+std::set<int32_t> Tokens(const MixedDraft& tree) {
   std::set<int32_t> out;
   for (const DraftNode& n : tree.nodes) out.insert(n.token);
   return out;
@@ -163,7 +163,7 @@ TEST(DraftIndexTest, PromptChainIsRetrievedFromItsPrefix) {
   for (int i = 0; i < 6; ++i) {
     EXPECT_EQ(tree->nodes[i].token, 5 + i);
     EXPECT_EQ(tree->nodes[i].depth, i + 1);
-    EXPECT_EQ(tree->nodes[i].source, DraftSource::kPrompt);
+    EXPECT_EQ(tree->nodes[i].source, CandidateSource::kPrompt);
     EXPECT_FLOAT_EQ(tree->nodes[i].score, IndexOptions{}.prompt_boost);
   }
   // Depth is limited by branch_length.
@@ -220,7 +220,7 @@ TEST(DraftIndexTest, SessionsAndNamespacesAreIsolated) {
   b_tree = index.Retrieve("b", 32, 0, DraftMode::kHierarchical);
   ASSERT_TRUE(b_tree.ok());
   EXPECT_TRUE(Tokens(*b_tree).count(42));
-  EXPECT_EQ(b_tree->nodes[0].source, DraftSource::kOutput);
+  EXPECT_EQ(b_tree->nodes[0].source, CandidateSource::kOutput);
   for (int32_t t : Tokens(*b_tree)) EXPECT_LT(t, 600);
   // C's context "1 2 3" is a prefix of A's output, but in another namespace.
   auto c_tree = index.Retrieve("c", 32, 0, DraftMode::kHierarchical);

@@ -91,7 +91,7 @@ class NgramExpander {
       const int32_t rank = static_cast<int32_t>(r);
       const int32_t match = children[r].match;
       const float child_p =
-          p * rates_.rate(DraftSource::kNgram, depth, rank, match);
+          p * rates_.rate(CandidateSource::kNgram, depth, rank, match);
       const int32_t id = static_cast<int32_t>(tails_.size());
       tails_.push_back(std::move(children[r].tails));
       heap_.push(
@@ -160,9 +160,9 @@ struct MixNode {
   int32_t parent;
   int32_t depth;
   uint32_t source_set = 0;
-  std::array<uint8_t, kNumDraftSources> ranks{kNoRank, kNoRank, kNoRank,
-                                              kNoRank};
-  std::array<uint8_t, kNumDraftSources> matches{0, 0, 0, 0};
+  std::array<uint8_t, kNumCandidateSources> ranks{kNoRank, kNoRank, kNoRank,
+                                                  kNoRank};
+  std::array<uint8_t, kNumCandidateSources> matches{0, 0, 0, 0};
   std::vector<int32_t> children;
 };
 
@@ -214,9 +214,9 @@ MixUnion MergeCandidates(absl::Span<const CandidateTree> candidates,
 // 1 - prod(1 - rate).
 float AnySourceRate(const MixNode& node, const CalibrationTable& rates) {
   float miss = 1.0f;
-  for (int s = 0; s < kNumDraftSources; ++s) {
+  for (int s = 0; s < kNumCandidateSources; ++s) {
     if ((node.source_set >> s & 1) == 0) continue;
-    miss *= 1.0f - rates.rate(static_cast<DraftSource>(s), node.depth,
+    miss *= 1.0f - rates.rate(static_cast<CandidateSource>(s), node.depth,
                               node.ranks[s], node.matches[s]);
   }
   return 1.0f - miss;
@@ -235,9 +235,9 @@ DraftNode ToDraftNode(const MixNode& node, float p, int32_t out_parent,
   d.ranks = node.ranks;
   d.matches = node.matches;
   float best = -1.0f;
-  for (int s = 0; s < kNumDraftSources; ++s) {
+  for (int s = 0; s < kNumCandidateSources; ++s) {
     if ((node.source_set >> s & 1) == 0) continue;
-    const DraftSource source = static_cast<DraftSource>(s);
+    const CandidateSource source = static_cast<CandidateSource>(s);
     const float r =
         rates.rate(source, node.depth, node.ranks[s], node.matches[s]);
     if (r > best) {
@@ -268,7 +268,7 @@ struct MixEntryLess {
 
 }  // namespace
 
-CandidateTree RankedCandidates(DraftSource source,
+CandidateTree RankedCandidates(CandidateSource source,
                                absl::Span<const int32_t> tokens,
                                absl::Span<const int32_t> parents,
                                absl::Span<const float> scores) {
@@ -297,7 +297,7 @@ CandidateTree RankedCandidates(DraftSource source,
   return out;
 }
 
-CandidateTree TrieCandidates(const TrieDraft& draft, DraftSource source) {
+CandidateTree TrieCandidates(const MixedDraft& draft, CandidateSource source) {
   std::vector<int32_t> tokens, parents;
   std::vector<float> scores;
   for (const DraftNode& node : draft.nodes) {
@@ -319,16 +319,16 @@ CandidateTree NgramCandidates(absl::Span<const NgramPool* const> pools,
                               const CalibrationTable& rates, int32_t budget,
                               int32_t branch_length, int32_t per_node) {
   CandidateTree out;
-  out.source = DraftSource::kNgram;
+  out.source = CandidateSource::kNgram;
   if (budget <= 0 || branch_length < 1 || context.empty()) return out;
   NgramExpander(pools, context, rates, per_node, &out)
       .Run(budget, branch_length);
   return out;
 }
 
-TrieDraft MixDrafts(absl::Span<const CandidateTree> candidates,
-                    const CalibrationTable& rates, const MixRequest& request) {
-  TrieDraft result;
+MixedDraft MixDrafts(absl::Span<const CandidateTree> candidates,
+                     const CalibrationTable& rates, const MixRequest& request) {
+  MixedDraft result;
   if (request.mode == DraftMode::kOff || request.decoding_length <= 0 ||
       request.branch_length < 1) {
     return result;

@@ -4,6 +4,9 @@
 // node is accepted (per-source, per-depth, per-rank rates from
 // SourceCalibration). A new source (the assistant model) plugs in by
 // producing a CandidateTree; the mixer does not know where it came from.
+// This is the system's one mixer: it sees every source's candidates and the
+// calibration. The verifier's DraftFanout (verifysvc/drafts/draft_fanout.h)
+// only fans a step out to its configured sources and unions their trees.
 //
 // Thread-safety: pure functions of their arguments. NgramCandidates reads
 // the pools through their own (thread-safe) Lookup.
@@ -35,7 +38,7 @@ struct CandidateNode {
 // propose more nodes than the budget (the mixer chooses); duplicate
 // siblings are merged.
 struct CandidateTree {
-  DraftSource source = DraftSource::kOutput;
+  CandidateSource source = CandidateSource::kOutput;
   std::vector<CandidateNode> nodes;
 };
 
@@ -44,17 +47,17 @@ struct CandidateTree {
 // ties by position): e.g. the assistant's draft with its probabilities.
 // Nodes with a parent outside [-1, i), and their descendants, are dropped;
 // REQUIRES: the three lists have the same length.
-CandidateTree RankedCandidates(DraftSource source,
+CandidateTree RankedCandidates(CandidateSource source,
                                absl::Span<const int32_t> tokens,
                                absl::Span<const int32_t> parents,
                                absl::Span<const float> scores);
 
 // A BuildTrieDraft result as `source`'s candidates: sibling ranks by score
 // (descending, ties by position in `draft`), each node's match length.
-CandidateTree TrieCandidates(const TrieDraft& draft, DraftSource source);
+CandidateTree TrieCandidates(const MixedDraft& draft, CandidateSource source);
 
 // The n-gram pools' candidates below `context`'s end (oldest first), best
-// first by calibrated probability (DraftSource::kNgram rates of `rates`),
+// first by calibrated probability (CandidateSource::kNgram rates of `rates`),
 // at most `budget` nodes no deeper than `branch_length`. A node's children
 // are the rest of the continuation that proposed it, then what the pools
 // hold for the context extended by the node's path (so 1-token recycled
@@ -82,10 +85,10 @@ struct MixRequest {
 // descendants: p never grows with depth; ties: shallower, then smaller
 // token, then first proposed). Each returned node carries score = p, its
 // source_set, its per-source ranks, and source = the one of its sources
-// with the highest rate (ties: lower DraftSource). kParallel lays the
+// with the highest rate (ties: lower CandidateSource). kParallel lays the
 // selection out as chains (LayOutAsChains); kOff returns nothing.
-TrieDraft MixDrafts(absl::Span<const CandidateTree> candidates,
-                    const CalibrationTable& rates, const MixRequest& request);
+MixedDraft MixDrafts(absl::Span<const CandidateTree> candidates,
+                     const CalibrationTable& rates, const MixRequest& request);
 
 }  // namespace lookahead::draftsvc
 

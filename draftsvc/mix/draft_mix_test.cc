@@ -8,7 +8,7 @@
 namespace lookahead::draftsvc {
 namespace {
 
-CandidateTree Chain(DraftSource source, std::vector<int32_t> tokens) {
+CandidateTree Chain(CandidateSource source, std::vector<int32_t> tokens) {
   CandidateTree tree;
   tree.source = source;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -17,7 +17,7 @@ CandidateTree Chain(DraftSource source, std::vector<int32_t> tokens) {
   return tree;
 }
 
-void ExpectValidTree(const TrieDraft& draft) {
+void ExpectValidTree(const MixedDraft& draft) {
   for (size_t i = 0; i < draft.nodes.size(); ++i) {
     const DraftNode& n = draft.nodes[i];
     ASSERT_LT(n.parent, static_cast<int32_t>(i));
@@ -31,27 +31,28 @@ void ExpectValidTree(const TrieDraft& draft) {
 
 TEST(DraftMixTest, IdenticalPathsFromTwoSourcesMergeIntoOneNode) {
   const CalibrationTable rates = CalibrationTable::Prior();
-  const CandidateTree trees[] = {Chain(DraftSource::kOutput, {5, 6, 7}),
-                                 Chain(DraftSource::kNgram, {5, 6, 9})};
-  const TrieDraft draft = MixDrafts(trees, rates, {10, 8});
+  const CandidateTree trees[] = {Chain(CandidateSource::kOutput, {5, 6, 7}),
+                                 Chain(CandidateSource::kNgram, {5, 6, 9})};
+  const MixedDraft draft = MixDrafts(trees, rates, {10, 8});
   ExpectValidTree(draft);
   ASSERT_EQ(draft.nodes.size(), 4u);  // 5, 6, then 7 and 9 below 6.
-  const uint32_t both =
-      SourceBit(DraftSource::kOutput) | SourceBit(DraftSource::kNgram);
+  const uint32_t both = CandidateSourceBit(CandidateSource::kOutput) |
+                        CandidateSourceBit(CandidateSource::kNgram);
   EXPECT_EQ(draft.nodes[0].token, 5);
   EXPECT_EQ(draft.nodes[0].source_set, both);
-  EXPECT_EQ(draft.nodes[0].source, DraftSource::kOutput);  // Higher rate.
+  EXPECT_EQ(draft.nodes[0].source, CandidateSource::kOutput);  // Higher rate.
   const float c = 1 - (1 - 0.5f) * (1 - 0.35f);
   EXPECT_FLOAT_EQ(draft.nodes[0].score, c);
   EXPECT_EQ(draft.nodes[1].source_set, both);
   EXPECT_FLOAT_EQ(draft.nodes[1].score, c * c);
   EXPECT_EQ(draft.nodes[2].token, 7);  // Output's rate is higher.
-  EXPECT_EQ(draft.nodes[2].source_set, SourceBit(DraftSource::kOutput));
+  EXPECT_EQ(draft.nodes[2].source_set,
+            CandidateSourceBit(CandidateSource::kOutput));
   EXPECT_FLOAT_EQ(draft.nodes[2].score, c * c * 0.5f);
   EXPECT_EQ(draft.nodes[3].token, 9);
-  EXPECT_EQ(draft.nodes[3].source, DraftSource::kNgram);
-  EXPECT_EQ(draft.nodes[3].ranks[static_cast<int>(DraftSource::kNgram)], 0);
-  EXPECT_EQ(draft.nodes[3].ranks[static_cast<int>(DraftSource::kOutput)],
+  EXPECT_EQ(draft.nodes[3].source, CandidateSource::kNgram);
+  EXPECT_EQ(draft.nodes[3].ranks[static_cast<int>(CandidateSource::kNgram)], 0);
+  EXPECT_EQ(draft.nodes[3].ranks[static_cast<int>(CandidateSource::kOutput)],
             kNoRank);
 }
 
@@ -59,13 +60,13 @@ TEST(DraftMixTest, BudgetAndDepthAreRespectedBestFirst) {
   const CalibrationTable rates = CalibrationTable::Prior();
   // A wide prompt fan-out and a long output chain.
   CandidateTree fan;
-  fan.source = DraftSource::kPrompt;
+  fan.source = CandidateSource::kPrompt;
   for (int32_t r = 0; r < 6; ++r) fan.nodes.push_back({100 + r, -1, r});
   const CandidateTree trees[] = {
-      fan, Chain(DraftSource::kOutput, {1, 2, 3, 4, 5, 6, 7, 8})};
+      fan, Chain(CandidateSource::kOutput, {1, 2, 3, 4, 5, 6, 7, 8})};
   for (int32_t budget : {0, 1, 3, 5, 14}) {
     for (int32_t depth : {1, 3, 8}) {
-      const TrieDraft draft = MixDrafts(trees, rates, {budget, depth});
+      const MixedDraft draft = MixDrafts(trees, rates, {budget, depth});
       ExpectValidTree(draft);
       EXPECT_LE(draft.nodes.size(), static_cast<size_t>(budget));
       for (const DraftNode& n : draft.nodes) EXPECT_LE(n.depth, depth);
@@ -75,7 +76,7 @@ TEST(DraftMixTest, BudgetAndDepthAreRespectedBestFirst) {
       }
     }
   }
-  const TrieDraft three = MixDrafts(trees, rates, {3, 8});
+  const MixedDraft three = MixDrafts(trees, rates, {3, 8});
   ASSERT_EQ(three.nodes.size(), 3u);
   EXPECT_EQ(three.nodes[0].token, 100);  // 0.6
   EXPECT_EQ(three.nodes[1].token, 1);    // 0.5
@@ -84,46 +85,47 @@ TEST(DraftMixTest, BudgetAndDepthAreRespectedBestFirst) {
 
 TEST(DraftMixTest, CalibrationReordersSources) {
   CalibrationTable rates = CalibrationTable::Prior();
-  const CandidateTree trees[] = {Chain(DraftSource::kPrompt, {1}),
-                                 Chain(DraftSource::kNgram, {2})};
+  const CandidateTree trees[] = {Chain(CandidateSource::kPrompt, {1}),
+                                 Chain(CandidateSource::kNgram, {2})};
   EXPECT_EQ(MixDrafts(trees, rates, {1, 8}).nodes[0].token, 1);
-  rates.set_rate(DraftSource::kNgram, 0, 0, 0, 0.9f);
+  rates.set_rate(CandidateSource::kNgram, 0, 0, 0, 0.9f);
   EXPECT_EQ(MixDrafts(trees, rates, {1, 8}).nodes[0].token, 2);
 }
 
 TEST(DraftMixTest, MatchLengthsReachTheScores) {
   // Two trie nodes alike but for the context match behind them.
-  TrieDraft long_match, short_match;
-  long_match.nodes = {{4, -1, 1, DraftSource::kPrompt, 1.0f}};
-  long_match.nodes[0].matches[static_cast<int>(DraftSource::kPrompt)] = 12;
-  short_match.nodes = {{5, -1, 1, DraftSource::kOutput, 1.0f}};
-  short_match.nodes[0].matches[static_cast<int>(DraftSource::kOutput)] = 1;
+  MixedDraft long_match, short_match;
+  long_match.nodes = {{4, -1, 1, CandidateSource::kPrompt, 1.0f}};
+  long_match.nodes[0].matches[static_cast<int>(CandidateSource::kPrompt)] = 12;
+  short_match.nodes = {{5, -1, 1, CandidateSource::kOutput, 1.0f}};
+  short_match.nodes[0].matches[static_cast<int>(CandidateSource::kOutput)] = 1;
   const CandidateTree trees[] = {
-      TrieCandidates(long_match, DraftSource::kPrompt),
-      TrieCandidates(short_match, DraftSource::kOutput)};
+      TrieCandidates(long_match, CandidateSource::kPrompt),
+      TrieCandidates(short_match, CandidateSource::kOutput)};
   EXPECT_EQ(trees[0].nodes[0].match, 12);
   EXPECT_EQ(trees[1].nodes[0].match, 1);
   CalibrationTable rates = CalibrationTable::Prior();
-  rates.set_rate(DraftSource::kPrompt, 0, 0, CalibrationTable::MatchBucket(1),
-                 0.1f);
-  rates.set_rate(DraftSource::kPrompt, 0, 0, CalibrationTable::MatchBucket(12),
-                 0.95f);
-  rates.set_rate(DraftSource::kOutput, 0, 0, CalibrationTable::MatchBucket(1),
-                 0.3f);
-  const TrieDraft draft = MixDrafts(trees, rates, {2, 8});
+  rates.set_rate(CandidateSource::kPrompt, 0, 0,
+                 CalibrationTable::MatchBucket(1), 0.1f);
+  rates.set_rate(CandidateSource::kPrompt, 0, 0,
+                 CalibrationTable::MatchBucket(12), 0.95f);
+  rates.set_rate(CandidateSource::kOutput, 0, 0,
+                 CalibrationTable::MatchBucket(1), 0.3f);
+  const MixedDraft draft = MixDrafts(trees, rates, {2, 8});
   ASSERT_EQ(draft.nodes.size(), 2u);
   EXPECT_EQ(draft.nodes[0].token, 4);
   EXPECT_FLOAT_EQ(draft.nodes[0].score, 0.95f);
-  EXPECT_EQ(draft.nodes[0].matches[static_cast<int>(DraftSource::kPrompt)],
+  EXPECT_EQ(draft.nodes[0].matches[static_cast<int>(CandidateSource::kPrompt)],
             12);
   EXPECT_FLOAT_EQ(draft.nodes[1].score, 0.3f);
 }
 
 TEST(DraftMixTest, ParallelModeLaysOutChains) {
   const CalibrationTable rates = CalibrationTable::Prior();
-  const CandidateTree trees[] = {Chain(DraftSource::kOutput, {1, 2, 3}),
-                                 Chain(DraftSource::kNgram, {1, 2, 4})};
-  const TrieDraft draft = MixDrafts(trees, rates, {8, 8, DraftMode::kParallel});
+  const CandidateTree trees[] = {Chain(CandidateSource::kOutput, {1, 2, 3}),
+                                 Chain(CandidateSource::kNgram, {1, 2, 4})};
+  const MixedDraft draft =
+      MixDrafts(trees, rates, {8, 8, DraftMode::kParallel});
   ExpectValidTree(draft);
   ASSERT_EQ(draft.nodes.size(), 6u);  // Two chains of 3, prefixes repeated.
   EXPECT_EQ(draft.nodes[3].parent, -1);
@@ -132,11 +134,11 @@ TEST(DraftMixTest, ParallelModeLaysOutChains) {
 }
 
 TEST(DraftMixTest, TrieCandidatesRankSiblingsByScore) {
-  TrieDraft draft;
-  draft.nodes = {{7, -1, 1, DraftSource::kOutput, 2.0f},
-                 {8, -1, 1, DraftSource::kOutput, 5.0f},
-                 {9, 0, 2, DraftSource::kOutput, 1.0f}};
-  const CandidateTree c = TrieCandidates(draft, DraftSource::kOutput);
+  MixedDraft draft;
+  draft.nodes = {{7, -1, 1, CandidateSource::kOutput, 2.0f},
+                 {8, -1, 1, CandidateSource::kOutput, 5.0f},
+                 {9, 0, 2, CandidateSource::kOutput, 1.0f}};
+  const CandidateTree c = TrieCandidates(draft, CandidateSource::kOutput);
   ASSERT_EQ(c.nodes.size(), 3u);
   EXPECT_EQ(c.nodes[0].rank, 1);
   EXPECT_EQ(c.nodes[1].rank, 0);
@@ -150,21 +152,22 @@ TEST(DraftMixTest, RankedCandidatesRankByScoreAndDropBadParents) {
   const std::vector<int32_t> parents = {-1, 0, 1, -1, 7};
   const std::vector<float> probs = {0.7f, 0.6f, 0.5f, 0.2f, 0.9f};
   const CandidateTree c =
-      RankedCandidates(DraftSource::kAssistant, tokens, parents, probs);
-  EXPECT_EQ(c.source, DraftSource::kAssistant);
+      RankedCandidates(CandidateSource::kAssistant, tokens, parents, probs);
+  EXPECT_EQ(c.source, CandidateSource::kAssistant);
   ASSERT_EQ(c.nodes.size(), 4u);  // 9's parent 7 is out of range.
   EXPECT_EQ(c.nodes[0].rank, 0);
   EXPECT_EQ(c.nodes[3].token, 8);
   EXPECT_EQ(c.nodes[3].rank, 1);
   EXPECT_EQ(c.nodes[2].parent, 1);
   // Mixed with a trie proposing 5 8: the assistant's 5 merges with it.
-  const CandidateTree trees[] = {c, Chain(DraftSource::kOutput, {5, 8})};
-  const TrieDraft draft = MixDrafts(trees, CalibrationTable::Prior(), {16, 8});
+  const CandidateTree trees[] = {c, Chain(CandidateSource::kOutput, {5, 8})};
+  const MixedDraft draft = MixDrafts(trees, CalibrationTable::Prior(), {16, 8});
   ExpectValidTree(draft);
   ASSERT_FALSE(draft.nodes.empty());
   EXPECT_EQ(draft.nodes[0].token, 5);
-  EXPECT_EQ(draft.nodes[0].source_set, SourceBit(DraftSource::kAssistant) |
-                                           SourceBit(DraftSource::kOutput));
+  EXPECT_EQ(draft.nodes[0].source_set,
+            CandidateSourceBit(CandidateSource::kAssistant) |
+                CandidateSourceBit(CandidateSource::kOutput));
   EXPECT_EQ(draft.nodes.size(), 5u);  // 5, 6, 7, 8 (root), 8 (below 5).
 }
 
@@ -225,9 +228,9 @@ TEST(DraftMixTest, NgramCandidatesCarryTheirKeyLengthAsTheirMatch) {
   // more often than 3-token ones, 40 is the one best node.
   for (int rank = 0; rank < CalibrationTable::kRankBuckets; ++rank) {
     const int d = CalibrationTable::DepthBucket(1);
-    rates.set_rate(DraftSource::kNgram, d, rank,
+    rates.set_rate(CandidateSource::kNgram, d, rank,
                    CalibrationTable::MatchBucket(1), 0.9f);
-    rates.set_rate(DraftSource::kNgram, d, rank,
+    rates.set_rate(CandidateSource::kNgram, d, rank,
                    CalibrationTable::MatchBucket(3), 0.1f);
   }
   c = NgramCandidates(pools, context, rates, 1, 8, 4);
@@ -236,10 +239,11 @@ TEST(DraftMixTest, NgramCandidatesCarryTheirKeyLengthAsTheirMatch) {
   // And the mixer scores them by it too.
   const CandidateTree trees[] = {
       NgramCandidates(pools, context, rates, 16, 8, 4)};
-  const TrieDraft draft = MixDrafts(trees, rates, {1, 8});
+  const MixedDraft draft = MixDrafts(trees, rates, {1, 8});
   ASSERT_EQ(draft.nodes.size(), 1u);
   EXPECT_EQ(draft.nodes[0].token, 40);
-  EXPECT_EQ(draft.nodes[0].matches[static_cast<int>(DraftSource::kNgram)], 1);
+  EXPECT_EQ(draft.nodes[0].matches[static_cast<int>(CandidateSource::kNgram)],
+            1);
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ class TreeAccumulator {
     return c;
   }
 
-  int32_t Add(int32_t parent, int32_t token, int32_t depth, DraftSource src,
+  int32_t Add(int32_t parent, int32_t token, int32_t depth, CandidateSource src,
               float score, int32_t match) {
     const int32_t id = size();
     nodes_.push_back(DraftNode{token, parent, depth, src, score});
@@ -174,9 +174,9 @@ std::vector<DraftNode> LayOutAsChains(const std::vector<DraftNode>& tree,
   return out;
 }
 
-TrieDraft BuildTrieDraft(absl::Span<const TrieSource> sources,
+MixedDraft BuildTrieDraft(absl::Span<const TrieSource> sources,
                          const DraftRequest& request) {
-  TrieDraft result;
+  MixedDraft result;
   if (request.mode == DraftMode::kOff || request.decoding_length <= 0 ||
       request.branch_length < 1 || request.max_match_length < 1 ||
       request.context.empty()) {

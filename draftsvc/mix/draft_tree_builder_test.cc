@@ -22,7 +22,7 @@ void InsertWindows(const Path& tokens, int window, TokenTrie* trie) {
 }
 
 // Root-to-node token path of node i.
-Path PathOf(const TrieDraft& tree, int i) {
+Path PathOf(const MixedDraft& tree, int i) {
   Path p;
   for (int v = i; v >= 0; v = tree.nodes[v].parent) {
     p.push_back(tree.nodes[v].token);
@@ -32,7 +32,7 @@ Path PathOf(const TrieDraft& tree, int i) {
 }
 
 // Structural invariants of every draft tree; returns "" if all hold.
-std::string CheckTree(const TrieDraft& tree, const DraftRequest& req) {
+std::string CheckTree(const MixedDraft& tree, const DraftRequest& req) {
   if (static_cast<int>(tree.nodes.size()) > req.decoding_length) {
     return "over budget";
   }
@@ -88,14 +88,14 @@ TEST(DraftTreeBuilderTest, PromptChainFollowsItsPrefix) {
   TokenTrie prompt;
   const Path tokens = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
   InsertWindows(tokens, 9, &prompt);
-  const TrieSource sources[] = {{&prompt, DraftSource::kPrompt, 4.0f}};
+  const TrieSource sources[] = {{&prompt, CandidateSource::kPrompt, 4.0f}};
   const Path context = {99, 12, 13};  // Ends with "12 13".
   DraftRequest req;
   req.context = context;
   req.max_match_length = 8;
   req.decoding_length = 16;
   req.branch_length = 8;
-  const TrieDraft tree = BuildTrieDraft(sources, req);
+  const MixedDraft tree = BuildTrieDraft(sources, req);
   ASSERT_EQ(CheckTree(tree, req), "");
   // Match "12 13" (window 11..) leaves 7 more tokens; "13" alone, 8.
   ASSERT_GE(tree.nodes.size(), 7u);
@@ -103,7 +103,7 @@ TEST(DraftTreeBuilderTest, PromptChainFollowsItsPrefix) {
   for (size_t i = 0; i < chain.size(); ++i) {
     EXPECT_EQ(tree.nodes[i].token, chain[i]);
     EXPECT_EQ(tree.nodes[i].parent, static_cast<int>(i) - 1);
-    EXPECT_EQ(tree.nodes[i].source, DraftSource::kPrompt);
+    EXPECT_EQ(tree.nodes[i].source, CandidateSource::kPrompt);
     EXPECT_FLOAT_EQ(tree.nodes[i].score, 4.0f);
   }
   // The chain is all there is: nothing else continues "13".
@@ -113,7 +113,7 @@ TEST(DraftTreeBuilderTest, PromptChainFollowsItsPrefix) {
 TEST(DraftTreeBuilderTest, UnknownContextGivesEmptyTree) {
   TokenTrie trie;
   InsertWindows({1, 2, 3}, 3, &trie);
-  const TrieSource sources[] = {{&trie, DraftSource::kOutput, 1.0f}};
+  const TrieSource sources[] = {{&trie, CandidateSource::kOutput, 1.0f}};
   const Path context = {5};
   DraftRequest req;
   req.context = context;
@@ -140,19 +140,19 @@ TEST(DraftTreeBuilderTest, BestFirstByScoreWithPromptBoost) {
   req.context = context;
   req.decoding_length = 2;
   {
-    const TrieSource sources[] = {{&prompt, DraftSource::kPrompt, 4.0f},
-                                  {&output, DraftSource::kOutput, 1.0f}};
-    const TrieDraft tree = BuildTrieDraft(sources, req);
+    const TrieSource sources[] = {{&prompt, CandidateSource::kPrompt, 4.0f},
+                                  {&output, CandidateSource::kOutput, 1.0f}};
+    const MixedDraft tree = BuildTrieDraft(sources, req);
     ASSERT_EQ(tree.nodes.size(), 2u);
     EXPECT_EQ(tree.nodes[0].token, 4);  // 1 x 4.0 beats 3.
-    EXPECT_EQ(tree.nodes[0].source, DraftSource::kPrompt);
+    EXPECT_EQ(tree.nodes[0].source, CandidateSource::kPrompt);
     EXPECT_EQ(tree.nodes[1].token, 2);
-    EXPECT_EQ(tree.nodes[1].source, DraftSource::kOutput);
+    EXPECT_EQ(tree.nodes[1].source, CandidateSource::kOutput);
   }
   {
-    const TrieSource sources[] = {{&prompt, DraftSource::kPrompt, 1.5f},
-                                  {&output, DraftSource::kOutput, 1.0f}};
-    const TrieDraft tree = BuildTrieDraft(sources, req);
+    const TrieSource sources[] = {{&prompt, CandidateSource::kPrompt, 1.5f},
+                                  {&output, CandidateSource::kOutput, 1.0f}};
+    const MixedDraft tree = BuildTrieDraft(sources, req);
     ASSERT_EQ(tree.nodes.size(), 2u);
     EXPECT_EQ(tree.nodes[0].token, 2);
     EXPECT_EQ(tree.nodes[1].token, 3);
@@ -163,20 +163,20 @@ TEST(DraftTreeBuilderTest, SharedPrefixesAreMergedAcrossSources) {
   TokenTrie a, b;
   a.Insert(Path{1, 2, 3});
   b.Insert(Path{1, 2, 4});
-  const TrieSource sources[] = {{&a, DraftSource::kPrompt, 1.0f},
-                                {&b, DraftSource::kOutput, 1.0f}};
+  const TrieSource sources[] = {{&a, CandidateSource::kPrompt, 1.0f},
+                                {&b, CandidateSource::kOutput, 1.0f}};
   const Path context = {1};
   DraftRequest req;
   req.context = context;
   req.decoding_length = 10;
-  const TrieDraft tree = BuildTrieDraft(sources, req);
+  const MixedDraft tree = BuildTrieDraft(sources, req);
   ASSERT_EQ(CheckTree(tree, req), "");
   ASSERT_EQ(tree.nodes.size(), 3u);  // 2, then 3 and 4 under it.
   EXPECT_EQ(tree.nodes[0].token, 2);
   EXPECT_EQ(tree.nodes[1].parent, 0);
   EXPECT_EQ(tree.nodes[2].parent, 0);
   req.mode = DraftMode::kParallel;
-  const TrieDraft par = BuildTrieDraft(sources, req);
+  const MixedDraft par = BuildTrieDraft(sources, req);
   ASSERT_EQ(CheckTree(par, req), "");
   ASSERT_EQ(par.nodes.size(), 4u);  // Two chains 2-3 and 2-4.
   EXPECT_EQ(par.nodes[0].token, 2);
@@ -190,13 +190,13 @@ TEST(DraftTreeBuilderTest, BacksOffToShorterSuffixesAndKeepsLongMatch) {
   // 9 many times.
   trie.Insert(Path{5, 6, 7, 8});
   for (int i = 0; i < 10; ++i) trie.Insert(Path{7, 9});
-  const TrieSource sources[] = {{&trie, DraftSource::kOutput, 1.0f}};
+  const TrieSource sources[] = {{&trie, CandidateSource::kOutput, 1.0f}};
   const Path context = {5, 6, 7};
   DraftRequest req;
   req.context = context;
   req.decoding_length = 1;
   req.max_match_length = 3;
-  TrieDraft tree = BuildTrieDraft(sources, req);
+  MixedDraft tree = BuildTrieDraft(sources, req);
   ASSERT_EQ(tree.nodes.size(), 1u);
   EXPECT_EQ(tree.nodes[0].token, 8);  // Longest match first, despite counts.
   req.decoding_length = 2;
@@ -215,22 +215,23 @@ TEST(DraftTreeBuilderTest, NodesCarryTheLengthOfTheirMatch) {
   TokenTrie trie;
   trie.Insert(Path{5, 6, 7, 8, 10});
   trie.Insert(Path{7, 9});
-  const TrieSource sources[] = {{&trie, DraftSource::kPrompt, 1.0f}};
+  const TrieSource sources[] = {{&trie, CandidateSource::kPrompt, 1.0f}};
   const Path context = {5, 6, 7};
   DraftRequest req;
   req.context = context;
   req.decoding_length = 8;
   req.max_match_length = 3;
-  const TrieDraft tree = BuildTrieDraft(sources, req);
+  const MixedDraft tree = BuildTrieDraft(sources, req);
   ASSERT_EQ(tree.nodes.size(), 3u);
-  const int prompt = static_cast<int>(DraftSource::kPrompt);
+  const int prompt = static_cast<int>(CandidateSource::kPrompt);
   // 8 and its child 10 continue "5 6 7"; 9 only "7".
   EXPECT_EQ(PathOf(tree, 1), (Path{8, 10}));
   EXPECT_EQ(tree.nodes[0].matches[prompt], 3);
   EXPECT_EQ(tree.nodes[1].matches[prompt], 3);
   EXPECT_EQ(tree.nodes[2].token, 9);
   EXPECT_EQ(tree.nodes[2].matches[prompt], 1);
-  EXPECT_EQ(tree.nodes[2].matches[static_cast<int>(DraftSource::kOutput)], 0);
+  EXPECT_EQ(tree.nodes[2].matches[static_cast<int>(CandidateSource::kOutput)],
+            0);
 }
 
 // Random tries and contexts: invariants always hold; a tree below budget
@@ -247,8 +248,8 @@ TEST(DraftTreeBuilderTest, RandomTreesAgainstCandidateOracle) {
     for (int& t : o) t = tok(rng);
     InsertWindows(p, window, &prompt);
     InsertWindows(o, window, &output);
-    const TrieSource sources[] = {{&prompt, DraftSource::kPrompt, 3.0f},
-                                  {&output, DraftSource::kOutput, 1.0f}};
+    const TrieSource sources[] = {{&prompt, CandidateSource::kPrompt, 3.0f},
+                                  {&output, CandidateSource::kOutput, 1.0f}};
     Path context(1 + rng() % 6);
     for (int& t : context) t = tok(rng);
     DraftRequest req;
@@ -259,7 +260,7 @@ TEST(DraftTreeBuilderTest, RandomTreesAgainstCandidateOracle) {
     const std::set<Path> candidates = AllCandidates(sources, req);
     for (DraftMode mode : {DraftMode::kHierarchical, DraftMode::kParallel}) {
       req.mode = mode;
-      const TrieDraft tree = BuildTrieDraft(sources, req);
+      const MixedDraft tree = BuildTrieDraft(sources, req);
       ASSERT_EQ(CheckTree(tree, req), "") << "round " << round;
       std::set<Path> got;
       for (int i = 0; i < static_cast<int>(tree.nodes.size()); ++i) {
@@ -307,7 +308,7 @@ TEST(DraftTreeBuilderTest, RandomTreesAgainstCandidateOracle) {
       }
     }
     if (static_cast<int>(stage_scores.size()) < req.decoding_length) continue;
-    const TrieDraft tree = BuildTrieDraft(sources, req);
+    const MixedDraft tree = BuildTrieDraft(sources, req);
     std::set<Path> selected;
     float min_selected = 1e30f;
     for (int i = 0; i < static_cast<int>(tree.nodes.size()); ++i) {

@@ -21,8 +21,8 @@ int CalibrationTable::MatchBucket(int32_t match) {
 
 CalibrationTable CalibrationTable::Prior() {
   CalibrationTable table;
-  const float base[kNumDraftSources] = {0.6f, 0.5f, 0.35f, 0.5f};
-  for (int s = 0; s < kNumDraftSources; ++s) {
+  const float base[kNumCandidateSources] = {0.6f, 0.5f, 0.35f, 0.5f};
+  for (int s = 0; s < kNumCandidateSources; ++s) {
     for (int d = 0; d < kDepthBuckets; ++d) {
       for (int r = 0; r < kRankBuckets; ++r) {
         table.rates_[s][d][r].fill(base[s] / static_cast<float>(1 + r));
@@ -50,17 +50,18 @@ void SourceCalibration::Observe(absl::Span<const Observation> observations) {
 }
 
 void SourceCalibration::CountProposed(
-    const std::array<int64_t, kNumDraftSources>& nodes) {
+    const std::array<int64_t, kNumCandidateSources>& nodes) {
   absl::MutexLock lock(&mu_);
-  for (int s = 0; s < kNumDraftSources; ++s) totals_[s].proposed += nodes[s];
+  for (int s = 0; s < kNumCandidateSources; ++s)
+    totals_[s].proposed += nodes[s];
 }
 
 CalibrationTable SourceCalibration::Snapshot() const {
   CalibrationTable table = prior_;
   const double strength = options_.prior_strength;
   absl::MutexLock lock(&mu_);
-  for (int s = 0; s < kNumDraftSources; ++s) {
-    const DraftSource source = static_cast<DraftSource>(s);
+  for (int s = 0; s < kNumCandidateSources; ++s) {
+    const CandidateSource source = static_cast<CandidateSource>(s);
     for (int d = 0; d < CalibrationTable::kDepthBuckets; ++d) {
       for (int r = 0; r < CalibrationTable::kRankBuckets; ++r) {
         for (int m = 0; m < CalibrationTable::kMatchBuckets; ++m) {
@@ -78,13 +79,13 @@ CalibrationTable SourceCalibration::Snapshot() const {
   return table;
 }
 
-SourceTotals SourceCalibration::totals(DraftSource source) const {
+SourceTotals SourceCalibration::totals(CandidateSource source) const {
   absl::MutexLock lock(&mu_);
   return totals_[static_cast<int>(source)];
 }
 
 std::vector<float> SourceCalibration::DepthAcceptance(
-    DraftSource source) const {
+    CandidateSource source) const {
   const int s = static_cast<int>(source);
   const double strength = options_.prior_strength;
   std::vector<float> out;

@@ -6,10 +6,10 @@
 // RAG answer copying its passage, from one that only follows the last
 // token: measured on the bench's RAG, chat and code outputs, the first
 // kind is accepted several times as often, and without it every node of a
-// source and depth looked alike to the verifier's trimming. draftsvc learns it from the
-// verifiers' accepted tokens, walked down the tree it sent them (DraftIndex
-// does the walk), so sources are weighed by what they achieve here, not by
-// their raw counts: the mixer scores a node p(parent) x rate.
+// source and depth looked alike to the verifier's trimming. draftsvc learns it
+// from the verifiers' accepted tokens, walked down the tree it sent them
+// (DraftIndex does the walk), so sources are weighed by what they achieve here,
+// not by their raw counts: the mixer scores a node p(parent) x rate.
 //
 // Each cell keeps exponentially decayed (proposed, accepted) counts over a
 // Beta prior: rate = (accepted + s * prior) / (proposed + s), s =
@@ -61,12 +61,12 @@ class CalibrationTable {
 
   // The rate of a node of `source` at `depth` (>= 1) with sibling `rank`
   // and `match` context tokens matched above its branch.
-  float rate(DraftSource source, int32_t depth, int32_t rank,
+  float rate(CandidateSource source, int32_t depth, int32_t rank,
              int32_t match = 0) const {
     return rates_[static_cast<int>(source)][DepthBucket(depth)]
                  [RankBucket(rank)][MatchBucket(match)];
   }
-  void set_rate(DraftSource source, int depth_bucket, int rank_bucket,
+  void set_rate(CandidateSource source, int depth_bucket, int rank_bucket,
                 int match_bucket, float rate) {
     rates_[static_cast<int>(source)][depth_bucket][rank_bucket]
           [match_bucket] = rate;
@@ -87,7 +87,7 @@ class CalibrationTable {
   std::array<std::array<std::array<std::array<float, kMatchBuckets>,
                                     kRankBuckets>,
                          kDepthBuckets>,
-             kNumDraftSources>
+             kNumCandidateSources>
       rates_{};
 };
 
@@ -102,7 +102,7 @@ class SourceCalibration {
   // One judged node of one source: its parent was accepted (or it is a root
   // child), and it was accepted or not.
   struct Observation {
-    DraftSource source = DraftSource::kOutput;
+    CandidateSource source = CandidateSource::kOutput;
     int32_t depth = 1;  // >= 1
     int32_t rank = 0;   // >= 0
     bool accepted = false;
@@ -113,13 +113,14 @@ class SourceCalibration {
   explicit SourceCalibration(CalibrationOptions options = {});
 
   void Observe(absl::Span<const Observation> observations);
-  // Counts the nodes of each source (indexed by DraftSource) in a tree sent.
-  void CountProposed(const std::array<int64_t, kNumDraftSources>& nodes);
+  // Counts the nodes of each source (indexed by CandidateSource) in a tree
+  // sent.
+  void CountProposed(const std::array<int64_t, kNumCandidateSources>& nodes);
   CalibrationTable Snapshot() const;
-  SourceTotals totals(DraftSource source) const;
+  SourceTotals totals(CandidateSource source) const;
   // The current rate of a rank-0 node at depths 1..kDepthBuckets, over
   // every match length (pooled counts).
-  std::vector<float> DepthAcceptance(DraftSource source) const;
+  std::vector<float> DepthAcceptance(CandidateSource source) const;
 
  private:
   struct Cell {
@@ -134,9 +135,9 @@ class SourceCalibration {
       std::array<std::array<std::array<Cell, CalibrationTable::kMatchBuckets>,
                             CalibrationTable::kRankBuckets>,
                  CalibrationTable::kDepthBuckets>,
-      kNumDraftSources>
+      kNumCandidateSources>
       cells_ ABSL_GUARDED_BY(mu_){};
-  std::array<SourceTotals, kNumDraftSources> totals_ ABSL_GUARDED_BY(mu_){};
+  std::array<SourceTotals, kNumCandidateSources> totals_ ABSL_GUARDED_BY(mu_){};
 };
 
 }  // namespace lookahead::draftsvc

@@ -133,11 +133,11 @@ double AssistantSource::TakeSeconds(absl::string_view id) {
 CandidateTree AssistantSource::Draft(const std::string& drafter_id,
                                      int budget, absl::Time deadline) {
   CandidateTree out;
-  out.source = DraftSource::kAssistant;
+  out.source = CandidateSource::kAssistant;
   absl::StatusOr<AssistantDraft> draft =
       drafter_->Draft(drafter_id, budget, deadline);
   if (!draft.ok() || draft->tree.empty()) return out;
-  return RankedCandidates(DraftSource::kAssistant, draft->tree.tokens,
+  return RankedCandidates(CandidateSource::kAssistant, draft->tree.tokens,
                           draft->tree.parents, draft->probabilities);
 }
 

@@ -64,12 +64,14 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
         "default_sources (flag --draft_sources) is empty; name at least one "
         "of trie, ngram, assistant");
   }
-  if ((options.default_sources & SourceBit(DraftSource::kNgram)) != 0 &&
+  if ((options.default_sources & CandidateSourceBit(CandidateSource::kNgram)) !=
+          0 &&
       !options.index.ngram_enabled) {
     return absl::InvalidArgumentError(
         "--draft_sources names ngram but --ngram_pool=false");
   }
-  if ((options.default_sources & SourceBit(DraftSource::kAssistant)) != 0 &&
+  if ((options.default_sources &
+       CandidateSourceBit(CandidateSource::kAssistant)) != 0 &&
       options.assistant.model_path.empty()) {
     return absl::InvalidArgumentError(
         "--draft_sources names assistant but no assistant runs (start with "
@@ -156,11 +158,12 @@ absl::StatusOr<uint32_t> ParseDraftSources(absl::string_view list) {
   for (absl::string_view name : absl::StrSplit(list, ',')) {
     name = absl::StripAsciiWhitespace(name);
     if (name == "trie" || name == "prompt" || name == "output") {
-      out |= SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+      out |= CandidateSourceBit(CandidateSource::kPrompt) |
+             CandidateSourceBit(CandidateSource::kOutput);
     } else if (name == "ngram") {
-      out |= SourceBit(DraftSource::kNgram);
+      out |= CandidateSourceBit(CandidateSource::kNgram);
     } else if (name == "assistant") {
-      out |= SourceBit(DraftSource::kAssistant);
+      out |= CandidateSourceBit(CandidateSource::kAssistant);
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "draft source ", QuoteInput(name),

@@ -35,7 +35,7 @@
 
 namespace lookahead::draftsvc {
 
-// The assistant-model draft source (DraftSource::kAssistant): a GGUF that
+// The assistant-model draft source (CandidateSource::kAssistant): a GGUF that
 // draftsvc runs itself and drafts from per session, through the assistant
 // plugin (assistant_engine.h).
 struct AssistantServingOptions {
@@ -77,12 +77,12 @@ struct DraftServerOptions {
   // Most entries in one Step request (INVALID_ARGUMENT beyond). Default 1024:
   // far above a verifier's batch, small enough to bound one RPC's work.
   int32_t max_step_sessions = 1024;
-  // Sources of a Step entry that names none (SourceBit set; flag
+  // Sources of a Step entry that names none (CandidateSourceBit set; flag
   // --draft_sources). Must be ones the server runs.
-  uint32_t default_sources = SourceBit(DraftSource::kPrompt) |
-                             SourceBit(DraftSource::kOutput) |
-                             SourceBit(DraftSource::kNgram);
-  // The assistant model (DraftSource::kAssistant), if model_path is set.
+  uint32_t default_sources = CandidateSourceBit(CandidateSource::kPrompt) |
+                             CandidateSourceBit(CandidateSource::kOutput) |
+                             CandidateSourceBit(CandidateSource::kNgram);
+  // The assistant model (CandidateSource::kAssistant), if model_path is set.
   // Sessions whose vocab_size is not the model's cannot use it: an entry
   // that names it gets FAILED_PRECONDITION naming both sizes; one that
   // takes it from default_sources drafts from the other sources.
@@ -121,7 +121,7 @@ struct RebuildStats {
 };
 
 // Parses --draft_sources: comma-separated "trie" (or "prompt", "output":
-// both tries), "ngram", "assistant". Returns the SourceBit set, or
+// both tries), "ngram", "assistant". Returns the CandidateSourceBit set, or
 // INVALID_ARGUMENT naming the unknown or missing name.
 absl::StatusOr<uint32_t> ParseDraftSources(absl::string_view list);
 

@@ -685,8 +685,8 @@ TEST_F(DraftServiceTest, NgramDraftsAreDurableSurviveRestartAndShowInStats) {
 TEST_F(DraftServiceTest, SourcesTheServerDoesNotRunFailNamingTheFlag) {
   DraftServerOptions options = Options("sources", /*sync=*/false);
   options.index.ngram_enabled = false;
-  options.default_sources =
-      SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+  options.default_sources = CandidateSourceBit(CandidateSource::kPrompt) |
+                            CandidateSourceBit(CandidateSource::kOutput);
   auto h = StartOrDie(options);
   ASSERT_NE(h, nullptr);
   ASSERT_TRUE(h->Open("a", "ns", {1, 2, 3, 1, 2}).ok());
@@ -758,7 +758,7 @@ TEST_F(DraftServiceTest, SourcesTheServerDoesNotRunFailNamingTheFlag) {
   ASSERT_GT(d.tree().tokens_size(), 0);
   EXPECT_EQ(d.tree().tokens(0), 3);
   // Bad default sources fail the start.
-  options.default_sources |= SourceBit(DraftSource::kNgram);
+  options.default_sources |= CandidateSourceBit(CandidateSource::kNgram);
   EXPECT_EQ(DraftServer::Open(options).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -827,12 +827,14 @@ TEST_F(DraftServiceTest, SourceAndPoolMetricsAreExported) {
 
 TEST(ParseDraftSourcesTest, NamesAndErrors) {
   EXPECT_EQ(*ParseDraftSources("trie,ngram"),
-            SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput) |
-                SourceBit(DraftSource::kNgram));
+            CandidateSourceBit(CandidateSource::kPrompt) |
+                CandidateSourceBit(CandidateSource::kOutput) |
+                CandidateSourceBit(CandidateSource::kNgram));
   EXPECT_EQ(*ParseDraftSources(" output "),
-            SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput));
+            CandidateSourceBit(CandidateSource::kPrompt) |
+                CandidateSourceBit(CandidateSource::kOutput));
   EXPECT_EQ(*ParseDraftSources("assistant"),
-            SourceBit(DraftSource::kAssistant));
+            CandidateSourceBit(CandidateSource::kAssistant));
   const absl::StatusOr<uint32_t> bad = ParseDraftSources("trie,bogus");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("bogus"));
@@ -1074,8 +1076,8 @@ TEST_F(AssistantServiceTest, AssistantDraftsTheModelsGreedyContinuation) {
 
 TEST_F(AssistantServiceTest, AnotherVocabularyCannotAskForTheAssistant) {
   DraftServerOptions options = AssistantOptions("assistant_vocab");
-  options.default_sources =
-      SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kAssistant);
+  options.default_sources = CandidateSourceBit(CandidateSource::kPrompt) |
+                            CandidateSourceBit(CandidateSource::kAssistant);
   auto h = StartOrDie(options);
   ASSERT_NE(h, nullptr);
   // Named at the open, the assistant fails it (a session of another
@@ -1182,7 +1184,7 @@ TEST_F(AssistantServiceTest, BadAssistantFilesFailTheStartNamingThePath) {
               HasSubstr("--assistant_deadline_ms"));
   // Naming the assistant in --draft_sources needs one.
   options = Options("no_assistant", /*sync=*/false);
-  options.default_sources = SourceBit(DraftSource::kAssistant);
+  options.default_sources = CandidateSourceBit(CandidateSource::kAssistant);
   EXPECT_THAT(std::string(DraftServer::Open(options).status().message()),
               HasSubstr("--assistant_model or --self_draft"));
 }

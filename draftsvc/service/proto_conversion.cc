@@ -8,17 +8,18 @@
 namespace lookahead::draftsvc {
 namespace {
 
-// The SourceBits a wire DraftSource selects (PROMPT and OUTPUT: both
+// The SourceBits a wire CandidateSource selects (PROMPT and OUTPUT: both
 // tries); 0 for a value this server does not know.
 uint32_t SourceBitsOf(int source) {
   switch (source) {
     case v1::DRAFT_SOURCE_PROMPT:
     case v1::DRAFT_SOURCE_OUTPUT:
-      return SourceBit(DraftSource::kPrompt) | SourceBit(DraftSource::kOutput);
+      return CandidateSourceBit(CandidateSource::kPrompt) |
+             CandidateSourceBit(CandidateSource::kOutput);
     case v1::DRAFT_SOURCE_NGRAM:
-      return SourceBit(DraftSource::kNgram);
+      return CandidateSourceBit(CandidateSource::kNgram);
     case v1::DRAFT_SOURCE_ASSISTANT:
-      return SourceBit(DraftSource::kAssistant);
+      return CandidateSourceBit(CandidateSource::kAssistant);
     default:
       return 0;
   }
@@ -26,21 +27,21 @@ uint32_t SourceBitsOf(int source) {
 
 }  // namespace
 
-v1::DraftSource ToProto(DraftSource source) {
+v1::DraftSource ToProto(CandidateSource source) {
   switch (source) {
-    case DraftSource::kPrompt:
+    case CandidateSource::kPrompt:
       return v1::DRAFT_SOURCE_PROMPT;
-    case DraftSource::kOutput:
+    case CandidateSource::kOutput:
       return v1::DRAFT_SOURCE_OUTPUT;
-    case DraftSource::kNgram:
+    case CandidateSource::kNgram:
       return v1::DRAFT_SOURCE_NGRAM;
-    case DraftSource::kAssistant:
+    case CandidateSource::kAssistant:
       return v1::DRAFT_SOURCE_ASSISTANT;
   }
   return v1::DRAFT_SOURCE_UNSPECIFIED;
 }
 
-void ToProto(const TrieDraft& tree, v1::DraftTree* out) {
+void ToProto(const MixedDraft& tree, v1::DraftTree* out) {
   const int n = static_cast<int>(tree.nodes.size());
   out->mutable_tokens()->Reserve(n);
   out->mutable_parents()->Reserve(n);
@@ -54,29 +55,29 @@ void ToProto(const TrieDraft& tree, v1::DraftTree* out) {
     out->add_depths(node.depth);
     out->add_sources(ToProto(node.source));
     out->add_scores(node.score);
-    const uint32_t set =
-        node.source_set != 0 ? node.source_set : SourceBit(node.source);
+    const uint32_t set = node.source_set != 0 ? node.source_set
+                                              : CandidateSourceBit(node.source);
     uint32_t wire = 0;
-    for (int s = 0; s < kNumDraftSources; ++s) {
+    for (int s = 0; s < kNumCandidateSources; ++s) {
       if ((set >> s & 1) != 0) {
-        wire |= uint32_t{1} << ToProto(static_cast<DraftSource>(s));
+        wire |= uint32_t{1} << ToProto(static_cast<CandidateSource>(s));
       }
     }
     out->add_source_sets(wire);
   }
 }
 
-// SessionStep.withheld_sources as a SourceBit set; values this server does
-// not know are ignored (withholding them changes nothing).
+// SessionStep.withheld_sources as a CandidateSourceBit set; values this server
+// does not know are ignored (withholding them changes nothing).
 uint32_t WithheldSources(const google::protobuf::RepeatedField<int>& sources) {
   uint32_t out = 0;
   for (int source : sources) out |= SourceBitsOf(source);
   return out;
 }
 
-// The entry's retrieval sources as a SourceBit set (empty: `defaults`):
-// INVALID_ARGUMENT for values this server does not know, FAILED_PRECONDITION
-// naming the flag for sources it does not run.
+// The entry's retrieval sources as a CandidateSourceBit set (empty:
+// `defaults`): INVALID_ARGUMENT for values this server does not know,
+// FAILED_PRECONDITION naming the flag for sources it does not run.
 absl::StatusOr<uint32_t> SourcesFromProto(
     const google::protobuf::RepeatedField<int>& sources, uint32_t defaults,
     bool ngram_enabled, bool assistant_enabled) {
@@ -87,15 +88,16 @@ absl::StatusOr<uint32_t> SourcesFromProto(
     if (bits == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("sources[", i, "] is ", sources[i],
-                       ", not a DraftSource this server knows (1..4)"));
+                       ", not a CandidateSource this server knows (1..4)"));
     }
-    if ((bits & SourceBit(DraftSource::kNgram)) != 0 && !ngram_enabled) {
+    if ((bits & CandidateSourceBit(CandidateSource::kNgram)) != 0 &&
+        !ngram_enabled) {
       return absl::FailedPreconditionError(absl::StrCat(
           "sources[", i,
           "] is DRAFT_SOURCE_NGRAM, which this server does not run "
           "(started with --ngram_pool=false)"));
     }
-    if ((bits & SourceBit(DraftSource::kAssistant)) != 0 &&
+    if ((bits & CandidateSourceBit(CandidateSource::kAssistant)) != 0 &&
         !assistant_enabled) {
       return absl::FailedPreconditionError(absl::StrCat(
           "sources[", i,

@@ -1,5 +1,5 @@
 // Conversions between lookahead.v1's DraftService messages and draftsvc's
-// neutral types (DraftSource, TrieDraft, StepInput, DraftMode,
+// neutral types (CandidateSource, MixedDraft, StepInput, DraftMode,
 // engine::SamplingParams): the only place below the handlers that reads or
 // writes a generated message. Pure functions; thread-safe.
 #ifndef LOOKAHEAD_DRAFTSVC_SERVICE_PROTO_CONVERSION_H_
@@ -16,18 +16,18 @@
 namespace lookahead::draftsvc {
 
 // The wire value of `source`.
-v1::DraftSource ToProto(DraftSource source);
+v1::DraftSource ToProto(CandidateSource source);
 
 // `tree` as the wire DraftTree (appended to `out`, which should be empty).
-void ToProto(const TrieDraft& tree, v1::DraftTree* out);
+void ToProto(const MixedDraft& tree, v1::DraftTree* out);
 
-// SessionStep.withheld_sources as a SourceBit set; values this server does
-// not know are ignored (withholding them changes nothing).
+// SessionStep.withheld_sources as a CandidateSourceBit set; values this server
+// does not know are ignored (withholding them changes nothing).
 uint32_t WithheldSources(const google::protobuf::RepeatedField<int>& sources);
 
-// The entry's retrieval sources as a SourceBit set (empty: `defaults`):
-// INVALID_ARGUMENT for values this server does not know, FAILED_PRECONDITION
-// naming the flag for sources it does not run.
+// The entry's retrieval sources as a CandidateSourceBit set (empty:
+// `defaults`): INVALID_ARGUMENT for values this server does not know,
+// FAILED_PRECONDITION naming the flag for sources it does not run.
 absl::StatusOr<uint32_t> SourcesFromProto(
     const google::protobuf::RepeatedField<int>& sources, uint32_t defaults,
     bool ngram_enabled, bool assistant_enabled);

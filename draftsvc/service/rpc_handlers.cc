@@ -147,11 +147,14 @@ class DraftRpcService final : public RawDraftService {
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
-    return Serve<v1::OpenSessionRequest, v1::OpenSessionResponse>(context, wire, out, "OpenSession",
-                                       &DraftRpcService::HandleOpenSession);
+    return Serve<v1::OpenSessionRequest, v1::OpenSessionResponse>(
+        context, wire, out, "OpenSession", &DraftRpcService::HandleOpenSession);
   }
 
-  void HandleOpenSession(std::shared_ptr<UnaryCall<v1::OpenSessionRequest, v1::OpenSessionResponse>> call) {
+  void HandleOpenSession(
+      std::shared_ptr<
+          UnaryCall<v1::OpenSessionRequest, v1::OpenSessionResponse>>
+          call) {
     [[maybe_unused]] const v1::OpenSessionRequest* request = &call->request;
     [[maybe_unused]] v1::OpenSessionResponse* response = &call->response;
     // Checked whether or not an assistant runs: bad input is bad input.
@@ -168,7 +171,7 @@ class DraftRpcService final : public RawDraftService {
         SourcesFromProto(request->sources(), options_.default_sources,
                          options_.index.ngram_enabled, assistant_ != nullptr);
     if (sources.ok() && !request->sources().empty() &&
-        (*sources & SourceBit(DraftSource::kAssistant)) != 0) {
+        (*sources & CandidateSourceBit(CandidateSource::kAssistant)) != 0) {
       absl::Status vocabulary =
           assistant_->engine().CheckVocabulary(request->vocab_size());
       if (!vocabulary.ok()) sources = vocabulary;
@@ -206,7 +209,8 @@ class DraftRpcService final : public RawDraftService {
                                        &DraftRpcService::HandleStep);
   }
 
-  void HandleStep(std::shared_ptr<UnaryCall<v1::StepRequest, v1::StepResponse>> call) {
+  void HandleStep(
+      std::shared_ptr<UnaryCall<v1::StepRequest, v1::StepResponse>> call) {
     [[maybe_unused]] const v1::StepRequest* request = &call->request;
     [[maybe_unused]] v1::StepResponse* response = &call->response;
     absl::Status valid = ValidateStepRequest(*request);
@@ -268,11 +272,15 @@ class DraftRpcService final : public RawDraftService {
 
   grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
-    return Serve<v1::CloseSessionRequest, v1::CloseSessionResponse>(context, wire, out, "CloseSession",
-                                       &DraftRpcService::HandleCloseSession);
+    return Serve<v1::CloseSessionRequest, v1::CloseSessionResponse>(
+        context, wire, out, "CloseSession",
+        &DraftRpcService::HandleCloseSession);
   }
 
-  void HandleCloseSession(std::shared_ptr<UnaryCall<v1::CloseSessionRequest, v1::CloseSessionResponse>> call) {
+  void HandleCloseSession(
+      std::shared_ptr<
+          UnaryCall<v1::CloseSessionRequest, v1::CloseSessionResponse>>
+          call) {
     [[maybe_unused]] const v1::CloseSessionRequest* request = &call->request;
     [[maybe_unused]] v1::CloseSessionResponse* response = &call->response;
     auto latch = std::make_shared<FinishLatch>(
@@ -296,11 +304,12 @@ class DraftRpcService final : public RawDraftService {
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
-    return Serve<v1::StatsRequest, v1::StatsResponse>(context, wire, out, "Stats",
-                                       &DraftRpcService::HandleStats);
+    return Serve<v1::StatsRequest, v1::StatsResponse>(
+        context, wire, out, "Stats", &DraftRpcService::HandleStats);
   }
 
-  void HandleStats(std::shared_ptr<UnaryCall<v1::StatsRequest, v1::StatsResponse>> call) {
+  void HandleStats(
+      std::shared_ptr<UnaryCall<v1::StatsRequest, v1::StatsResponse>> call) {
     [[maybe_unused]] const v1::StatsRequest* request = &call->request;
     [[maybe_unused]] v1::StatsResponse* response = &call->response;
     if (!request->namespace_().empty()) {
@@ -365,11 +374,12 @@ class DraftRpcService final : public RawDraftService {
 
   grpc::ServerUnaryReactor* Prune(grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
-    return Serve<v1::PruneRequest, v1::PruneResponse>(context, wire, out, "Prune",
-                                       &DraftRpcService::HandlePrune);
+    return Serve<v1::PruneRequest, v1::PruneResponse>(
+        context, wire, out, "Prune", &DraftRpcService::HandlePrune);
   }
 
-  void HandlePrune(std::shared_ptr<UnaryCall<v1::PruneRequest, v1::PruneResponse>> call) {
+  void HandlePrune(
+      std::shared_ptr<UnaryCall<v1::PruneRequest, v1::PruneResponse>> call) {
     [[maybe_unused]] const v1::PruneRequest* request = &call->request;
     [[maybe_unused]] v1::PruneResponse* response = &call->response;
     auto latch = std::make_shared<FinishLatch>(
@@ -394,11 +404,12 @@ class DraftRpcService final : public RawDraftService {
 
   grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* wire, grpc::ByteBuffer* out) override {
-    return Serve<v1::FlushRequest, v1::FlushResponse>(context, wire, out, "Flush",
-                                       &DraftRpcService::HandleFlush);
+    return Serve<v1::FlushRequest, v1::FlushResponse>(
+        context, wire, out, "Flush", &DraftRpcService::HandleFlush);
   }
 
-  void HandleFlush(std::shared_ptr<UnaryCall<v1::FlushRequest, v1::FlushResponse>> call) {
+  void HandleFlush(
+      std::shared_ptr<UnaryCall<v1::FlushRequest, v1::FlushResponse>> call) {
     [[maybe_unused]] const v1::FlushRequest* request = &call->request;
     [[maybe_unused]] v1::FlushResponse* response = &call->response;
     store_.Flush(
@@ -413,7 +424,8 @@ class DraftRpcService final : public RawDraftService {
   grpc::ServerUnaryReactor* Serve(
       grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire,
       grpc::ByteBuffer* out, absl::string_view method,
-      void (DraftRpcService::*handle)(std::shared_ptr<UnaryCall<Request, Response>>)) {
+      void (DraftRpcService::*handle)(
+          std::shared_ptr<UnaryCall<Request, Response>>)) {
     auto call = std::make_shared<UnaryCall<Request, Response>>(context, out);
     absl::Status parsed = ParseWireRequest(*wire, &call->request);
     if (!parsed.ok()) {
@@ -470,7 +482,8 @@ class DraftRpcService final : public RawDraftService {
         SourcesFromProto(step.sources(), options_.default_sources,
                          options_.index.ngram_enabled, assistant_ != nullptr);
     if (sources.ok()) *sources &= ~WithheldSources(step.withheld_sources());
-    if (sources.ok() && (*sources & SourceBit(DraftSource::kAssistant))) {
+    if (sources.ok() &&
+        (*sources & CandidateSourceBit(CandidateSource::kAssistant))) {
       const absl::Status usable = assistant_->Check(step.session_id());
       if (usable.ok()) {
         *use_assistant = true;
@@ -479,7 +492,7 @@ class DraftRpcService final : public RawDraftService {
         sources = usable;
       } else {
         // A default source, or an unknown session (Append says so).
-        *sources &= ~SourceBit(DraftSource::kAssistant);
+        *sources &= ~CandidateSourceBit(CandidateSource::kAssistant);
       }
     }
     return sources;
@@ -524,7 +537,7 @@ class DraftRpcService final : public RawDraftService {
             absl::ToDoubleSeconds(absl::Now() - drafting));
       }
     }
-    absl::StatusOr<TrieDraft> tree =
+    absl::StatusOr<MixedDraft> tree =
         index_.Retrieve(step.session_id(), retrieve);
     if (metrics_.retrieval_seconds != nullptr) {
       metrics_.retrieval_seconds->Observe(

@@ -11,15 +11,15 @@ namespace lookahead::draftsvc {
 namespace {
 
 // The `source` label of the per-source series.
-const char* SourceLabel(DraftSource source) {
+const char* SourceLabel(CandidateSource source) {
   switch (source) {
-    case DraftSource::kPrompt:
+    case CandidateSource::kPrompt:
       return "prompt";
-    case DraftSource::kOutput:
+    case CandidateSource::kOutput:
       return "output";
-    case DraftSource::kNgram:
+    case CandidateSource::kNgram:
       return "ngram";
-    case DraftSource::kAssistant:
+    case CandidateSource::kAssistant:
       return "assistant";
   }
   return "unknown";
@@ -118,16 +118,16 @@ absl::Status RegisterSourceMetrics(metrics::Registry* registry,
   using metrics::LabeledValue;
   auto per_source = [index](int64_t SourceStatsRow::*field) {
     return [index, field] {
-      double totals[kNumDraftSources] = {};
+      double totals[kNumCandidateSources] = {};
       for (const NamespaceStats& s : index->Stats("")) {
         for (const SourceStatsRow& row : s.sources) {
           totals[static_cast<int>(row.source)] += double(row.*field);
         }
       }
       std::vector<LabeledValue> values;
-      for (int i = 0; i < kNumDraftSources; ++i) {
+      for (int i = 0; i < kNumCandidateSources; ++i) {
         values.push_back(
-            {{SourceLabel(static_cast<DraftSource>(i))}, totals[i]});
+            {{SourceLabel(static_cast<CandidateSource>(i))}, totals[i]});
       }
       return values;
     };

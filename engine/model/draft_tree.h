@@ -13,6 +13,9 @@ namespace lookahead::engine {
 
 // Where a draft node came from. Only a tag for statistics: the verifier
 // treats every node alike.
+// Not draftsvc's CandidateSource (prompt, output, n-gram, assistant: another
+// set and another bit layout) nor the wire enum v1.DraftSource; verifysvc's
+// proto edges (api/, draftsvc_client/) map v1.DraftSource to these tags.
 enum class DraftSourceTag : uint8_t {
   kUnknown = 0,
   kTrie = 1,       // draftsvc's token tries (prompt and global outputs)

@@ -8,10 +8,10 @@
 
 namespace lookahead::verifysvc {
 
-DraftPlanner::DraftPlanner(DraftMixer* mixer, const StepCostModel* cost,
+DraftPlanner::DraftPlanner(DraftFanout* fanout, const StepCostModel* cost,
                            int32_t vocab_size, DrafterOptions options,
                            DraftObserver* observer) {
-  context_.mixer = mixer;
+  context_.fanout = fanout;
   context_.cost = cost;
   context_.observer = observer;
   context_.vocab_size = vocab_size;
@@ -23,7 +23,7 @@ std::unique_ptr<SequenceDrafter> DraftPlanner::Open(
     const DraftPolicy& policy, const engine::SamplingParams& sampling,
     absl::Span<const int32_t> prompt) {
   const absl::Time now = absl::Now();
-  const int64_t handle = context_.mixer->Open(policy, prompt);
+  const int64_t handle = context_.fanout->Open(policy, prompt);
   if (handle == 0) return nullptr;
   auto drafter = std::make_unique<SequenceDrafter>(&context_, policy, sampling,
                                                    prompt, handle, now);
@@ -43,7 +43,7 @@ std::unique_ptr<SequenceDrafter> DraftPlanner::Open(
 void DraftPlanner::Close(SequenceDrafter* drafter) {
   if (drafter->handle_ == 0) return;
   KeepVerdict(*drafter);
-  context_.mixer->Close(drafter->handle_);
+  context_.fanout->Close(drafter->handle_);
   drafter->handle_ = 0;
 }
 
@@ -98,7 +98,7 @@ StepDrafts DraftPlanner::Draft(absl::Span<SequenceDrafter* const> drafters,
     if (drafters[i] != nullptr)
       candidates[i] = drafters[i]->Candidate(rooms[i]);
   }
-  DraftCost draft_cost = context_.mixer->cost();
+  DraftCost draft_cost = context_.fanout->cost();
   const TokenPrice price{seconds_per_token,
                          draft_cost.assistant_seconds_per_token};
   // Scratch rows ride in the same pass: they are charged to the step
@@ -141,10 +141,10 @@ StepDrafts DraftPlanner::Draft(absl::Span<SequenceDrafter* const> drafters,
 
 std::vector<engine::DraftTree> DraftPlanner::Propose(
     absl::Span<const DraftAsk> asks, int* requested) {
-  const int64_t failures = context_.mixer->Stats().failures;
+  const int64_t failures = context_.fanout->Stats().failures;
   const absl::Time start = absl::Now();
   bool called = false;
-  std::vector<engine::DraftTree> got = context_.mixer->Propose(asks, &called);
+  std::vector<engine::DraftTree> got = context_.fanout->Propose(asks, &called);
   if (called) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     // One slow call (a deadline, a busy host) moves the average by at most
@@ -155,7 +155,7 @@ std::vector<engine::DraftTree> DraftPlanner::Propose(
     draft_call_seconds_ = draft_call_seconds_ == 0
                               ? sample
                               : 0.9 * draft_call_seconds_ + 0.1 * sample;
-    const DraftSourceStats after = context_.mixer->Stats();
+    const DraftSourceStats after = context_.fanout->Stats();
     context_.observer->OnDraftCall(seconds, after.failures - failures,
                                    after.available);
     for (const DraftAsk& ask : asks) *requested += ask.budget;

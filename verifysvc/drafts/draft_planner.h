@@ -4,7 +4,7 @@
 // its drafts never held), and per step: lets every drafter decide its
 // scratch rows, splits the step's draft budget among the sequences
 // (AllocateDraftTokens over their pacers' candidates), asks the sources for
-// every tree in ONE DraftMixer::Propose, and cuts the scored trees to what
+// every tree in ONE DraftFanout::Propose, and cuts the scored trees to what
 // pays for its rows (TrimByScore). The scheduler sees only this and
 // SequenceDrafter, never a source.
 //
@@ -24,7 +24,7 @@
 #include "engine/model/sampler.h"
 #include "verifysvc/drafts/cost_gate.h"
 #include "verifysvc/drafts/draft_budget.h"
-#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_fanout.h"
 #include "verifysvc/drafts/draft_observer.h"
 #include "verifysvc/drafts/draft_pacer.h"
 #include "verifysvc/drafts/sequence_drafter.h"
@@ -49,11 +49,12 @@ struct StepDrafts {
 
 class DraftPlanner {
  public:
-  // `mixer` (the sources), `cost` (the pass's cost by rows, which the
+  // `fanout` (the sources), `cost` (the pass's cost by rows, which the
   // scheduler keeps current) and `observer` are not owned and must outlive
-  // the planner. REQUIRES: mixer and cost not null.
-  DraftPlanner(DraftMixer* mixer, const StepCostModel* cost, int32_t vocab_size,
-               DrafterOptions options, DraftObserver* observer);
+  // the planner. REQUIRES: fanout and cost not null.
+  DraftPlanner(DraftFanout* fanout, const StepCostModel* cost,
+               int32_t vocab_size, DrafterOptions options,
+               DraftObserver* observer);
 
   DraftPlanner(const DraftPlanner&) = delete;
   DraftPlanner& operator=(const DraftPlanner&) = delete;
@@ -78,7 +79,7 @@ class DraftPlanner {
                    int max_step_tokens, double seconds_per_token);
 
   // The sources' health.
-  DraftSourceStats Stats() const { return context_.mixer->Stats(); }
+  DraftSourceStats Stats() const { return context_.fanout->Stats(); }
 
  private:
   // Per namespace, what a new sequence starts from (CostGate::Inherit,

@@ -1,7 +1,10 @@
-// DraftSource: where draft trees come from. One implementation per file
-// (draftsvc_source.h: draftsvc's token tries over gRPC; the n-gram pool and
-// the assistant model come next); the drafting layer sees only DraftMixer,
-// which asks every enabled source and merges their trees within each budget.
+// DraftSource: the verifier's interface to where draft trees come from. One
+// implementation per file (draftsvc_source.h: draftsvc over gRPC, which
+// mixes its tries, n-gram pools and assistant model into one tree itself);
+// the drafting layer sees only DraftFanout, which asks every configured
+// source and unions their trees within each budget. Not to be confused with
+// the wire enum v1.DraftSource or engine::DraftSourceTag (a node's source
+// for statistics).
 //
 // The drafting layer (DraftPlanner, SequenceDrafter) drives a source per
 // sequence: Open with the prompt, then each step, in ONE Propose call for

@@ -57,17 +57,17 @@ SequenceDrafter::SequenceDrafter(const DraftingContext* context,
 }
 
 SequenceDrafter::~SequenceDrafter() {
-  if (handle_ != 0) context_->mixer->Close(handle_);
+  if (handle_ != 0) context_->fanout->Close(handle_);
 }
 
 bool SequenceDrafter::AwaitingOpen(absl::Time now) const {
   return policy_.sources != 0 && handle_ != 0 &&
          now < opened_ + context_->options.open_answer_wait &&
-         !context_->mixer->OpenAnswered(handle_);
+         !context_->fanout->OpenAnswered(handle_);
 }
 
 absl::Status SequenceDrafter::Failure() const {
-  return handle_ == 0 ? absl::OkStatus() : context_->mixer->Failure(handle_);
+  return handle_ == 0 ? absl::OkStatus() : context_->fanout->Failure(handle_);
 }
 
 DraftCandidate SequenceDrafter::Candidate(int room) {
@@ -232,7 +232,7 @@ void SequenceDrafter::RecyclePredictions(const engine::DraftTree& tree,
   // Only where the budget still finds drafts worth asking for: a text the
   // sources cannot match does not pay a top-k per step either.
   const int k = context_->options.prediction_k;
-  if (k == 0 || asked_ == 0 || !context_->mixer->WantsPredictions(handle_)) {
+  if (k == 0 || asked_ == 0 || !context_->fanout->WantsPredictions(handle_)) {
     return;
   }
   const absl::Time start = absl::Now();
@@ -246,7 +246,7 @@ void SequenceDrafter::RecyclePredictions(const engine::DraftTree& tree,
                  predictions.status().ToString().c_str());
     return;
   }
-  context_->mixer->ObserveVerified(handle_, *predictions);
+  context_->fanout->ObserveVerified(handle_, *predictions);
 }
 
 void SequenceDrafter::AdvanceWindow(const torch::Tensor& logits, int32_t root,
@@ -278,7 +278,7 @@ void SequenceDrafter::AdvanceWindow(const torch::Tensor& logits, int32_t root,
     return;
   }
   if (ngrams->empty()) return;
-  context_->mixer->ObserveNgrams(handle_, *ngrams);
+  context_->fanout->ObserveNgrams(handle_, *ngrams);
   // The credit looks back over about the pool's reach of recent n-grams.
   constexpr size_t kCreditNgrams = 64;
   window_ngrams_.insert(window_ngrams_.end(), ngrams->begin(), ngrams->end());
@@ -326,7 +326,7 @@ void SequenceDrafter::Emitted(absl::Span<const int32_t> tokens,
   // Draft tokens count as accepted only if they reached the output.
   const int kept_hits = std::min(hits, static_cast<int>(output.size()));
   if (tree != nullptr) CountVerified(*tree, kept_hits, path);
-  if (handle_ != 0) context_->mixer->Observe(handle_, output);
+  if (handle_ != 0) context_->fanout->Observe(handle_, output);
 }
 
 void SequenceDrafter::CountVerified(const engine::DraftTree& tree,

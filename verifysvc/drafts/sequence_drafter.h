@@ -33,7 +33,7 @@
 #include "engine/model/sampler.h"
 #include "verifysvc/drafts/cost_gate.h"
 #include "verifysvc/drafts/draft_budget.h"
-#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_fanout.h"
 #include "verifysvc/drafts/draft_observer.h"
 #include "verifysvc/drafts/draft_pacer.h"
 #include "verifysvc/drafts/draft_policy.h"
@@ -47,7 +47,7 @@ namespace lookahead::verifysvc {
 // What every SequenceDrafter of one scheduler shares. Owned by the
 // DraftPlanner, which outlives its drafters.
 struct DraftingContext {
-  DraftMixer* mixer = nullptr;          // the sources (not owned)
+  DraftFanout* fanout = nullptr;          // the sources (not owned)
   const StepCostModel* cost = nullptr;  // the pass's cost (not owned)
   DraftObserver* observer = nullptr;    // not owned; never null
   int32_t vocab_size = 0;
@@ -71,7 +71,7 @@ class SequenceDrafter {
   // beyond its tree (the Jacobi window's W * (N - 1)); 0: none.
   static int ScratchRowsOf(const DraftPolicy& policy);
 
-  // `handle`: the sequence's handle from context->mixer->Open (!= 0), which
+  // `handle`: the sequence's handle from context->fanout->Open (!= 0), which
   // this drafter closes. `opened`: when the open was sent.
   SequenceDrafter(const DraftingContext* context, const DraftPolicy& policy,
                   const engine::SamplingParams& sampling,

@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "verifysvc/drafts/draft_budget.h"
-#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_fanout.h"
 #include "verifysvc/drafts/draft_observer.h"
 #include "verifysvc/drafts/draft_planner.h"
 #include "verifysvc/drafts/draft_source.h"
@@ -136,10 +136,10 @@ class SequenceDrafterTest : public ::testing::Test {
   DraftPlanner* NewPlanner(StepCostModel cost,
                            DrafterOptions options = Options()) {
     cost_ = std::make_unique<StepCostModel>(std::move(cost));
-    mixer_ = std::make_unique<DraftMixer>(std::vector<DraftSource*>{&source_},
-                                          kVocab);
-    planner_ = std::make_unique<DraftPlanner>(mixer_.get(), cost_.get(), kVocab,
-                                              options, &observer_);
+    fanout_ = std::make_unique<DraftFanout>(std::vector<DraftSource*>{&source_},
+                                            kVocab);
+    planner_ = std::make_unique<DraftPlanner>(fanout_.get(), cost_.get(),
+                                              kVocab, options, &observer_);
     return planner_.get();
   }
 
@@ -172,7 +172,7 @@ class SequenceDrafterTest : public ::testing::Test {
   FakeSource source_;
   RecordingObserver observer_;
   std::unique_ptr<StepCostModel> cost_;
-  std::unique_ptr<DraftMixer> mixer_;
+  std::unique_ptr<DraftFanout> fanout_;
   std::unique_ptr<DraftPlanner> planner_;
 };
 

@@ -117,7 +117,7 @@ struct Scheduler::StepTally {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     const engine::LlamaModel* model, const engine::Tokenizer* tokenizer,
-    DraftMixer* drafts, StepCostModel cost, SchedulerOptions options) {
+    DraftFanout* drafts, StepCostModel cost, SchedulerOptions options) {
   const DraftPacerOptions& p = options.pacing;
   if (options.max_running < 1 || options.max_queued < 0 ||
       options.max_step_tokens < 1 || options.prefill_chunk_tokens < 1 ||
@@ -134,7 +134,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
 }
 
 Scheduler::Scheduler(const engine::LlamaModel* model,
-                     const engine::Tokenizer* tokenizer, DraftMixer* drafts,
+                     const engine::Tokenizer* tokenizer, DraftFanout* drafts,
                      StepCostModel cost, SchedulerOptions options)
     : model_(model),
       tokenizer_(tokenizer),

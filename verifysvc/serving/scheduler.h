@@ -42,7 +42,7 @@
 #include "engine/model/prefix_cache.h"
 #include "engine/text/tokenizer.h"
 #include "verifysvc/drafts/draft_budget.h"
-#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_fanout.h"
 #include "verifysvc/drafts/draft_planner.h"
 #include "verifysvc/drafts/sequence_drafter.h"
 #include "verifysvc/serving/output.h"
@@ -88,7 +88,7 @@ class Scheduler {
   // naming the options if they are out of range.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       const engine::LlamaModel* model, const engine::Tokenizer* tokenizer,
-      DraftMixer* drafts, StepCostModel cost, SchedulerOptions options);
+      DraftFanout* drafts, StepCostModel cost, SchedulerOptions options);
   // Shutdown(ZeroDuration()).
   ~Scheduler();
 
@@ -118,7 +118,7 @@ class Scheduler {
   struct StepTally;
 
   Scheduler(const engine::LlamaModel* model, const engine::Tokenizer* tokenizer,
-            DraftMixer* drafts, StepCostModel cost, SchedulerOptions options);
+            DraftFanout* drafts, StepCostModel cost, SchedulerOptions options);
 
   void Loop();
   // Moves queued requests into free slots; ends cancelled sequences.

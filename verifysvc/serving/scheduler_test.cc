@@ -23,7 +23,7 @@
 #include "engine/model/token_logprobs.h"
 #include "engine/testing/engine_test_util.h"
 #include "gtest/gtest.h"
-#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_fanout.h"
 #include "verifysvc/drafts/draft_source.h"
 #include "verifysvc/serving/recording_sink.h"
 
@@ -41,8 +41,8 @@ class SchedulerTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete real_; }
 
-  static std::unique_ptr<Scheduler> NewScheduler(SchedulerOptions options,
-                                                 DraftMixer* drafts = nullptr) {
+  static std::unique_ptr<Scheduler> NewScheduler(
+      SchedulerOptions options, DraftFanout* drafts = nullptr) {
     auto cost = StepCostModel::Create({{1, 0.02}, {64, 0.1}});
     auto scheduler =
         Scheduler::Create(model_, tokenizer_, drafts, *cost, options);
@@ -470,8 +470,8 @@ TEST_F(SchedulerTest, LogprobsAreBitIdenticalWithDraftsOnAndOff) {
     }
     // Drafts on: the same tokens, chosen from tree rows, same bits.
     OracleDraftSource oracle(answers, tokenizer_->vocab_size());
-    DraftMixer mixer({&oracle}, tokenizer_->vocab_size());
-    auto drafted = NewScheduler({}, &mixer);
+    DraftFanout fanout({&oracle}, tokenizer_->vocab_size());
+    auto drafted = NewScheduler({}, &fanout);
     ASSERT_NE(drafted, nullptr);
     int64_t accepted = 0;
     for (size_t i = 0; i < specs.size(); ++i) {

@@ -35,7 +35,7 @@
 #include "engine/text/tokenizer.h"
 #include "gtest/gtest.h"
 #include "verifysvc/drafts/draft_budget.h"
-#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_fanout.h"
 #include "verifysvc/drafts/draft_source.h"
 #include "verifysvc/drafts/suffix_repeat.h"
 #include "verifysvc/serving/output.h"
@@ -476,7 +476,7 @@ class SchedulerUnitTest : public ::testing::Test {
 
   // `model` null: the suite's model.
   static std::unique_ptr<Scheduler> NewScheduler(
-      DraftMixer* drafts, StepCostModel cost, SchedulerOptions options,
+      DraftFanout* drafts, StepCostModel cost, SchedulerOptions options,
       const engine::LlamaModel* model = nullptr) {
     auto scheduler =
         Scheduler::Create(model != nullptr ? model : model_.get(),
@@ -575,8 +575,8 @@ class SchedulerUnitTest : public ::testing::Test {
                                   int new_tokens,
                                   const std::vector<int32_t>& plain,
                                   FakeSession* session) {
-    DraftMixer mixer({source}, kVocab);
-    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    DraftFanout fanout({source}, kVocab);
+    auto scheduler = NewScheduler(&fanout, FlatCost(), options);
     ASSERT_NE(scheduler, nullptr);
     GenerationRequest request = Request(prompt, new_tokens, 4);
     request.draft.sources =
@@ -627,13 +627,13 @@ TEST_F(SchedulerUnitTest, OutputIsPlainDecodingWhateverTheDrafts) {
           PlainDecode(prompts.back(), kNew + kSlack, sampling);
     }
     ScriptedDraftSource source(RandomDrafts(&truth, /*seed=*/7));
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     RecordingObserver observer;
     std::vector<RecordingSink> sinks(prompts.size());
     SchedulerOptions options;
     options.max_running = 3;
     options.observer = &observer;
-    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    auto scheduler = NewScheduler(&fanout, FlatCost(), options);
     ASSERT_NE(scheduler, nullptr);
     const int lengths[] = {1, 4, 16, 7, 12, 0};
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -681,9 +681,9 @@ TEST_F(SchedulerUnitTest, FlatCostAsksForTheWholeDecodingLength) {
     const std::vector<int32_t> prompt = PromptWithoutEos(1, 6, 40);
     Continuations truth = {{prompt, PlainDecode(prompt, 40 + kSlack)}};
     ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     RecordingSink sink;
-    auto scheduler = NewScheduler(&mixer, FlatCost(), {});
+    auto scheduler = NewScheduler(&fanout, FlatCost(), {});
     ASSERT_NE(scheduler, nullptr);
     ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
         scheduler.get(), prompt, 40, 12, truth[prompt], &sink));
@@ -705,11 +705,11 @@ TEST_F(SchedulerUnitTest, FlatCostAsksForTheWholeDecodingLength) {
     source.SetOnObserve([&queued](const FakeSession& s) {
       if (s.observed.size() == 1) queued.WaitForNotification();
     });
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     RecordingSink sink_a, sink_b;
     SchedulerOptions options;
     options.max_step_tokens = 24;
-    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    auto scheduler = NewScheduler(&fanout, FlatCost(), options);
     ASSERT_NE(scheduler, nullptr);
     ASSERT_TRUE(scheduler->Submit(Request(a, 40, 16), &sink_a).ok());
     ASSERT_TRUE(scheduler->Submit(Request(b, 40, 16), &sink_b).ok());
@@ -738,9 +738,9 @@ TEST_F(SchedulerUnitTest, FlatCostAsksForTheWholeDecodingLength) {
     Continuations truth = {{prompt, PlainDecode(prompt, 40 + kSlack)}};
     ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
     source.SetCost({/*seconds_per_call=*/1.0, /*seconds_per_token=*/0});
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     RecordingSink sink;
-    auto scheduler = NewScheduler(&mixer, FlatCost(), {});
+    auto scheduler = NewScheduler(&fanout, FlatCost(), {});
     ASSERT_NE(scheduler, nullptr);
     ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
         scheduler.get(), prompt, 40, 12, truth[prompt], &sink));
@@ -760,12 +760,12 @@ TEST_F(SchedulerUnitTest, WrongDraftsShrinkTheBudgetToZero) {
   const std::vector<int32_t> prompt = PromptWithoutEos(4, 6, 40);
   Continuations truth = {{prompt, PlainDecode(prompt, 40 + kSlack)}};
   ScriptedDraftSource source(ChainDrafts(&truth, 0.0));
-  DraftMixer mixer({&source}, kVocab);
+  DraftFanout fanout({&source}, kVocab);
   RecordingSink sink;
   SchedulerOptions options;
   options.pacing.probe_interval = 1000;  // No probes in this test.
   options.pacing.max_probe_interval = 1000;
-  auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+  auto scheduler = NewScheduler(&fanout, RisingCost(), options);
   ASSERT_NE(scheduler, nullptr);
   ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
       scheduler.get(), prompt, 40, 8, truth[prompt], &sink));
@@ -800,7 +800,7 @@ TEST_F(SchedulerUnitTest, SlowDraftCallsThatFindNothingStopBeingMade) {
       absl::SleepFor(absl::Milliseconds(3));
       return DraftTree();
     });
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     RecordingSink sink;
     SchedulerOptions options;
     options.pacing.probe_interval = 1000;  // No probes in this test.
@@ -808,7 +808,7 @@ TEST_F(SchedulerUnitTest, SlowDraftCallsThatFindNothingStopBeingMade) {
     options.pace_repeats = false;
     options.charge_draft_calls = charge;
     auto scheduler = NewScheduler(
-        &mixer, *StepCostModel::Create({{1, 0.001}, {1001, 0.021}}), options);
+        &fanout, *StepCostModel::Create({{1, 0.001}, {1001, 0.021}}), options);
     ASSERT_NE(scheduler, nullptr);
     ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
         scheduler.get(), prompt, 40, 8, truth[prompt], &sink));
@@ -867,7 +867,7 @@ TEST_F(SchedulerUnitTest, ANamespaceWhoseDraftsNeverHoldStartsFromItsVerdict) {
     ScriptedDraftSource source([&](const FakeSession& s, int budget) {
       return right ? chain(s, budget) : DraftTree();
     });
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     SchedulerOptions options;
     options.pacing.probe_interval = 4;
     options.pacing.max_probe_interval = 8;
@@ -875,7 +875,7 @@ TEST_F(SchedulerUnitTest, ANamespaceWhoseDraftsNeverHoldStartsFromItsVerdict) {
     options.charge_draft_calls = false;  // Pacing alone decides,
     options.follow_step_costs = false;   // on this curve.
     options.inherit_pacing = inherit;
-    auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+    auto scheduler = NewScheduler(&fanout, RisingCost(), options);
     ASSERT_NE(scheduler, nullptr);
     const std::vector<int> fresh =
         run(scheduler.get(), &source, prompts[0], "a");
@@ -920,11 +920,11 @@ TEST_F(SchedulerUnitTest, ScoredTreesAreCutToWhatPaysForItsRows) {
     }
     return tree;
   });
-  DraftMixer mixer({&source}, kVocab);
+  DraftFanout fanout({&source}, kVocab);
   RecordingSink sink;
   SchedulerOptions options;
   options.draft_ask_tokens = 8;
-  auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+  auto scheduler = NewScheduler(&fanout, RisingCost(), options);
   ASSERT_NE(scheduler, nullptr);
   ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
       scheduler.get(), prompt, 40, 12, truth[prompt], &sink));
@@ -967,9 +967,9 @@ TEST_F(SchedulerUnitTest, FailedProbesDoubleTheInterval) {
     // One pacer for every step: the test counts its probes.
     options.pace_repeats = false;
     ScriptedDraftSource source(ChainDrafts(&truth, probes_hit ? 1.0 : 0.0));
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     RecordingSink sink;
-    auto scheduler = NewScheduler(&mixer, SteepCost(), options);
+    auto scheduler = NewScheduler(&fanout, SteepCost(), options);
     ASSERT_NE(scheduler, nullptr);
     ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
         scheduler.get(), prompt, 60, 8, truth[prompt], &sink));
@@ -1008,13 +1008,13 @@ TEST_F(SchedulerUnitTest, StepsThatRepeatTheirContextArePacedApart) {
       return repeats(s.observed, s.observed.size()) ? right(s, budget)
                                                     : wrong(s, budget);
     });
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     RecordingSink sink;
     SchedulerOptions options;
     options.pace_repeats = apart;
     options.pacing.probe_interval = 1000;  // No probes in this test.
     options.pacing.max_probe_interval = 1000;
-    auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+    auto scheduler = NewScheduler(&fanout, RisingCost(), options);
     ASSERT_NE(scheduler, nullptr);
     ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
         scheduler.get(), prompt, 80, 8, truth[prompt], &sink));
@@ -1056,12 +1056,12 @@ TEST_F(SchedulerUnitTest, RightDraftsKeepTheBudgetAndCountAsAccepted) {
   ScriptedDraftSource mixed([&](const FakeSession& s, int budget) {
     return s.prompt == right ? all_right(s, budget) : half_right(s, budget);
   });
-  DraftMixer mixer({&mixed}, kVocab);
+  DraftFanout fanout({&mixed}, kVocab);
   RecordingObserver observer;
   RecordingSink sink_right, sink_half;
   SchedulerOptions options;
   options.observer = &observer;
-  auto scheduler = NewScheduler(&mixer, RisingCost(), options);
+  auto scheduler = NewScheduler(&fanout, RisingCost(), options);
   ASSERT_NE(scheduler, nullptr);
   ASSERT_TRUE(scheduler->Submit(Request(right, kNew, 8), &sink_right).ok());
   ASSERT_TRUE(scheduler->Submit(Request(half, kNew, 8), &sink_half).ok());
@@ -1123,7 +1123,7 @@ TEST_F(SchedulerUnitTest, LongPromptIsPrefilledInChunksWhileAnotherDecodes) {
   source.SetOnObserve([&queued](const FakeSession& s) {
     if (s.observed.size() == 1) queued.WaitForNotification();
   });
-  DraftMixer mixer({&source}, kVocab);
+  DraftFanout fanout({&source}, kVocab);
   SchedulerOptions options;
   options.prefill_chunk_tokens = kChunk;
 
@@ -1133,7 +1133,7 @@ TEST_F(SchedulerUnitTest, LongPromptIsPrefilledInChunksWhileAnotherDecodes) {
     RecordingObserver observer;
     options.observer = &observer;
     RecordingSink decoding, prefilling;
-    auto scheduler = NewScheduler(&mixer, FlatCost(), options, chunked->get());
+    auto scheduler = NewScheduler(&fanout, FlatCost(), options, chunked->get());
     ASSERT_NE(scheduler, nullptr);
     ASSERT_TRUE(
         scheduler->Submit(Request(short_prompt, 80, kDraft), &decoding).ok());
@@ -1165,7 +1165,7 @@ TEST_F(SchedulerUnitTest, LongPromptIsPrefilledInChunksWhileAnotherDecodes) {
     RecordingObserver observer;
     options.observer = &observer;
     RecordingSink alone;
-    auto scheduler = NewScheduler(&mixer, FlatCost(), options, chunked->get());
+    auto scheduler = NewScheduler(&fanout, FlatCost(), options, chunked->get());
     ASSERT_NE(scheduler, nullptr);
     ASSERT_TRUE(scheduler->Submit(Request(long_prompt, 8, 0), &alone).ok());
     ASSERT_TRUE(alone.Wait());
@@ -1195,12 +1195,12 @@ TEST_F(SchedulerUnitTest, CancelledSequencesEndAndFreeTheirSlots) {
     if (s.observed.size() >= 3) sink_queued.Cancel();
     if (s.observed.size() >= 12) sink_first.Cancel();
   });
-  DraftMixer mixer({&source}, kVocab);
+  DraftFanout fanout({&source}, kVocab);
   RecordingObserver observer;
   SchedulerOptions options;
   options.max_running = 1;
   options.observer = &observer;
-  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  auto scheduler = NewScheduler(&fanout, FlatCost(), options);
   ASSERT_NE(scheduler, nullptr);
   ASSERT_TRUE(scheduler->Submit(Request(first, 280, 4), &sink_first).ok());
   ASSERT_TRUE(scheduler->Submit(Request(queued, 20, 4), &sink_queued).ok());
@@ -1259,8 +1259,8 @@ TEST_F(SchedulerUnitTest, StopStringCutsWherePlainDecodingReachesIt) {
 
   // With drafts that are right: the stop may fall inside a step's tokens.
   ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
-  DraftMixer mixer({&source}, kVocab);
-  auto scheduler = NewScheduler(&mixer, FlatCost(), {});
+  DraftFanout fanout({&source}, kVocab);
+  auto scheduler = NewScheduler(&fanout, FlatCost(), {});
   ASSERT_NE(scheduler, nullptr);
   RecordingSink cut;
   GenerationRequest request = Request(prompt, kNew, 6);
@@ -1292,14 +1292,14 @@ TEST_F(SchedulerUnitTest, FailingDraftSourceFallsBackToPlainDecoding) {
   Continuations truth = {{prompt, PlainDecode(prompt, kNew + kSlack)}};
   ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
   source.FailCalls(-1);
-  DraftMixer mixer({&source}, kVocab);
+  DraftFanout fanout({&source}, kVocab);
   RecordingObserver observer;
   SchedulerOptions options;
   options.observer = &observer;
   // Asking stays free, so every step asks (and fails) however far the
   // quality falls: the test counts failures, not pacing.
   options.charge_draft_calls = false;
-  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  auto scheduler = NewScheduler(&fanout, FlatCost(), options);
   ASSERT_NE(scheduler, nullptr);
   RecordingSink sink;
   ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
@@ -1360,10 +1360,10 @@ TEST_F(SchedulerUnitTest, EveryOpenedHandleIsObservedAndClosed) {
     if (s.prompt == shut) absl::SleepFor(absl::Milliseconds(20));
   });
   sink_queued.Cancel();  // Its client left while it waited for a slot.
-  DraftMixer mixer({&source}, kVocab);
+  DraftFanout fanout({&source}, kVocab);
   SchedulerOptions options;
   options.max_running = 3;
-  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  auto scheduler = NewScheduler(&fanout, FlatCost(), options);
   ASSERT_NE(scheduler, nullptr);
   // The stop string: a character of plain decoding's 10th token onwards.
   const std::string stop(
@@ -1431,10 +1431,10 @@ TEST_F(SchedulerUnitTest, PredictionsOfEveryVerifiedRowReachTheSource) {
   truth[prompt] = PlainDecode(prompt, kNew + kSlack);
   ScriptedDraftSource source(ChainDrafts(&truth, /*right_fraction=*/0.5));
   source.SetWantsPredictions(true);
-  DraftMixer mixer({&source}, kVocab);
+  DraftFanout fanout({&source}, kVocab);
   SchedulerOptions options;
   options.prediction_k = 3;
-  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  auto scheduler = NewScheduler(&fanout, FlatCost(), options);
   ASSERT_NE(scheduler, nullptr);
   RecordingSink sink;
   ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
@@ -1490,10 +1490,10 @@ TEST_F(SchedulerUnitTest, NoPredictionsWhenOffOrUnwanted) {
     SCOPED_TRACE(wanted);
     ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
     source.SetWantsPredictions(wanted);
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     SchedulerOptions options;
     options.prediction_k = wanted ? 0 : 4;  // off, or nobody wants them
-    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    auto scheduler = NewScheduler(&fanout, FlatCost(), options);
     ASSERT_NE(scheduler, nullptr);
     RecordingSink sink;
     ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 4), &sink).ok());
@@ -1525,11 +1525,11 @@ TEST_F(SchedulerUnitTest, UsageCountsDraftTokensPerSource) {
     }
     return tree;
   });
-  DraftMixer mixer({&source}, kVocab);
+  DraftFanout fanout({&source}, kVocab);
   RecordingObserver observer;
   SchedulerOptions options;
   options.observer = &observer;
-  auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+  auto scheduler = NewScheduler(&fanout, FlatCost(), options);
   ASSERT_NE(scheduler, nullptr);
   RecordingSink sink;
   ASSERT_NO_FATAL_FAILURE(DecodeExpectingPlain(
@@ -1577,8 +1577,8 @@ TEST_F(SchedulerUnitTest, SourceFailureEndsTheRequestWithItsStatus) {
   ScriptedDraftSource source(ChainDrafts(&truth, 1.0));
   source.FailSessions(absl::FailedPreconditionError(
       "draftsvc: source DRAFT_SOURCE_ASSISTANT is not served (--assistant)"));
-  DraftMixer mixer({&source}, kVocab);
-  auto scheduler = NewScheduler(&mixer, FlatCost(), SchedulerOptions());
+  DraftFanout fanout({&source}, kVocab);
+  auto scheduler = NewScheduler(&fanout, FlatCost(), SchedulerOptions());
   ASSERT_NE(scheduler, nullptr);
   RecordingSink failing, plain;
   ASSERT_TRUE(scheduler->Submit(Request(prompt, kNew, 4), &failing).ok());
@@ -1717,12 +1717,12 @@ TEST_F(SchedulerUnitTest, JacobiWindowRunsOnlyWhereItsRowsCanPay) {
   for (bool flat : {true, false}) {
     SCOPED_TRACE(flat ? "flat cost" : "steep cost");
     ScriptedDraftSource source(ChainDrafts(&truth, /*right_fraction=*/0.5));
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     RecordingObserver observer;
     SchedulerOptions options;
     options.observer = &observer;
     auto scheduler =
-        NewScheduler(&mixer, flat ? FlatCost() : SteepCost(), options);
+        NewScheduler(&fanout, flat ? FlatCost() : SteepCost(), options);
     ASSERT_NE(scheduler, nullptr);
     GenerationRequest request = Request(prompt, kNew, 4);
     request.draft.lookahead_window = 4;
@@ -1787,10 +1787,10 @@ TEST_F(SchedulerUnitTest, NamedSourcesHoldTheFirstTokenNotTheOthers) {
   for (bool refused : {true, false}) {
     SCOPED_TRACE(refused ? "refused" : "served");
     SlowOpenSource source(ChainDrafts(&truth, 1.0));
-    DraftMixer mixer({&source}, kVocab);
+    DraftFanout fanout({&source}, kVocab);
     SchedulerOptions options;
     options.open_answer_wait = absl::Seconds(60);  // the test answers
-    auto scheduler = NewScheduler(&mixer, FlatCost(), options);
+    auto scheduler = NewScheduler(&fanout, FlatCost(), options);
     ASSERT_NE(scheduler, nullptr);
     GenerationRequest named = Request(prompt, kNew, 4);
     named.draft.sources = engine::SourceBit(engine::DraftSourceTag::kTrie);

@@ -1,4 +1,4 @@
-#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_fanout.h"
 
 #include <map>
 #include <utility>
@@ -40,8 +40,8 @@ engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
   return out;
 }
 
-int64_t DraftMixer::Open(const DraftPolicy& policy,
-                         absl::Span<const int32_t> prompt) {
+int64_t DraftFanout::Open(const DraftPolicy& policy,
+                          absl::Span<const int32_t> prompt) {
   std::vector<int64_t> per_source;
   bool any = false;
   for (DraftSource* source : sources_) {
@@ -54,7 +54,7 @@ int64_t DraftMixer::Open(const DraftPolicy& policy,
   return handle;
 }
 
-void DraftMixer::Observe(int64_t handle, absl::Span<const int32_t> tokens) {
+void DraftFanout::Observe(int64_t handle, absl::Span<const int32_t> tokens) {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -62,7 +62,7 @@ void DraftMixer::Observe(int64_t handle, absl::Span<const int32_t> tokens) {
   }
 }
 
-bool DraftMixer::WantsPredictions(int64_t handle) const {
+bool DraftFanout::WantsPredictions(int64_t handle) const {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return false;
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -73,8 +73,8 @@ bool DraftMixer::WantsPredictions(int64_t handle) const {
   return false;
 }
 
-void DraftMixer::ObserveVerified(int64_t handle,
-                                 const VerifiedPredictions& predictions) {
+void DraftFanout::ObserveVerified(int64_t handle,
+                                  const VerifiedPredictions& predictions) {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -85,8 +85,8 @@ void DraftMixer::ObserveVerified(int64_t handle,
   }
 }
 
-void DraftMixer::ObserveNgrams(int64_t handle,
-                               absl::Span<const std::vector<int32_t>> ngrams) {
+void DraftFanout::ObserveNgrams(int64_t handle,
+                                absl::Span<const std::vector<int32_t>> ngrams) {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -94,7 +94,7 @@ void DraftMixer::ObserveNgrams(int64_t handle,
   }
 }
 
-absl::Status DraftMixer::Failure(int64_t handle) const {
+absl::Status DraftFanout::Failure(int64_t handle) const {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return absl::OkStatus();
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -105,7 +105,7 @@ absl::Status DraftMixer::Failure(int64_t handle) const {
   return absl::OkStatus();
 }
 
-bool DraftMixer::OpenAnswered(int64_t handle) const {
+bool DraftFanout::OpenAnswered(int64_t handle) const {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return true;
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -116,7 +116,7 @@ bool DraftMixer::OpenAnswered(int64_t handle) const {
   return true;
 }
 
-void DraftMixer::WaitOpened(int64_t handle, absl::Time deadline) const {
+void DraftFanout::WaitOpened(int64_t handle, absl::Time deadline) const {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -124,7 +124,7 @@ void DraftMixer::WaitOpened(int64_t handle, absl::Time deadline) const {
   }
 }
 
-std::vector<engine::DraftTree> DraftMixer::Propose(
+std::vector<engine::DraftTree> DraftFanout::Propose(
     absl::Span<const DraftAsk> asks, bool* called) {
   *called = false;
   // per_source[s][i]: source s's tree for asks[i].
@@ -170,7 +170,7 @@ std::vector<engine::DraftTree> DraftMixer::Propose(
   return merged;
 }
 
-void DraftMixer::Close(int64_t handle) {
+void DraftFanout::Close(int64_t handle) {
   auto it = handles_.find(handle);
   if (it == handles_.end()) return;
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -179,7 +179,7 @@ void DraftMixer::Close(int64_t handle) {
   handles_.erase(it);
 }
 
-DraftCost DraftMixer::cost() const {
+DraftCost DraftFanout::cost() const {
   DraftCost total;
   for (const DraftSource* source : sources_) {
     const DraftCost c = source->cost();
@@ -191,7 +191,7 @@ DraftCost DraftMixer::cost() const {
   return total;
 }
 
-DraftSourceStats DraftMixer::Stats() const {
+DraftSourceStats DraftFanout::Stats() const {
   DraftSourceStats total;
   for (const DraftSource* source : sources_) {
     const DraftSourceStats s = source->Stats();

@@ -1,4 +1,4 @@
-#include "verifysvc/drafts/draft_mixer.h"
+#include "verifysvc/drafts/draft_fanout.h"
 
 #include <cstdint>
 #include <map>
@@ -20,8 +20,8 @@
 namespace lookahead::verifysvc {
 namespace {
 
-// Token ids the mixer accepts in these tests (trees here use small ids).
-constexpr int32_t kMixerVocab = 1 << 20;
+// Token ids the fanout accepts in these tests (trees here use small ids).
+constexpr int32_t kFanoutVocab = 1 << 20;
 
 using engine::DraftSourceTag;
 using engine::DraftTree;
@@ -160,7 +160,7 @@ class FakeSource : public DraftSource {
   // Every ObserveNgrams: (handle, n-grams).
   std::vector<std::pair<int64_t, std::vector<std::vector<int32_t>>>> harvested;
 
-  // What the mixer called, in order.
+  // What the fanout called, in order.
   std::vector<std::vector<int32_t>> opened_prompts;
   std::vector<DraftPolicy> opened_policies;
   std::vector<std::pair<int64_t, std::vector<int32_t>>> observed;
@@ -261,39 +261,39 @@ TEST(MergeDraftTreesTest, SharedNodesCarryEverySourceThatProposedThem) {
                           DraftSourceTag::kTrie, DraftSourceTag::kNgram));
 }
 
-TEST(DraftMixerTest, PredictionsAndFailuresPassThroughPerSource) {
+TEST(DraftFanoutTest, PredictionsAndFailuresPassThroughPerSource) {
   FakeSource trie("trie"), ngram("ngram");
   ngram.wants_predictions = true;
-  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
-  const int64_t h = mixer.Open(DraftPolicy{DraftMode::kTrieHierarchical, 8},
-                               std::vector<int32_t>{1, 2});
+  DraftFanout fanout({&trie, &ngram}, kFanoutVocab);
+  const int64_t h = fanout.Open(DraftPolicy{DraftMode::kTrieHierarchical, 8},
+                                std::vector<int32_t>{1, 2});
   ASSERT_NE(h, 0);
-  EXPECT_TRUE(mixer.WantsPredictions(h));
-  EXPECT_FALSE(mixer.WantsPredictions(h + 100));
+  EXPECT_TRUE(fanout.WantsPredictions(h));
+  EXPECT_FALSE(fanout.WantsPredictions(h + 100));
   VerifiedPredictions p;
   p.k = 1;
   p.top_tokens = {7};
-  mixer.ObserveVerified(h, p);
+  fanout.ObserveVerified(h, p);
   EXPECT_THAT(trie.verified, IsEmpty());  // it does not want them
   ASSERT_EQ(ngram.verified.size(), 1u);
   EXPECT_EQ(ngram.verified[0].first, 1);  // the source's own handle
   EXPECT_THAT(ngram.verified[0].second, ElementsAre(7));
 
-  mixer.ObserveNgrams(h, {{3, 4}});
+  fanout.ObserveNgrams(h, {{3, 4}});
   ASSERT_EQ(ngram.harvested.size(), 1u);
   EXPECT_EQ(ngram.harvested[0].second,
             (std::vector<std::vector<int32_t>>{{3, 4}}));
   EXPECT_EQ(trie.harvested.size(), 1u);  // each source decides
 
-  EXPECT_TRUE(mixer.Failure(h).ok());
+  EXPECT_TRUE(fanout.Failure(h).ok());
   ngram.failures[1] = absl::FailedPreconditionError("not served");
-  EXPECT_EQ(mixer.Failure(h), absl::FailedPreconditionError("not served"));
-  EXPECT_TRUE(mixer.Failure(h + 100).ok());
+  EXPECT_EQ(fanout.Failure(h), absl::FailedPreconditionError("not served"));
+  EXPECT_TRUE(fanout.Failure(h + 100).ok());
 
   // Every source of the sequence waits for its open, to one deadline.
   const absl::Time deadline = absl::UnixEpoch() + absl::Seconds(7);
-  mixer.WaitOpened(h, deadline);
-  mixer.WaitOpened(h + 100, deadline);  // unknown: nothing waits
+  fanout.WaitOpened(h, deadline);
+  fanout.WaitOpened(h + 100, deadline);  // unknown: nothing waits
   EXPECT_THAT(trie.waited, ElementsAre(std::make_pair(int64_t{1}, deadline)));
   EXPECT_THAT(ngram.waited, ElementsAre(std::make_pair(int64_t{1}, deadline)));
 }
@@ -414,30 +414,30 @@ TEST(MergeDraftTreesTest, RandomizedAgainstPathSets) {
 }
 
 // ---------------------------------------------------------------------------
-// DraftMixer.
+// DraftFanout.
 
-TEST(DraftMixerTest, NoSourcesNeverDrafts) {
-  DraftMixer mixer({}, kMixerVocab);
-  EXPECT_TRUE(mixer.empty());
+TEST(DraftFanoutTest, NoSourcesNeverDrafts) {
+  DraftFanout fanout({}, kFanoutVocab);
+  EXPECT_TRUE(fanout.empty());
   const std::vector<int32_t> prompt = {1, 2};
-  EXPECT_EQ(mixer.Open(Hierarchical(8), prompt), 0);
+  EXPECT_EQ(fanout.Open(Hierarchical(8), prompt), 0);
   bool called = true;
-  const std::vector<DraftTree> trees = mixer.Propose({Ask(0, 8)}, &called);
+  const std::vector<DraftTree> trees = fanout.Propose({Ask(0, 8)}, &called);
   ASSERT_EQ(trees.size(), 1u);
   EXPECT_TRUE(trees[0].empty());
   EXPECT_FALSE(called);
-  EXPECT_TRUE(mixer.Stats().available);
-  EXPECT_EQ(mixer.cost().seconds_per_call, 0);
+  EXPECT_TRUE(fanout.Stats().available);
+  EXPECT_EQ(fanout.cost().seconds_per_call, 0);
 }
 
-TEST(DraftMixerTest, OneSourceIsAPassThroughTrimmedToTheBudget) {
+TEST(DraftFanoutTest, OneSourceIsAPassThroughTrimmedToTheBudget) {
   FakeSource trie("trie");
   trie.set_next_handle(40);
-  DraftMixer mixer({&trie}, kMixerVocab);
-  EXPECT_FALSE(mixer.empty());
+  DraftFanout fanout({&trie}, kFanoutVocab);
+  EXPECT_FALSE(fanout.empty());
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
   const DraftPolicy policy = Hierarchical(6);
-  const int64_t handle = mixer.Open(policy, prompt);
+  const int64_t handle = fanout.Open(policy, prompt);
   ASSERT_NE(handle, 0);
   ASSERT_EQ(trie.opened_prompts.size(), 1u);
   EXPECT_EQ(trie.opened_prompts[0], prompt);
@@ -453,7 +453,7 @@ TEST(DraftMixerTest, OneSourceIsAPassThroughTrimmedToTheBudget) {
     SCOPED_TRACE(budget);
     bool called = false;
     const std::vector<DraftTree> trees =
-        mixer.Propose({Ask(handle, budget)}, &called);
+        fanout.Propose({Ask(handle, budget)}, &called);
     EXPECT_TRUE(called);
     ASSERT_EQ(trees.size(), 1u);
     DraftTree expected = parallel;
@@ -468,15 +468,15 @@ TEST(DraftMixerTest, OneSourceIsAPassThroughTrimmedToTheBudget) {
   }
 }
 
-TEST(DraftMixerTest, TwoSourcesMergeWithinEachBudget) {
+TEST(DraftFanoutTest, TwoSourcesMergeWithinEachBudget) {
   FakeSource trie("trie");
   FakeSource ngram("ngram");
   trie.set_next_handle(10);
   ngram.set_next_handle(20);
-  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
+  DraftFanout fanout({&trie, &ngram}, kFanoutVocab);
   const std::vector<int32_t> prompt = {7};
-  const int64_t first = mixer.Open(Hierarchical(8), prompt);
-  const int64_t second = mixer.Open(Hierarchical(8), prompt);
+  const int64_t first = fanout.Open(Hierarchical(8), prompt);
+  const int64_t second = fanout.Open(Hierarchical(8), prompt);
   ASSERT_NE(first, 0);
   ASSERT_NE(second, 0);
   ASSERT_NE(first, second);
@@ -489,7 +489,7 @@ TEST(DraftMixerTest, TwoSourcesMergeWithinEachBudget) {
 
   bool called = false;
   const std::vector<DraftTree> trees =
-      mixer.Propose({Ask(first, 4), Ask(second, 16)}, &called);
+      fanout.Propose({Ask(first, 4), Ask(second, 16)}, &called);
   EXPECT_TRUE(called);
   ASSERT_EQ(trees.size(), 2u);
   EXPECT_EQ(TreeError(trees[0]), "");
@@ -518,25 +518,26 @@ TEST(DraftMixerTest, TwoSourcesMergeWithinEachBudget) {
   EXPECT_EQ(ngram.proposed[0].asks[1].handle, 21);
 }
 
-TEST(DraftMixerTest, ASourceThatDeclinesASequenceIsNeverAskedForIt) {
+TEST(DraftFanoutTest, ASourceThatDeclinesASequenceIsNeverAskedForIt) {
   FakeSource trie("trie");
   FakeSource ngram("ngram");
   trie.set_next_handle(0);  // Declines every sequence.
   ngram.set_next_handle(30);
-  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
+  DraftFanout fanout({&trie, &ngram}, kFanoutVocab);
   const std::vector<int32_t> prompt = {1, 2, 3};
-  const int64_t handle = mixer.Open(Hierarchical(8), prompt);
+  const int64_t handle = fanout.Open(Hierarchical(8), prompt);
   ASSERT_NE(handle, 0);
   EXPECT_EQ(trie.opened_prompts.size(), 1u);  // Asked to open, declined.
   ngram.set_tree(30, Chain({6, 7}, DraftSourceTag::kNgram));
 
   const std::vector<int32_t> emitted = {4, 5};
-  mixer.Observe(handle, emitted);
+  fanout.Observe(handle, emitted);
   bool called = false;
-  const std::vector<DraftTree> trees = mixer.Propose({Ask(handle, 8)}, &called);
+  const std::vector<DraftTree> trees =
+      fanout.Propose({Ask(handle, 8)}, &called);
   ASSERT_EQ(trees.size(), 1u);
   EXPECT_THAT(trees[0].tokens, ElementsAre(6, 7));
-  mixer.Close(handle);
+  fanout.Close(handle);
 
   EXPECT_THAT(trie.observed, IsEmpty());
   EXPECT_THAT(trie.proposed, IsEmpty());
@@ -547,47 +548,47 @@ TEST(DraftMixerTest, ASourceThatDeclinesASequenceIsNeverAskedForIt) {
   EXPECT_THAT(ngram.closed, ElementsAre(30));
 }
 
-TEST(DraftMixerTest, NoSourceDraftingMeansNoHandle) {
+TEST(DraftFanoutTest, NoSourceDraftingMeansNoHandle) {
   FakeSource trie("trie");
   FakeSource ngram("ngram");
   trie.set_next_handle(0);
   ngram.set_next_handle(0);
-  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
+  DraftFanout fanout({&trie, &ngram}, kFanoutVocab);
   const std::vector<int32_t> prompt = {1};
-  EXPECT_EQ(mixer.Open(Hierarchical(8), prompt), 0);
+  EXPECT_EQ(fanout.Open(Hierarchical(8), prompt), 0);
   EXPECT_EQ(trie.opened_prompts.size(), 1u);
   EXPECT_EQ(ngram.opened_prompts.size(), 1u);
   // Asking with handle 0 (or any unknown handle) reaches no source.
   bool called = true;
   const std::vector<DraftTree> trees =
-      mixer.Propose({Ask(0, 8), Ask(12345, 8)}, &called);
+      fanout.Propose({Ask(0, 8), Ask(12345, 8)}, &called);
   ASSERT_EQ(trees.size(), 2u);
   EXPECT_TRUE(trees[0].empty());
   EXPECT_TRUE(trees[1].empty());
   EXPECT_FALSE(called);
-  mixer.Observe(12345, prompt);
-  mixer.Close(12345);
+  fanout.Observe(12345, prompt);
+  fanout.Close(12345);
   EXPECT_THAT(trie.proposed, IsEmpty());
   EXPECT_THAT(ngram.proposed, IsEmpty());
   EXPECT_THAT(ngram.observed, IsEmpty());
   EXPECT_THAT(ngram.closed, IsEmpty());
 }
 
-TEST(DraftMixerTest, ObserveAndCloseReachEachSourcesOwnHandle) {
+TEST(DraftFanoutTest, ObserveAndCloseReachEachSourcesOwnHandle) {
   FakeSource trie("trie");
   FakeSource ngram("ngram");
   trie.set_next_handle(100);
   ngram.set_next_handle(200);
-  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
+  DraftFanout fanout({&trie, &ngram}, kFanoutVocab);
   const std::vector<int32_t> prompt = {1};
-  const int64_t a = mixer.Open(Hierarchical(8), prompt);  // 100, 200
-  const int64_t b = mixer.Open(Hierarchical(8), prompt);  // 101, 201
+  const int64_t a = fanout.Open(Hierarchical(8), prompt);  // 100, 200
+  const int64_t b = fanout.Open(Hierarchical(8), prompt);  // 101, 201
   ASSERT_NE(a, b);
 
   const std::vector<int32_t> to_b = {9, 8};
   const std::vector<int32_t> to_a = {7};
-  mixer.Observe(b, to_b);
-  mixer.Observe(a, to_a);
+  fanout.Observe(b, to_b);
+  fanout.Observe(a, to_a);
   ASSERT_EQ(trie.observed.size(), 2u);
   EXPECT_EQ(trie.observed[0], std::make_pair(int64_t{101}, to_b));
   EXPECT_EQ(trie.observed[1], std::make_pair(int64_t{100}, to_a));
@@ -595,56 +596,56 @@ TEST(DraftMixerTest, ObserveAndCloseReachEachSourcesOwnHandle) {
   EXPECT_EQ(ngram.observed[0], std::make_pair(int64_t{201}, to_b));
   EXPECT_EQ(ngram.observed[1], std::make_pair(int64_t{200}, to_a));
 
-  mixer.Close(a);
+  fanout.Close(a);
   EXPECT_THAT(trie.closed, ElementsAre(100));
   EXPECT_THAT(ngram.closed, ElementsAre(200));
   // A closed handle is forgotten: no second Close, no Observe, no Propose.
-  mixer.Close(a);
-  mixer.Observe(a, to_a);
+  fanout.Close(a);
+  fanout.Observe(a, to_a);
   bool called = false;
-  const std::vector<DraftTree> trees = mixer.Propose({Ask(a, 8)}, &called);
+  const std::vector<DraftTree> trees = fanout.Propose({Ask(a, 8)}, &called);
   ASSERT_EQ(trees.size(), 1u);
   EXPECT_TRUE(trees[0].empty());
   EXPECT_THAT(trie.closed, ElementsAre(100));
   EXPECT_EQ(trie.observed.size(), 2u);
   EXPECT_THAT(trie.proposed, IsEmpty());
-  mixer.Close(b);
+  fanout.Close(b);
   EXPECT_THAT(trie.closed, ElementsAre(100, 101));
   EXPECT_THAT(ngram.closed, ElementsAre(200, 201));
 }
 
-TEST(DraftMixerTest, CalledIsSetIffSomeSourceDidWork) {
+TEST(DraftFanoutTest, CalledIsSetIffSomeSourceDidWork) {
   FakeSource trie("trie");
   FakeSource ngram("ngram");
   trie.set_next_handle(1);
   ngram.set_next_handle(1);
-  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
+  DraftFanout fanout({&trie, &ngram}, kFanoutVocab);
   const std::vector<int32_t> prompt = {1};
-  const int64_t handle = mixer.Open(Hierarchical(8), prompt);
+  const int64_t handle = fanout.Open(Hierarchical(8), prompt);
   for (bool trie_called : {false, true}) {
     for (bool ngram_called : {false, true}) {
       trie.set_called(trie_called);
       ngram.set_called(ngram_called);
       bool called = !(trie_called || ngram_called);  // The wrong answer.
-      mixer.Propose({Ask(handle, 4)}, &called);
+      fanout.Propose({Ask(handle, 4)}, &called);
       EXPECT_EQ(called, trie_called || ngram_called)
           << "trie " << trie_called << ", ngram " << ngram_called;
     }
   }
 }
 
-TEST(DraftMixerTest, CostIsTheSumOfTheSources) {
+TEST(DraftFanoutTest, CostIsTheSumOfTheSources) {
   FakeSource trie("trie");
   FakeSource assistant("assistant");
   trie.set_cost({0.001, 0.0});
   assistant.set_cost({0.020, 0.003});
-  DraftMixer mixer({&trie, &assistant}, kMixerVocab);
-  const DraftCost cost = mixer.cost();
+  DraftFanout fanout({&trie, &assistant}, kFanoutVocab);
+  const DraftCost cost = fanout.cost();
   EXPECT_DOUBLE_EQ(cost.seconds_per_call, 0.021);
   EXPECT_DOUBLE_EQ(cost.seconds_per_token, 0.003);
 }
 
-TEST(DraftMixerTest, StatsAddUpAndAreAvailableIffEverySourceIs) {
+TEST(DraftFanoutTest, StatsAddUpAndAreAvailableIffEverySourceIs) {
   FakeSource trie("trie");
   FakeSource ngram("ngram");
   DraftSourceStats a;
@@ -659,8 +660,8 @@ TEST(DraftMixerTest, StatsAddUpAndAreAvailableIffEverySourceIs) {
   b.open_sessions = 6;
   trie.set_stats(a);
   ngram.set_stats(b);
-  DraftMixer mixer({&trie, &ngram}, kMixerVocab);
-  DraftSourceStats total = mixer.Stats();
+  DraftFanout fanout({&trie, &ngram}, kFanoutVocab);
+  DraftSourceStats total = fanout.Stats();
   EXPECT_TRUE(total.available);
   EXPECT_EQ(total.failures, 8);
   EXPECT_EQ(total.reopened, 3);
@@ -671,14 +672,14 @@ TEST(DraftMixerTest, StatsAddUpAndAreAvailableIffEverySourceIs) {
     unavailable.available = false;
     trie.set_stats(down == 0 ? unavailable : a);
     ngram.set_stats(down == 1 ? unavailable : b);
-    EXPECT_FALSE(mixer.Stats().available) << "source " << down << " down";
+    EXPECT_FALSE(fanout.Stats().available) << "source " << down << " down";
   }
 }
 
 // A faulty source's tree is cut before its first bad node (an id outside
 // the vocabulary, a parent that is not earlier), alone or merged, so it can
 // never make the forward pass reject the whole batch.
-TEST(DraftMixerTest, InvalidNodesAreCutToTheValidPrefix) {
+TEST(DraftFanoutTest, InvalidNodesAreCutToTheValidPrefix) {
   constexpr int32_t kVocab = 50;
   FakeSource trie("trie");
   trie.set_next_handle(1);
@@ -686,7 +687,7 @@ TEST(DraftMixerTest, InvalidNodesAreCutToTheValidPrefix) {
   bad_id.tokens = {7, 8, 50, 9};  // 50 is outside [0, 50)
   bad_id.parents = {-1, 0, 1, 2};
   trie.set_tree(1, bad_id);
-  DraftMixer alone({&trie}, kVocab);
+  DraftFanout alone({&trie}, kVocab);
   const std::vector<int32_t> prompt = {1};
   const int64_t handle = alone.Open(Hierarchical(8), prompt);
   bool called = false;
@@ -706,7 +707,7 @@ TEST(DraftMixerTest, InvalidNodesAreCutToTheValidPrefix) {
   negative.tokens = {6, -1};
   negative.parents = {-1, 0};
   second.set_tree(1, negative);
-  DraftMixer merged({&first, &second}, kVocab);
+  DraftFanout merged({&first, &second}, kVocab);
   const int64_t h = merged.Open(Hierarchical(8), prompt);
   trees = merged.Propose({Ask(h, 8)}, &called);
   ASSERT_EQ(trees.size(), 1u);

@@ -1,12 +1,18 @@
-// DraftMixer: the one draft interface the drafting layer (DraftPlanner,
-// SequenceDrafter) sees. Opens every enabled source for a sequence, passes
-// emitted tokens on, asks every source in one Propose per step, and merges
-// their trees into one tree per sequence within its budget
-// (MergeDraftTrees). With one source it is a pass-through.
+// DraftFanout: the one draft interface the drafting layer (DraftPlanner,
+// SequenceDrafter) sees. Opens every configured DraftSource for a sequence,
+// passes emitted tokens on, fans each step's asks out to every source in one
+// Propose, and unions their trees by priority within each budget
+// (MergeDraftTrees). With one source (production: draftsvc) it is a
+// pass-through.
+//
+// Not a mixer, hence the name: the one place drafts are mixed (ranked by
+// calibrated acceptance across tries, n-gram pools and the assistant) is
+// draftsvc's MixDrafts (draftsvc/mix/draft_mix.h); this only fans out to the
+// verifier's sources and keeps a priority union for more than one.
 //
 // Thread-safety: as DraftSource (scheduler thread; Stats from any thread).
-#ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_MIXER_H_
-#define LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_MIXER_H_
+#ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_FANOUT_H_
+#define LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_FANOUT_H_
 
 #include <cstdint>
 #include <map>
@@ -25,21 +31,21 @@ namespace lookahead::verifysvc {
 // tree's order, so a higher-priority tree keeps all its nodes that fit.
 // The result is topologically ordered, with no two siblings of one token
 // (so parallel chains from several sources become one tree; with a single
-// source the mixer does not merge, and a parallel draft stays parallel).
+// source the fanout does not merge, and a parallel draft stays parallel).
 engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
                                   int budget);
 
-class DraftMixer {
+class DraftFanout {
  public:
-  // `sources` (not owned; must outlive the mixer) in priority order. No
-  // sources: a mixer that never drafts. Trees are cut to their valid prefix
+  // `sources` (not owned; must outlive the fanout) in priority order. No
+  // sources: a fanout that never drafts. Trees are cut to their valid prefix
   // (ids in [0, vocab_size), parents in [-1, i)), so a faulty source costs
   // its own drafts, never the batch's forward pass.
-  DraftMixer(std::vector<DraftSource*> sources, int32_t vocab_size)
+  DraftFanout(std::vector<DraftSource*> sources, int32_t vocab_size)
       : sources_(std::move(sources)), vocab_size_(vocab_size) {}
 
-  DraftMixer(const DraftMixer&) = delete;
-  DraftMixer& operator=(const DraftMixer&) = delete;
+  DraftFanout(const DraftFanout&) = delete;
+  DraftFanout& operator=(const DraftFanout&) = delete;
 
   bool empty() const { return sources_.empty(); }
 
@@ -82,4 +88,4 @@ class DraftMixer {
 
 }  // namespace lookahead::verifysvc
 
-#endif  // LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_MIXER_H_
+#endif  // LOOKAHEAD_VERIFYSVC_DRAFTS_DRAFT_FANOUT_H_

@@ -48,6 +48,7 @@ import json
 import math
 import glob
 import os
+import pathlib
 import random
 import re
 import subprocess
@@ -141,7 +142,7 @@ def extra_chat_questions(doc_root, limit):
     tutorial and howto pages ("Explain ..."). Deterministic order."""
     questions = []
     glossary = os.path.join(doc_root, "glossary.rst.txt")
-    for line in open(glossary, encoding="utf-8").read().splitlines():
+    for line in pathlib.Path(glossary).read_text(encoding="utf-8").splitlines():
         term = re.fullmatch(r"   ([A-Za-z][\w .-]*[\w.])", line)
         if term:
             questions.append(f"What is {term.group(1)} in Python?")
@@ -149,7 +150,7 @@ def extra_chat_questions(doc_root, limit):
     for folder in ("library", "tutorial", "howto"):
         for path in sorted(glob.glob(os.path.join(doc_root, folder,
                                                   "*.rst.txt"))):
-            lines = open(path, encoding="utf-8").read().splitlines()
+            lines = pathlib.Path(path).read_text(encoding="utf-8").splitlines()
             module = None
             for title, underline in zip(lines, lines[1:]):
                 title = title.strip()
@@ -183,7 +184,7 @@ def extra_code_prompts(lib_root, limit):
                      r"dist-packages)/", path):
             continue
         try:
-            source = open(path, encoding="utf-8").read()
+            source = pathlib.Path(path).read_text(encoding="utf-8")
             tree = ast.parse(source)
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue

@@ -29,6 +29,7 @@ import gzip
 import hashlib
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -161,7 +162,7 @@ def python_faq_questions(cache):
                                               "_sources/faq/*.rst.txt")))
         questions = []
         for path in files:
-            lines = open(path, encoding="utf-8").read().splitlines()
+            lines = pathlib.Path(path).read_text(encoding="utf-8").splitlines()
             topic = os.path.basename(path).split(".")[0]
             for title, underline in zip(lines, lines[1:]):
                 title, underline = title.strip(), underline.strip()

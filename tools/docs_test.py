@@ -134,6 +134,13 @@ LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"
 REF_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*(\S+)")
 
 
+def git_ignored(path: str) -> bool:
+    """True when git ignores path (a build or bench output, say)."""
+    out = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT,
+                         capture_output=True)
+    return out.returncode == 0
+
+
 def check_links(doc: Doc, cache: Dict[str, Doc]) -> Tuple[int, List[Problem]]:
     problems: List[Problem] = []
     count = 0
@@ -155,6 +162,13 @@ def check_links(doc: Doc, cache: Dict[str, Doc]) -> Tuple[int, List[Problem]]:
                 if not os.path.exists(full):
                     problems.append((doc.path, number,
                                      f"link {target}: {rel(full)} does not exist"))
+                    continue
+                if git_ignored(full):
+                    # A fresh clone (CI) lacks it even where this tree has it.
+                    problems.append((doc.path, number,
+                                     f"link {target}: {rel(full)} is not in git "
+                                     "(generated or ignored); name it in code "
+                                     "instead"))
                     continue
             else:
                 full = doc.path

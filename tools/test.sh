@@ -56,7 +56,9 @@ echo "test.sh: setup and bazel test of ${#targets[@]} patterns took $SECONDS s"
 passed=$(grep -cE '^//.* PASSED' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|INCOMPLETE)' "$log" || true)
 # Each extra step counts as one test; its wall time goes to the log, so a
-# slow CI run says which step.
+# slow CI run says which step, and the last lines name each failed one (CI
+# shows only the tail).
+failed_steps=()
 run_step() {
   local start=$SECONDS
   if "$@"; then
@@ -64,6 +66,7 @@ run_step() {
   else
     status=1
     failed=$((failed + 1))
+    failed_steps+=("$*")
   fi
   echo "test.sh: $* took $((SECONDS - start)) s (total $SECONDS s)"
 }
@@ -84,6 +87,12 @@ if ((tests_passed && !quick)); then
   run_step tools/bench.sh --quick
   run_step tools/cuda_build.sh --check
   run_step tools/fuzz.sh "${LOOKAHEAD_FUZZ_SECONDS:-60}"
+fi
+for step in "${failed_steps[@]}"; do
+  echo "test.sh: FAILED: $step"
+done
+if ((!tests_passed)); then
+  grep -E '^//.* (FAILED|TIMEOUT|NO STATUS|INCOMPLETE)' "$log" || true
 fi
 echo "${passed} passed, ${failed} failed"
 exit "$status"

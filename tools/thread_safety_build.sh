@@ -17,7 +17,8 @@ readonly TARGETS=(
   //common:shutdown_signal //common:wire_request
   //draftsvc/testing:fault_file_system
   //draftsvc/index:draft_index //draftsvc/index:draft_index_test
-  //draftsvc/index:draft_index_ngram_test //draftsvc/service:draft_service
+  //draftsvc/index:draft_index_ngram_test
+  //draftsvc/index:draft_index_offset_test //draftsvc/service:draft_service
   //draftsvc/sources:ngram_pool //draftsvc/sources:ngram_pool_test
   //draftsvc/storage:trie_store
   //draftsvc/sources/assistant:assistant_drafter

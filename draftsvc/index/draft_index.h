@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,9 +139,23 @@ struct PredictionInput {
 
 // One Step entry's input to Append.
 struct StepInput {
-  absl::Span<const int32_t> accepted;        // Tokens accepted since last Step.
-  std::vector<PredictionInput> predictions;  // Oldest first.
+  absl::Span<const int32_t> accepted;  // Tokens accepted since last Step.
+  // How many tokens the session had reported as accepted before
+  // accepted[0], counted from OpenSession (v1.SessionStep.accepted_offset):
+  // Append applies only the tokens past what the session holds (a report
+  // retried after its answer was lost is applied once). nullopt (clients
+  // that predate it): every token is applied as sent. >= 0.
+  std::optional<int64_t> accepted_offset;
+  std::vector<PredictionInput> predictions;       // Oldest first.
   std::vector<absl::Span<const int32_t>> ngrams;  // Jacobi n-grams.
+};
+
+// What Append applied of a StepInput.
+struct AppendResult {
+  // accepted[0, skipped_tokens) the session held already (accepted_offset
+  // below what it holds: a retried report) and were not applied again;
+  // accepted[skipped_tokens..] were applied. 0 without an offset.
+  int64_t skipped_tokens = 0;
 };
 
 // A retrieval: which sources, how much, how arranged.
@@ -311,8 +326,27 @@ class DraftIndex {
   //     model's own guesses on output positions).
   // The namespace's trie and pool mutations go to the sink in one batch
   // sequence, in apply order, covered by on_durable.
+  //
+  // Exactly once (input.accepted_offset set; checked and applied under the
+  // session's lock, so concurrent copies of one report apply it once): with
+  // `held` the accepted tokens the session holds (every token Append applied
+  // since OpenSession), offset > held is FAILED_PRECONDITION (nothing
+  // changed; the message names accepted_offset, both counts and says to
+  // reopen the session; Append returns that code for nothing else);
+  // offset < 0 is INVALID_ARGUMENT. Else the first skip = min(held - offset,
+  // accepted size) tokens are held already and the entry is applied as if
+  // it carried only the rest: when skip > 0 (a retried report) the last
+  // tree sent is forgotten unjudged (it went in the answer that was lost),
+  // prediction trees rooted in the skipped tokens (root_after < skip) are
+  // dropped (they came with them and were applied then) and the rest
+  // shifted to root_after - skip, and the n-grams are dropped (they cannot
+  // be told from the lost report's); when no token is new (offset +
+  // accepted size <= held, accepted not empty) nothing at all is applied.
+  // An entry without tokens carries nothing to tell a retry by: applied as
+  // sent. `result` (may be null) says how many tokens were skipped.
   absl::Status Append(absl::string_view session_id, const StepInput& input,
-                      std::function<void(absl::Status)> on_durable);
+                      std::function<void(absl::Status)> on_durable,
+                      AppendResult* result = nullptr);
 
   // Draft tree for the session's next position: at most decoding_length
   // (0..max_decoding_length; 0 -> empty tree) nodes, at most branch_length

@@ -49,6 +49,9 @@ struct DraftIndex::Session {
   // Prompt + output tokens so far: context[0] sits at absolute position
   // total_tokens - context.size().
   int64_t total_tokens ABSL_GUARDED_BY(mu) = 0;
+  // Output tokens applied since OpenSession (total_tokens - prompt_length):
+  // what StepInput::accepted_offset is checked against.
+  int64_t accepted_tokens ABSL_GUARDED_BY(mu) = 0;
   // The last mixed tree sent (Retrieve), judged by the next Append.
   std::vector<DraftNode> sent ABSL_GUARDED_BY(mu);
   // Last branch_length OUTPUT tokens: the windows not yet inserted start

@@ -1,16 +1,20 @@
 // DraftIndex: Append, a Step entry's effect. Its input is validated whole,
-// then the last tree sent is judged (calibration), the new output windows
+// trimmed to what the session does not hold yet (accepted_offset: a
+// retried report is applied once), then the last tree sent is judged
+// (calibration), the new output windows
 // go into the global trie and the recycled predictions and Jacobi n-grams
 // into the pools (shared or private), all under the namespace's writer
 // lock so the sink sees them in apply order.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
@@ -135,6 +139,63 @@ std::vector<SourceCalibration::Observation> Judge(
   return out;
 }
 
+// Append step 1: judges `sent` (the last tree sent) by input.accepted into
+// `calibration`, with the verifier's own record of the tree it verified
+// below the same root (a prediction tree with root_after 0) if it sent one.
+void Calibrate(const std::vector<DraftNode>& sent, const StepInput& input,
+               SourceCalibration& calibration) {
+  const PredictionInput* verified = nullptr;
+  for (const PredictionInput& tree : input.predictions) {
+    if (tree.root_after == 0) verified = &tree;
+  }
+  if (verified != nullptr) {
+    const auto paths = VerifiedPaths(*verified);
+    calibration.Observe(Judge(sent, input.accepted, &paths));
+  } else {
+    calibration.Observe(Judge(sent, input.accepted, nullptr));
+  }
+}
+
+// How many of the `accepted_size` tokens reported after `offset` a session
+// holding `held` accepted tokens has already: 0 without an offset;
+// FAILED_PRECONDITION if offset > held (tokens it never got).
+absl::StatusOr<int64_t> HeldOverlap(std::optional<int64_t> offset, int64_t held,
+                                    size_t accepted_size,
+                                    absl::string_view session_id) {
+  if (!offset.has_value()) return 0;
+  if (*offset > held) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "accepted_offset is ", *offset, " but draftsvc holds ", held,
+        " accepted tokens for session ", QuoteInput(session_id), " (tokens ",
+        held, "..", *offset - 1,
+        " never reached it); nothing was applied: reopen the session "
+        "(CloseSession, then OpenSession with the context so far as its "
+        "prompt; its offsets count from 0 again)"));
+  }
+  return std::min<int64_t>(held - *offset, static_cast<int64_t>(accepted_size));
+}
+
+// The part of `input` new to a session that holds its first `skip` (> 0)
+// accepted tokens already (Append's exactly-once rules): the tokens after
+// them; prediction trees rooted at or after the last held token, shifted
+// to count from the first new token (those rooted in the held tokens came
+// with them and were applied then); no n-grams (nothing tells the lost
+// report's from new ones). Nothing at all when no token is new. Spans into
+// `input`.
+StepInput NewPart(const StepInput& input, int64_t skip) {
+  StepInput out;
+  out.accepted = input.accepted.subspan(static_cast<size_t>(skip));
+  out.accepted_offset = input.accepted_offset.value_or(0) + skip;
+  if (out.accepted.empty()) return out;
+  for (const PredictionInput& tree : input.predictions) {
+    if (tree.root_after < skip) continue;
+    PredictionInput shifted = tree;
+    shifted.root_after -= static_cast<int32_t>(skip);
+    out.predictions.push_back(shifted);
+  }
+  return out;
+}
+
 }  // namespace
 
 bool DraftIndex::InsertWindowsLocked(
@@ -154,6 +215,12 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
 absl::Status DraftIndex::ValidateStepInput(const StepInput& input,
                                            int32_t vocab_size) const {
   const int64_t accepted = static_cast<int64_t>(input.accepted.size());
+  if (input.accepted_offset.has_value() && *input.accepted_offset < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("accepted_offset is ", *input.accepted_offset,
+                     "; must be >= 0 (the tokens reported before "
+                     "accepted_tokens[0], counted from OpenSession)"));
+  }
   if (input.predictions.size() >
       static_cast<size_t>(options_.max_prediction_trees)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -188,18 +255,19 @@ absl::Status DraftIndex::ValidateStepInput(const StepInput& input,
 }
 
 absl::Status DraftIndex::Append(absl::string_view session_id,
-                                const StepInput& input,
-                                std::function<void(absl::Status)> on_durable) {
+                                const StepInput& sent_input,
+                                std::function<void(absl::Status)> on_durable,
+                                AppendResult* result) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, FindSession(session_id));
-  const absl::Span<const int32_t> tokens = input.accepted;
-  if (tokens.size() > static_cast<size_t>(options_.max_step_tokens)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step has ", tokens.size(), " accepted tokens; at most ",
-                     options_.max_step_tokens, " allowed"));
+  if (sent_input.accepted.size() >
+      static_cast<size_t>(options_.max_step_tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step has ", sent_input.accepted.size(), " accepted tokens; at most ",
+        options_.max_step_tokens, " allowed"));
   }
   Namespace* const ns = session->ns;
-  RETURN_IF_ERROR(CheckTokens(tokens, ns->vocab_size, "accepted"));
-  RETURN_IF_ERROR(ValidateStepInput(input, ns->vocab_size));
+  RETURN_IF_ERROR(CheckTokens(sent_input.accepted, ns->vocab_size, "accepted"));
+  RETURN_IF_ERROR(ValidateStepInput(sent_input, ns->vocab_size));
   bool submitted = false;
   {
     absl::MutexLock session_lock(&session->mu);
@@ -207,20 +275,22 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
       return absl::NotFoundError(
           absl::StrCat("session ", QuoteInput(session_id), " was closed"));
     }
-    // 1. Calibration from the last tree sent.
-    if (!tokens.empty() && !session->sent.empty()) {
-      // The verifier's own record of the tree it verified below the same
-      // root, if it sent one.
-      const PredictionInput* verified = nullptr;
-      for (const PredictionInput& tree : input.predictions) {
-        if (tree.root_after == 0) verified = &tree;
-      }
-      if (verified != nullptr) {
-        const auto paths = VerifiedPaths(*verified);
-        ns->calibration.Observe(Judge(session->sent, tokens, &paths));
-      } else {
-        ns->calibration.Observe(Judge(session->sent, tokens, nullptr));
-      }
+    // 0. Exactly once: only what the session does not hold yet is applied.
+    ASSIGN_OR_RETURN(
+        const int64_t skip,
+        HeldOverlap(sent_input.accepted_offset, session->accepted_tokens,
+                    sent_input.accepted.size(), session_id));
+    const StepInput new_part =
+        skip > 0 ? NewPart(sent_input, skip) : StepInput();
+    const StepInput& input = skip > 0 ? new_part : sent_input;
+    const absl::Span<const int32_t> tokens = input.accepted;
+    if (result != nullptr) result->skipped_tokens = skip;
+    // 1. Calibration from the last tree sent. A retried report forgets it
+    // unjudged: it went in the answer that was lost, never verified.
+    if (skip > 0) {
+      session->sent.clear();
+    } else if (!tokens.empty() && !session->sent.empty()) {
+      Calibrate(session->sent, input, ns->calibration);
       session->sent.clear();
     }
     const size_t bl = static_cast<size_t>(session->branch_length);
@@ -258,6 +328,7 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
                             tokens.end());
     KeepLast(session->context, session->context_keep);
     session->total_tokens += static_cast<int64_t>(tokens.size());
+    session->accepted_tokens += static_cast<int64_t>(tokens.size());
   }
   if (!submitted && on_durable) on_durable(absl::OkStatus());
   return absl::OkStatus();

@@ -1,8 +1,10 @@
 // DraftService over real gRPC on loopback, with a real RocksDB store in
 // TEST_TMPDIR: happy paths, every kind of bad input (code + message), the
 // sync-mode durability promise, disk-follows-memory under random traffic
-// with pruning, and restarts; the assistant source with a tiny random GGUF
-// (engine/testing): its drafts, sessions, vocabulary and load errors.
+// with pruning, restarts, and exactly-once Steps (accepted_offset: a Step
+// retried after its answer was lost is applied once); the assistant source
+// with a tiny random GGUF (engine/testing): its drafts, sessions, vocabulary
+// and load errors.
 #include "draftsvc/service/draft_service.h"
 
 #include <grpcpp/create_channel.h>
@@ -796,6 +798,152 @@ TEST_F(DraftServiceTest, BadPredictionFailsItsEntryAloneAndStoresNothing) {
   EXPECT_EQ(stats.namespaces(0).ngram_entries(), 0);
 }
 
+// Every trie node and n-gram pool entry on disk, per namespace.
+class StoredRows : public TrieScanVisitor {
+ public:
+  // (0: trie node path, 1: [key, -1, continuation]) -> count.
+  using Rows = std::map<std::pair<int, std::vector<int32_t>>, int64_t>;
+  absl::Status OnNamespace(absl::string_view, int32_t) override {
+    return absl::OkStatus();
+  }
+  absl::Status OnNode(absl::string_view ns, absl::Span<const int32_t> path,
+                      int64_t count) override {
+    rows[std::string(ns)][{0, {path.begin(), path.end()}}] = count;
+    return absl::OkStatus();
+  }
+  absl::Status OnNgram(absl::string_view ns, absl::Span<const int32_t> key,
+                       absl::Span<const int32_t> continuation,
+                       int64_t count) override {
+    std::vector<int32_t> entry(key.begin(), key.end());
+    entry.push_back(-1);
+    entry.insert(entry.end(), continuation.begin(), continuation.end());
+    rows[std::string(ns)][{1, std::move(entry)}] = count;
+    return absl::OkStatus();
+  }
+  std::map<std::string, Rows> rows;
+};
+
+// A Step entry of session `id` (its namespace has the same name) with
+// `tokens` accepted after `offset` (< 0: unset, as clients that predate
+// accepted_offset send it), asking for 8 draft nodes; `recycled` adds the
+// tree the verifier verified below the previous last token (node 20, then
+// accepted, with top-2 predictions) and a Jacobi n-gram.
+v1::StepRequest OffsetEntry(const std::string& id,
+                            const std::vector<int32_t>& tokens, int64_t offset,
+                            bool recycled) {
+  v1::StepRequest request;
+  v1::SessionStep* step = request.add_steps();
+  step->set_session_id(id);
+  for (int32_t t : tokens) step->add_accepted_tokens(t);
+  if (offset >= 0) step->set_accepted_offset(offset);
+  step->set_decoding_length(8);
+  if (recycled) {
+    v1::PredictionTree* tree = step->add_predictions();
+    tree->add_tokens(20);
+    tree->add_parents(-1);
+    tree->set_k(2);
+    for (int32_t t : {20, 40, 21, 41}) tree->add_top_tokens(t);
+    v1::Ngram* ngram = step->add_ngrams();
+    for (int32_t t : {60, 61, 62}) ngram->add_tokens(t);
+  }
+  return request;
+}
+
+// A Step whose answer was lost, sent again as is (same accepted_offset), is
+// applied once: namespace "twice" (got it twice) looks exactly like "once"
+// (got it once, then asked for a draft with no tokens, as the retry does)
+// in Stats, in memory, on disk and in its drafts; "unset" (the same reports
+// without the offset) shows what the offset prevents. In --sync mode the
+// retry's answer is DURABLE: it covers what the first one wrote.
+TEST_F(DraftServiceTest, AStepRetriedAfterItsAnswerWasLostIsAppliedOnce) {
+  auto h = StartOrDie(Options("retried_step", /*sync=*/true));
+  ASSERT_NE(h, nullptr);
+  const std::vector<int32_t> first = {10, 11, 12, 13, 14, 15};
+  const std::vector<int32_t> second = {20, 21, 22, 23, 24};
+  const std::vector<int32_t> third = {25, 26};
+  const auto step = [&](const v1::StepRequest& request) {
+    v1::StepResponse response;
+    const grpc::Status status = h->Step(request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.drafts_size(), request.steps_size());
+    if (response.drafts_size() < 1) return v1::SessionDraft();
+    EXPECT_EQ(response.drafts(0).code(), 0) << response.drafts(0).message();
+    EXPECT_EQ(response.drafts(0).persistence(), v1::PERSISTENCE_DURABLE);
+    return response.drafts(0);
+  };
+  for (const std::string id : {"twice", "once", "unset"}) {
+    // The prompt's "23 24 25 26 27": a draft after the second report.
+    ASSERT_TRUE(h->Open(id, id, {1, 2, 3, 4, 23, 24, 25, 26, 27}).ok());
+    step(OffsetEntry(id, first, id == "unset" ? -1 : 0, false));
+  }
+  // "twice": the answer is lost (thrown away), the same Step again.
+  const v1::StepRequest retried = OffsetEntry("twice", second, 6, true);
+  step(retried);
+  const v1::SessionDraft retry_answer = step(retried);
+  // "once": reported once; then a draft for the same context.
+  step(OffsetEntry("once", second, 6, true));
+  const v1::SessionDraft once_answer = step(OffsetEntry("once", {}, 11, false));
+  EXPECT_GT(retry_answer.tree().tokens_size(), 0);
+  EXPECT_EQ(retry_answer.tree().DebugString(),
+            once_answer.tree().DebugString());
+  // "unset": applied twice, as clients that predate the field had it.
+  step(OffsetEntry("unset", second, -1, true));
+  step(OffsetEntry("unset", second, -1, true));
+  // The next report: judged, windowed and drafted alike.
+  EXPECT_EQ(step(OffsetEntry("twice", third, 11, false)).tree().DebugString(),
+            step(OffsetEntry("once", third, 11, false)).tree().DebugString());
+  step(OffsetEntry("unset", third, -1, false));
+
+  // Stats: trie nodes, pool, per-source proposals, acceptance, calibration.
+  const auto stats = [&](const std::string& ns) {
+    v1::StatsResponse response;
+    EXPECT_TRUE(h->Stats(ns, &response).ok());
+    EXPECT_EQ(response.namespaces_size(), 1);
+    v1::NamespaceStats out = response.namespaces(0);
+    out.clear_namespace_();
+    return out;
+  };
+  EXPECT_GT(stats("once").output_nodes(), 0);
+  EXPECT_GT(stats("once").ngram_entries(), 0);
+  EXPECT_EQ(stats("twice").DebugString(), stats("once").DebugString());
+  EXPECT_GT(stats("unset").output_nodes(), stats("once").output_nodes());
+  // Memory: the same nodes with the same counts; the window 20..24 once.
+  const auto memory = [&](const std::string& ns) {
+    std::map<std::vector<int32_t>, int64_t> nodes;
+    for (const auto& [key, count] : h->MemoryNodes(ns)) {
+      nodes[key.second] = count;
+    }
+    return nodes;
+  };
+  EXPECT_EQ(memory("twice"), memory("once"));
+  EXPECT_EQ(memory("twice").at({20, 21, 22, 23, 24}), 1);
+  EXPECT_EQ(memory("unset").at({20, 21, 22, 23, 24}), 2);
+  // Disk: trie counts and pool counts.
+  ASSERT_TRUE(h->Flush().ok());
+  StoredRows stored;
+  ASSERT_TRUE(h->draft->store().Scan(stored).ok());
+  EXPECT_FALSE(stored.rows["once"].empty());
+  EXPECT_EQ(stored.rows["twice"], stored.rows["once"]);
+  EXPECT_NE(stored.rows["unset"], stored.rows["once"]);
+
+  // An offset past what draftsvc holds fails its entry alone, names the
+  // field and what to do, and changes nothing.
+  v1::StepRequest gap = OffsetEntry("twice", {}, 13, false);
+  *gap.add_steps() = OffsetEntry("once", {30}, 14, false).steps(0);
+  v1::StepResponse response;
+  ASSERT_TRUE(h->Step(gap, &response).ok());
+  ASSERT_EQ(response.drafts_size(), 2);
+  EXPECT_EQ(response.drafts(0).code(), 0) << response.drafts(0).message();
+  EXPECT_EQ(response.drafts(1).code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(response.drafts(1).message(),
+              ::testing::StartsWith("steps[1].accepted_offset is 14 but "
+                                    "draftsvc holds 13 accepted tokens"));
+  EXPECT_THAT(response.drafts(1).message(), HasSubstr("reopen the session"));
+  EXPECT_EQ(response.drafts(1).tree().tokens_size(), 0);
+  EXPECT_EQ(memory("once"), memory("twice"));
+  EXPECT_EQ(stats("once").output_nodes(), stats("twice").output_nodes());
+}
+
 TEST_F(DraftServiceTest, SourceAndPoolMetricsAreExported) {
   DraftServerOptions options = Options("metrics", /*sync=*/false);
   metrics::Registry registry;
@@ -1072,6 +1220,57 @@ TEST_F(AssistantServiceTest, AssistantDraftsTheModelsGreedyContinuation) {
   EXPECT_EQ(h->draft->index().ExpireIdleSessions(absl::Now() + absl::Hours(1)),
             1);
   EXPECT_EQ(h->draft->assistant_stats().sessions, 0);
+}
+
+// The assistant follows only the tokens a Step applies: a Step retried
+// after its answer was lost (same accepted_offset) does not advance it
+// again, so its draft still continues the real context greedily.
+TEST_F(AssistantServiceTest, ARetriedStepAdvancesTheAssistantOnce) {
+  auto h = StartOrDie(AssistantOptions("assistant_retried"));
+  ASSERT_NE(h, nullptr);
+  auto reference = AssistantModel::Load(TinyAssistant(), kVocab);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  std::vector<int32_t> context = {5, 17, 250, 999, 3, 42};
+  ASSERT_TRUE(h->Open("r", "ns", context).ok());
+  const auto step = [&](const std::vector<int32_t>& tokens, int64_t offset) {
+    v1::StepRequest request;
+    v1::SessionStep* entry = request.add_steps();
+    entry->set_session_id("r");
+    for (int32_t t : tokens) entry->add_accepted_tokens(t);
+    entry->set_accepted_offset(offset);
+    entry->set_decoding_length(6);
+    entry->add_sources(v1::DRAFT_SOURCE_ASSISTANT);
+    v1::StepResponse response;
+    const grpc::Status status = h->Step(request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.drafts_size() == 1 ? response.drafts(0)
+                                       : v1::SessionDraft();
+  };
+  ASSERT_EQ(step({7}, 0).code(), 0);  // Opens the drafter session.
+  const std::vector<int32_t> second = {100, 8};
+  step(second, 1);  // Its answer is lost.
+  const v1::SessionDraft retried = step(second, 1);
+  ASSERT_EQ(retried.code(), 0) << retried.message();
+  ASSERT_GT(retried.tree().tokens_size(), 0);
+  context.insert(context.end(), {7, 100, 8});
+  auto greedy = (*reference)->Continue(context, 1);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  // Had the retry advanced it again, it would continue "... 100 8 100 8".
+  std::vector<int32_t> doubled = context;
+  doubled.insert(doubled.end(), second.begin(), second.end());
+  auto wrong = (*reference)->Continue(doubled, 1);
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  ASSERT_NE((*greedy)[0], (*wrong)[0]) << "the check would not bite";
+  // The best root child is the model's greedy token after the context.
+  int best = -1;
+  for (int i = 0; i < retried.tree().tokens_size(); ++i) {
+    if (retried.tree().parents(i) == -1 &&
+        (best < 0 || retried.tree().scores(i) > retried.tree().scores(best))) {
+      best = i;
+    }
+  }
+  ASSERT_GE(best, 0);
+  EXPECT_EQ(retried.tree().tokens(best), (*greedy)[0]);
 }
 
 TEST_F(AssistantServiceTest, AnotherVocabularyCannotAskForTheAssistant) {

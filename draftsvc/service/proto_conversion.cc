@@ -109,11 +109,15 @@ absl::StatusOr<uint32_t> SourcesFromProto(
   return out;
 }
 
-// The entry's predictions and n-grams as the index's neutral input (spans
-// into `step`, which must outlive it).
+// The entry's accepted tokens (and their offset, if set), predictions and
+// n-grams as the index's neutral input (spans into `step`, which must
+// outlive it).
 StepInput ToStepInput(const v1::SessionStep& step) {
   StepInput input;
   input.accepted = step.accepted_tokens();
+  if (step.has_accepted_offset()) {
+    input.accepted_offset = step.accepted_offset();
+  }
   input.predictions.reserve(step.predictions_size());
   for (const v1::PredictionTree& tree : step.predictions()) {
     PredictionInput p;

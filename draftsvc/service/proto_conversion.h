@@ -32,8 +32,9 @@ absl::StatusOr<uint32_t> SourcesFromProto(
     const google::protobuf::RepeatedField<int>& sources, uint32_t defaults,
     bool ngram_enabled, bool assistant_enabled);
 
-// The entry's predictions and n-grams as the index's neutral input (spans
-// into `step`, which must outlive it).
+// The entry's accepted tokens (and their offset, if set), predictions and
+// n-grams as the index's neutral input (spans into `step`, which must
+// outlive it).
 StepInput ToStepInput(const v1::SessionStep& step);
 
 // Maps the wire mode; INVALID_ARGUMENT for values this server does not know.

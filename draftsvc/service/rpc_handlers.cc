@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -106,6 +107,14 @@ absl::Status NotPersisted(const absl::Status& s) {
   return absl::Status(
       s.code(),
       absl::StrCat("applied in memory but not persisted: ", s.message()));
+}
+
+// Append names a Step entry's fields relative to the entry; the answer
+// names accepted_offset in the request: steps[i].accepted_offset.
+absl::Status NameOffsetField(int entry, const absl::Status& s) {
+  if (!absl::StartsWith(s.message(), "accepted_offset")) return s;
+  return absl::Status(s.code(),
+                      absl::StrCat("steps[", entry, "].", s.message()));
 }
 
 grpc::Status FirstFailureOrOk(
@@ -256,15 +265,27 @@ class DraftRpcService final : public RawDraftService {
         SetEntryError(sources.status(), draft);
         continue;
       }
-      absl::Status appended = index_.Append(
-          step.session_id(), ToStepInput(step), std::move(on_durable));
+      AppendResult applied;
+      absl::Status appended =
+          index_.Append(step.session_id(), ToStepInput(step),
+                        std::move(on_durable), &applied);
       if (!appended.ok()) {
         if (sync) latch->Arrive(i, absl::OkStatus());  // Will not run.
-        SetEntryError(appended, draft);
+        SetEntryError(NameOffsetField(i, appended), draft);
         continue;
       }
-      DraftEntry(step, *mode, *sources, use_assistant, assistant_deadline,
-                 draft);
+      // A retried report: DURABLE must cover the tokens an earlier Step
+      // applied too (its batches may still be queued): a barrier after them.
+      if (sync && applied.skipped_tokens > 0) {
+        latch->Expect();
+        store_.Flush([latch, i](absl::Status s) { latch->Arrive(i, s); });
+      }
+      // Only the tokens applied now: the rest reached the assistant before.
+      const absl::Span<const int32_t> new_tokens =
+          absl::MakeConstSpan(step.accepted_tokens())
+              .subspan(static_cast<size_t>(applied.skipped_tokens));
+      DraftEntry(step, new_tokens, *mode, *sources, use_assistant,
+                 assistant_deadline, draft);
     }
     latch->Arrive(-1, absl::OkStatus());
     return;
@@ -498,18 +519,21 @@ class DraftRpcService final : public RawDraftService {
     return sources;
   }
 
-  // After the entry's tokens were appended: the assistant follows them,
-  // and the entry's draft (if it asks for one) is retrieved into `draft`.
-  void DraftEntry(const v1::SessionStep& step, DraftMode mode,
+  // After the entry's tokens were appended (`new_tokens`: those the index
+  // applied now, past what it held already): the assistant follows them,
+  // and the entry's draft (if it asks for one) is retrieved into `draft`,
+  // for the session's context now (a duplicate report gets one too).
+  void DraftEntry(const v1::SessionStep& step,
+                  absl::Span<const int32_t> new_tokens, DraftMode mode,
                   uint32_t sources, bool use_assistant,
                   absl::Time assistant_deadline, v1::SessionDraft* draft) {
     if (metrics_.inserted_tokens != nullptr) {
-      metrics_.inserted_tokens->Increment(step.accepted_tokens_size());
+      metrics_.inserted_tokens->Increment(new_tokens.size());
     }
     // Every session's drafter follows its tokens, in Step order, whether
     // or not this entry drafts from it.
     if (assistant_ != nullptr) {
-      assistant_->Advance(step.session_id(), step.accepted_tokens());
+      assistant_->Advance(step.session_id(), new_tokens);
     }
     // The first entry that asks for the assistant opens its session (and
     // starts its background prefill) even if it drafts nothing now.

@@ -240,7 +240,7 @@ absl::StatusOr<ServiceMetrics> RegisterMetrics(metrics::Registry* registry,
                    registry->AddCounter(
                        "lookahead_trie_inserted_tokens_total",
                        "Accepted tokens reported by verifiers (inserted into "
-                       "the global trie)."));
+                       "the global trie; a retried report's once)."));
   ASSIGN_OR_RETURN(
       out.retrieval_seconds,
       registry->AddHistogram(

@@ -41,9 +41,12 @@ class ServiceAssistantTest : public SharedPairTest<ServiceAssistantTest> {
     // assistant).
     options.draftsvc_flags = {"--self_draft", "--assistant_deadline_ms=1000"};
     // The assistant drafts every step it is asked to, so its path is
-    // checked whatever its cost gate would decide on this machine.
+    // checked whatever its cost gate would decide on this machine; each
+    // step waits for its drafts (--draft_sync: an asynchronous answer from
+    // an assistant as slow as the target arrives after the sequence has
+    // moved past it).
     options.verifysvc_flags = {"--draft_deadline_ms=10000",
-                               "--cost_gates=false"};
+                               "--cost_gates=false", "--draft_sync"};
     return options;
   }
 

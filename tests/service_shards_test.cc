@@ -65,8 +65,11 @@ class ServiceShardsTest : public ::testing::Test {
     // draft deadline then drops whole steps' drafts, and (b) would measure
     // the machine's load instead of what replica A taught the shard. A dead
     // shard still fails its calls at once (connection refused), so (c) is
-    // unchanged.
-    options.verifysvc_flags = {"--draft_deadline_ms=500"};
+    // unchanged. The drafts measured are the shards' alone
+    // (--local_drafts=false): a sequence's own text would draft for a
+    // namespace whose shard is down.
+    options.verifysvc_flags = {"--draft_deadline_ms=500",
+                               "--local_drafts=false"};
     absl::StatusOr<std::unique_ptr<ServicePair>> pair =
         ServicePair::Start(options);
     ASSERT_TRUE(pair.ok()) << pair.status();

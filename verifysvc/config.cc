@@ -142,6 +142,14 @@ ABSL_FLAG(int, prefill_chunk_tokens, 64,
           "Prompt tokens prefilled per step while other sequences decode.");
 ABSL_FLAG(int, draft_deadline_ms, 20,
           "Deadline of each step's draftsvc call; later drafts are skipped.");
+ABSL_FLAG(bool, local_drafts, true,
+          "Draft from each sequence's own prompt and output in this process "
+          "(no round trip), beside draftsvc's trees; with no --draftsvc, "
+          "the only drafts.");
+ABSL_FLAG(bool, draft_sync, false,
+          "Each drafted step waits for draftsvc's answer (up to "
+          "--draft_deadline_ms) instead of drafting from the answer that "
+          "arrived during the previous step's pass: slower, for comparisons.");
 ABSL_FLAG(int, metrics_port, 9090,
           "Port of the Prometheus /metrics HTTP endpoint; 0 picks a free one, "
           "-1 turns it off.");
@@ -368,6 +376,8 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   ASSIGN_OR_RETURN(c.draftsvc_shards, ParseDraftsvcAddresses(c.draftsvc));
   c.draft_client.step_deadline =
       absl::Milliseconds(absl::GetFlag(FLAGS_draft_deadline_ms));
+  c.draft_sessions.synchronous = absl::GetFlag(FLAGS_draft_sync);
+  c.local_drafts = absl::GetFlag(FLAGS_local_drafts);
   c.draft_sessions.replica_id = absl::GetFlag(FLAGS_replica_id);
   if (c.draft_sessions.replica_id.empty()) {
     c.draft_sessions.replica_id = DefaultReplicaId();

@@ -34,8 +34,11 @@ struct VerifysvcConfig {
   std::string port_file;   // written once serving; empty = none
   std::string model_path;  // the GGUF file (default: the model cache's)
   std::string draftsvc;    // the --draftsvc flag as given
-  // Its shard addresses (ParseDraftsvcAddresses); empty = no drafts.
+  // Its shard addresses (ParseDraftsvcAddresses); empty = no draftsvc.
   std::vector<std::string> draftsvc_shards;
+  // Draft from each sequence's own prompt and output in process
+  // (LocalSource), before and beside draftsvc's trees.
+  bool local_drafts = true;
   DraftClientOptions draft_client;
   DraftSessionsOptions draft_sessions;
   engine::ThreadOptions threads;

@@ -27,6 +27,7 @@
 #include "verifysvc/api/model_info.h"
 #include "verifysvc/config.h"
 #include "verifysvc/draftsvc_client/sharded_draft_source.h"
+#include "verifysvc/drafts/local_source.h"
 #include "verifysvc/serving/prometheus_observer.h"
 #include "verifysvc/serving/step_cost.h"
 
@@ -64,11 +65,13 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
   std::printf("verifysvc: forward ms by tokens %s\n",
               DescribeStepCost(cost).c_str());
 
-  // Draft sources: draftsvc's tries on the --draftsvc shards (none: none).
+  // Draft sources: each sequence's own text, then draftsvc's shards.
   ASSIGN_OR_RETURN(std::unique_ptr<ShardedDraftSource> trie_source,
                    ConnectDraftsvcShards(c.draftsvc_shards, probe.vocab_size,
                                          c.draft_client, c.draft_sessions));
+  LocalSource local_source;
   std::vector<DraftSource*> sources;
+  if (c.local_drafts) sources.push_back(&local_source);
   if (trie_source != nullptr) sources.push_back(trie_source.get());
   DraftFanout fanout(sources, probe.vocab_size);
 
@@ -110,7 +113,6 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
 
   const int signal = shutdown->Wait();
   std::printf("verifysvc: signal %d, finishing running requests\n", signal);
-  std::fflush(stdout);
   server->GetHealthCheckService()->SetServingStatus(false);
   if (http != nullptr) http->Drain();  // new HTTP requests: 503
   // New requests now get UNAVAILABLE; running ones finish within the grace.
@@ -129,10 +131,9 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves lookahead.v1.GenerationService: lossless lookahead decoding "
-      "of a GGUF model with draft trees from draftsvc.");
+      "of a GGUF model with draft trees from its own text and draftsvc.");
   absl::InitializeSymbolizer(argv[0]);
-  // A crash prints its signal and stack trace to stderr before dying.
-  absl::InstallFailureSignalHandler({});
+  absl::InstallFailureSignalHandler({});  // a crash prints its stack
   // SIGTERM/SIGINT: an orderly stop in every phase, never the banner.
   lookahead::ShutdownSignal shutdown("verifysvc");
   absl::ParseCommandLine(argc, argv);

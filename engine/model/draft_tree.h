@@ -54,6 +54,11 @@ struct DraftTree {
   // draft's cost beyond the verify pass, which the verifier charges against
   // the source's accepted tokens. 0 for sources that do no model work.
   double source_seconds = 0;
+  // An empty tree only because the source's answer for this step has not
+  // arrived yet (an asynchronous source: its first answer is on its way,
+  // or it is slow or stopped): not a miss, so the pacer learns nothing
+  // from it.
+  bool pending = false;
 
   // The sources of node i (REQUIRES: 0 <= i < size()): source_sets[i] if
   // set, else the bit of sources[i], else kUnknown's.

@@ -1,5 +1,6 @@
 #include "verifysvc/drafts/draft_fanout.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -36,6 +37,68 @@ engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
       }
       placed[i] = it->second;
     }
+  }
+  return out;
+}
+
+engine::DraftTree MergeScoredDraftTrees(
+    absl::Span<const engine::DraftTree> trees, int budget) {
+  struct Node {
+    int32_t token;
+    int32_t parent;
+    int depth;
+    float score;
+    engine::DraftSourceTag source;
+    engine::DraftSourceSet sources;
+  };
+  std::vector<Node> nodes;
+  std::map<std::pair<int32_t, int32_t>, int32_t> children;
+  double source_seconds = 0;
+  for (const engine::DraftTree& tree : trees) {
+    source_seconds += tree.source_seconds;
+    std::vector<int32_t> placed(tree.tokens.size(), -1);
+    for (size_t i = 0; i < tree.tokens.size(); ++i) {
+      const int32_t p = tree.parents[i];
+      const int32_t parent = p < 0 ? -1 : placed[p];
+      auto [it, fresh] =
+          children.try_emplace({parent, tree.tokens[i]}, nodes.size());
+      if (fresh) {
+        nodes.push_back(
+            {tree.tokens[i], parent,
+             parent < 0 ? 1 : nodes[parent].depth + 1, tree.scores[i],
+             i < tree.sources.size() ? tree.sources[i]
+                                     : engine::DraftSourceTag::kUnknown,
+             tree.SourcesOf(static_cast<int>(i))});
+      } else {
+        Node& node = nodes[it->second];
+        node.score = std::max(node.score, tree.scores[i]);
+        node.sources |= tree.SourcesOf(static_cast<int>(i));
+      }
+      placed[i] = it->second;
+    }
+  }
+  // A node's score is at most its parent's in every tree, so also in the
+  // union: best first (ties shallower first) is topological.
+  std::vector<int32_t> order(nodes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    if (nodes[a].score != nodes[b].score) return nodes[a].score > nodes[b].score;
+    return nodes[a].depth < nodes[b].depth;
+  });
+  engine::DraftTree out;
+  out.source_seconds = source_seconds;
+  std::vector<int32_t> index(nodes.size(), -1);
+  for (int32_t i : order) {
+    if (out.size() >= budget) break;
+    const Node& node = nodes[i];
+    const int32_t parent = node.parent < 0 ? -1 : index[node.parent];
+    if (node.parent >= 0 && parent < 0) continue;  // its parent was cut
+    index[i] = out.size();
+    out.tokens.push_back(node.token);
+    out.parents.push_back(parent);
+    out.sources.push_back(node.source);
+    out.source_sets.push_back(node.sources);
+    out.scores.push_back(node.score);
   }
   return out;
 }
@@ -162,10 +225,18 @@ std::vector<engine::DraftTree> DraftFanout::Propose(
       continue;
     }
     std::vector<engine::DraftTree> trees;
+    bool pending = false;
     for (auto& source_trees : per_source) {
+      pending = pending || source_trees[i].pending;
       trees.push_back(std::move(source_trees[i]));
     }
-    merged[i] = MergeDraftTrees(trees, asks[i].budget);
+    const bool scored = std::all_of(
+        trees.begin(), trees.end(), [](const engine::DraftTree& tree) {
+          return tree.scores.size() == tree.tokens.size();
+        });
+    merged[i] = scored ? MergeScoredDraftTrees(trees, asks[i].budget)
+                       : MergeDraftTrees(trees, asks[i].budget);
+    merged[i].pending = pending && merged[i].empty();
   }
   return merged;
 }

@@ -2,7 +2,8 @@
 // SequenceDrafter) sees. Opens every configured DraftSource for a sequence,
 // passes emitted tokens on, fans each step's asks out to every source in one
 // Propose, and unions their trees by priority within each budget
-// (MergeDraftTrees). With one source (production: draftsvc) it is a
+// (MergeDraftTrees), or best first when every tree is scored
+// (MergeScoredDraftTrees). With one source it is a
 // pass-through.
 //
 // Not a mixer, hence the name: the one place drafts are mixed (ranked by
@@ -34,6 +35,14 @@ namespace lookahead::verifysvc {
 // source the fanout does not merge, and a parallel draft stays parallel).
 engine::DraftTree MergeDraftTrees(absl::Span<const engine::DraftTree> trees,
                                   int budget);
+
+// The same union for trees that all carry scores (empty trees aside): a
+// node several trees proposed keeps the highest score, and the result lists
+// every node best first (ties: the shallower first), so its prefix of
+// `budget` nodes is the best tree of that size from all of them and the
+// planner's cut by score applies to the merged tree.
+engine::DraftTree MergeScoredDraftTrees(
+    absl::Span<const engine::DraftTree> trees, int budget);
 
 class DraftFanout {
  public:

@@ -206,7 +206,7 @@ void SequenceDrafter::Verified(const engine::DraftTree& tree, int32_t root,
                                double* prediction_seconds) {
   const int verified = tree.size();
   const int hits = static_cast<int>(tokens.size()) - 1;
-  if (verified == 0 && asked_ > 0) {
+  if (verified == 0 && asked_ > 0 && !tree.pending) {
     pacer().Missed();
   } else {
     pacer().Update(verified, hits);

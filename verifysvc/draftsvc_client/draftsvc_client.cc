@@ -67,6 +67,7 @@ DraftClient::Step(absl::Span<const DraftRequest> requests, int32_t vocab_size) {
     step->set_session_id(r.session_id);
     step->mutable_accepted_tokens()->Add(r.accepted_tokens.begin(),
                                          r.accepted_tokens.end());
+    if (r.accepted_offset >= 0) step->set_accepted_offset(r.accepted_offset);
     step->set_decoding_length(r.decoding_length);
     step->set_branch_length(r.branch_length);
     step->set_mode(r.mode);

@@ -44,6 +44,10 @@ struct DraftClientOptions {
 struct DraftRequest {
   std::string session_id;
   std::vector<int32_t> accepted_tokens;  // Accepted since the last Step.
+  // Tokens of the session draftsvc applied before accepted_tokens[0]
+  // (SessionStep.accepted_offset: a retried report is applied once); < 0:
+  // unset.
+  int64_t accepted_offset = -1;
   int32_t decoding_length = 0;           // Node budget; 0 = no tree.
   int32_t branch_length = 0;             // 0 = the session's.
   lookahead::v1::DraftMode mode = lookahead::v1::DRAFT_MODE_TRIE_HIERARCHICAL;

@@ -21,13 +21,15 @@ DraftSessions::DraftSessions(DraftClient* client, int32_t vocab_size,
     : client_(client),
       vocab_size_(vocab_size),
       options_(std::move(options)),
-      worker_([this] { WorkerLoop(); }) {}
+      worker_([this] { WorkerLoop(); }),
+      stepper_([this] { StepLoop(); }) {}
 
 DraftSessions::~DraftSessions() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  stepper_.join();
   worker_.join();
 }
 
@@ -54,85 +56,159 @@ void DraftSessions::Enqueue(Task task) { tasks_.push_back(std::move(task)); }
 std::vector<engine::DraftTree> DraftSessions::Step(
     absl::Span<const StepEntry> entries) {
   std::vector<engine::DraftTree> trees(entries.size());
-  std::vector<DraftRequest> requests;
-  std::vector<size_t> sent;  // Index into `entries` of each request.
+  Batch batch;
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
-    const bool link_up = now >= next_attempt_;
-    bool reopen_attempted = false;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      auto it = sessions_.find(entries[i].handle);
-      if (it == sessions_.end()) continue;
-      Session& session = it->second;
-      // Tokens held back before this entry's: its predictions' roots lie
-      // this much further into what is reported.
-      const size_t held_back = session.unreported.size();
-      Append(&session.context, entries[i].accepted);
-      Append(&session.unreported, entries[i].accepted);
-      if (session.state == State::kClosed && link_up) {
-        // A failed open: try again now that the backoff has passed.
-        session.state = State::kOpening;
-        session.unreported.clear();
-        Enqueue({false, it->first, session.context});
-        reopen_attempted = true;
-        continue;
-      }
-      if (session.state != State::kOpen || !link_up) continue;
-      if (!session.failure.ok()) {
-        // Its request is ending; keep the trie fed meanwhile.
-        DraftRequest report;
-        report.session_id = session.id;
-        report.accepted_tokens = std::move(session.unreported);
-        session.unreported.clear();
-        requests.push_back(std::move(report));
-        sent.push_back(i);
-        continue;
-      }
-      DraftRequest request;
-      request.session_id = session.id;
-      const size_t report =
-          std::min(session.unreported.size(),
-                   static_cast<size_t>(options_.max_report_tokens));
-      request.accepted_tokens.assign(session.unreported.begin(),
-                                     session.unreported.begin() + report);
-      session.unreported.erase(session.unreported.begin(),
-                               session.unreported.begin() + report);
-      // A draft for a context draftsvc has not caught up with would be for
-      // the wrong position.
-      request.decoding_length =
-          session.unreported.empty() ? entries[i].decoding_length : 0;
-      request.branch_length = session.branch_length;
-      request.mode = entries[i].mode;
-      request.sources = session.sources;
-      request.withheld_sources = SourcesToProto(entries[i].withheld);
-      for (const lookahead::v1::PredictionTree& p : entries[i].predictions) {
-        // Only trees whose root is among the tokens reported now.
-        const size_t root_after = held_back + p.root_after();
-        if (root_after > report) continue;
-        request.predictions.push_back(p);
-        request.predictions.back().set_root_after(
-            static_cast<int32_t>(root_after));
-      }
-      request.ngrams = entries[i].ngrams;
-      requests.push_back(std::move(request));
-      sent.push_back(i);
+    // One Step at a time, so reports stay in order.
+    mu_.Await(absl::Condition(
+        +[](DraftSessions* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return !self->step_in_flight_;
+        },
+        this));
+    batch = Prepare(entries);
+    if (batch.requests.empty()) return trees;
+    step_in_flight_ = true;
+  }
+  std::vector<engine::DraftTree> got = Send(&batch);
+  for (size_t k = 0; k < got.size(); ++k) {
+    trees[batch.sent[k]] = std::move(got[k]);
+  }
+  return trees;
+}
+
+bool DraftSessions::StepInFlight() const {
+  absl::MutexLock lock(&mu_);
+  return step_in_flight_;
+}
+
+bool DraftSessions::StepAsync(absl::Span<const StepEntry> entries) {
+  absl::MutexLock lock(&mu_);
+  if (step_in_flight_) return false;
+  Batch batch = Prepare(entries);
+  if (batch.requests.empty()) return true;
+  step_in_flight_ = true;
+  queued_step_ = std::move(batch);
+  return true;
+}
+
+std::vector<DraftSessions::Answer> DraftSessions::TakeAnswers() {
+  absl::MutexLock lock(&mu_);
+  std::vector<Answer> answers = std::move(answers_);
+  answers_.clear();
+  return answers;
+}
+
+DraftSessions::Batch DraftSessions::Prepare(
+    absl::Span<const StepEntry> entries) {
+  Batch batch;
+  const absl::Time now = absl::Now();
+  const bool link_up = now >= next_attempt_;
+  bool reopen_attempted = false;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    auto it = sessions_.find(entries[i].handle);
+    if (it == sessions_.end()) continue;
+    Session& session = it->second;
+    // Tokens held back before this entry's: its predictions' roots lie
+    // this much further into what is reported.
+    const size_t held_back = session.unreported.size();
+    Append(&session.context, entries[i].accepted);
+    Append(&session.unreported, entries[i].accepted);
+    if (session.state == State::kClosed && link_up) {
+      // A failed open: try again now that the backoff has passed.
+      session.state = State::kOpening;
+      session.unreported.clear();
+      Enqueue({false, it->first, session.context});
+      reopen_attempted = true;
+      continue;
     }
-    if (reopen_attempted && requests.empty()) {
-      // Pace the reopen attempts like failed steps until one succeeds.
-      next_attempt_ = now + std::max(backoff_, options_.min_backoff);
+    if (session.state != State::kOpen || !link_up) continue;
+    DraftRequest request;
+    request.session_id = session.id;
+    request.accepted_offset = session.applied;
+    if (!session.failure.ok()) {
+      // Its request is ending; keep the trie fed meanwhile.
+      request.accepted_tokens = std::move(session.unreported);
+      session.unreported.clear();
+      batch.Add(std::move(request), i, it->first, session.context.size());
+      continue;
+    }
+    const size_t report =
+        std::min(session.unreported.size(),
+                 static_cast<size_t>(options_.max_report_tokens));
+    request.accepted_tokens.assign(session.unreported.begin(),
+                                   session.unreported.begin() + report);
+    session.unreported.erase(session.unreported.begin(),
+                             session.unreported.begin() + report);
+    // A draft for a context draftsvc has not caught up with would be for
+    // the wrong position.
+    request.decoding_length =
+        session.unreported.empty() ? entries[i].decoding_length : 0;
+    request.branch_length = session.branch_length;
+    request.mode = entries[i].mode;
+    request.sources = session.sources;
+    request.withheld_sources = SourcesToProto(entries[i].withheld);
+    for (const lookahead::v1::PredictionTree& p : entries[i].predictions) {
+      // Only trees whose root is among the tokens reported now.
+      const size_t root_after = held_back + p.root_after();
+      if (root_after > report) continue;
+      request.predictions.push_back(p);
+      request.predictions.back().set_root_after(
+          static_cast<int32_t>(root_after));
+    }
+    request.ngrams = entries[i].ngrams;
+    const int64_t root =
+        static_cast<int64_t>(session.context.size() - session.unreported.size());
+    batch.Add(std::move(request), i, it->first, root);
+  }
+  if (reopen_attempted && batch.requests.empty()) {
+    // Pace the reopen attempts like failed steps until one succeeds.
+    next_attempt_ = now + std::max(backoff_, options_.min_backoff);
+  }
+  return batch;
+}
+
+std::vector<engine::DraftTree> DraftSessions::Send(Batch* batch) {
+  absl::StatusOr<std::vector<absl::StatusOr<engine::DraftTree>>> results =
+      client_->Step(batch->requests, vocab_size_);
+  absl::MutexLock lock(&mu_);
+  step_in_flight_ = false;
+  return Finish(batch, &results);
+}
+
+void DraftSessions::StepLoop() {
+  while (true) {
+    Batch batch;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](DraftSessions* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return self->stopping_ || self->queued_step_.has_value();
+          },
+          this));
+      if (!queued_step_.has_value()) return;  // Stopping.
+      batch = *std::move(queued_step_);
+      queued_step_.reset();
+    }
+    std::vector<engine::DraftTree> trees = Send(&batch);
+    absl::MutexLock lock(&mu_);
+    for (size_t k = 0; k < trees.size(); ++k) {
+      answers_.push_back(
+          {batch.handles[k], batch.roots[k], std::move(trees[k])});
     }
   }
-  if (requests.empty()) return trees;
+}
 
-  absl::StatusOr<std::vector<absl::StatusOr<engine::DraftTree>>> results =
-      client_->Step(requests, vocab_size_);
-
-  absl::MutexLock lock(&mu_);
-  if (!results.ok()) {
-    // No drafts this step; keep the tokens for the next successful Step.
-    for (size_t k = 0; k < sent.size(); ++k) {
-      auto it = sessions_.find(entries[sent[k]].handle);
+std::vector<engine::DraftTree> DraftSessions::Finish(
+    Batch* batch,
+    absl::StatusOr<std::vector<absl::StatusOr<engine::DraftTree>>>* results) {
+  std::vector<DraftRequest>& requests = batch->requests;
+  std::vector<engine::DraftTree> trees(requests.size());
+  if (!results->ok()) {
+    // No drafts this step; keep the tokens for the next successful Step,
+    // which reports them at the same offset (applied once if this one
+    // reached draftsvc after all).
+    for (size_t k = 0; k < requests.size(); ++k) {
+      auto it = sessions_.find(batch->handles[k]);
       if (it == sessions_.end()) continue;
       std::vector<int32_t>& tokens = requests[k].accepted_tokens;
       Append(&tokens, it->second.unreported);
@@ -147,36 +223,44 @@ std::vector<engine::DraftTree> DraftSessions::Step(
   }
   stats_.available = true;
   backoff_ = absl::ZeroDuration();
-  for (size_t k = 0; k < results->size() && k < sent.size(); ++k) {
-    absl::StatusOr<engine::DraftTree>& result = (*results)[k];
+  for (size_t k = 0; k < (*results)->size() && k < requests.size(); ++k) {
+    absl::StatusOr<engine::DraftTree>& result = (**results)[k];
+    auto it = sessions_.find(batch->handles[k]);
     if (result.ok()) {
-      trees[sent[k]] = *std::move(result);
+      trees[k] = *std::move(result);
+      if (it != sessions_.end()) {
+        it->second.applied +=
+            static_cast<int64_t>(requests[k].accepted_tokens.size());
+      }
       continue;
     }
+    if (it == sessions_.end()) continue;
+    Session& session = it->second;
     if (absl::IsFailedPrecondition(result.status()) &&
         !requests[k].sources.empty()) {
       // A requested source draftsvc does not run: the client's
       // configuration error, for its request to fail with. The entry
       // stored nothing: report its tokens again with the next Step.
-      auto it = sessions_.find(entries[sent[k]].handle);
-      if (it == sessions_.end()) continue;
-      it->second.failure = absl::FailedPreconditionError(
+      session.failure = absl::FailedPreconditionError(
           absl::StrCat("draftsvc: ", result.status().message()));
       std::vector<int32_t> unapplied = std::move(requests[k].accepted_tokens);
-      Append(&unapplied, it->second.unreported);
-      it->second.unreported = std::move(unapplied);
+      Append(&unapplied, session.unreported);
+      session.unreported = std::move(unapplied);
       continue;
     }
-    if (!absl::IsNotFound(result.status())) continue;
-    // draftsvc no longer knows the session: it restarted, or expired it
-    // after its idle lease. Reopen it with everything its sequence has seen
-    // before this Step's tokens; those were not applied (a NOT_FOUND entry
-    // changes nothing), so they are reported again, as output, once it is
-    // open. (After a restart without --sync, earlier reported tokens may be
-    // gone from the global trie; the new prompt trie still holds them.)
-    auto it = sessions_.find(entries[sent[k]].handle);
-    if (it == sessions_.end() || it->second.state != State::kOpen) continue;
-    Session& session = it->second;
+    // NOT_FOUND: draftsvc no longer knows the session (it restarted, or
+    // expired it after its idle lease); FAILED_PRECONDITION: it lost
+    // tokens this session reported (an offset past what it holds).
+    if (!absl::IsNotFound(result.status()) &&
+        !absl::IsFailedPrecondition(result.status())) {
+      continue;
+    }
+    if (session.state != State::kOpen) continue;
+    // Reopen it with everything its sequence has seen before this Step's
+    // tokens; those were not applied (such an entry changes nothing), so
+    // they are reported again, as output, once it is open. (After a
+    // restart without --sync, earlier reported tokens may be gone from the
+    // global trie; the new prompt trie still holds them.)
     std::vector<int32_t> unapplied = std::move(requests[k].accepted_tokens);
     Append(&unapplied, session.unreported);
     // context = prompt (>= 1 token) + every accepted token, so this keeps
@@ -204,7 +288,7 @@ void DraftSessions::Close(int64_t handle, std::vector<int32_t> accepted) {
   switch (session.state) {
     case State::kOpen:
       session.state = State::kClosing;
-      Enqueue({/*close=*/true, handle, session.unreported});
+      Enqueue({/*close=*/true, handle, {}});
       break;
     case State::kOpening:
       session.state = State::kClosing;  // RunOpen finishes the close.
@@ -313,7 +397,8 @@ void DraftSessions::RunOpen(const Task& task) {
   if (session.state == State::kClosing) {
     // Finished while opening: report its tokens and close it.
     if (ok) {
-      Enqueue({/*close=*/true, task.handle, session.unreported});
+      session.applied = 0;
+      Enqueue({/*close=*/true, task.handle, {}});
     } else {
       Erase(it);
     }
@@ -321,6 +406,7 @@ void DraftSessions::RunOpen(const Task& task) {
   }
   if (ok) {
     session.state = State::kOpen;
+    session.applied = 0;  // The (re)opened session counts from here.
     stats_.available = true;
     backoff_ = absl::ZeroDuration();
     next_attempt_ = absl::InfinitePast();
@@ -348,21 +434,28 @@ void DraftSessions::RunOpen(const Task& task) {
 }
 
 void DraftSessions::RunClose(const Task& task) {
-  std::string id;
+  DraftRequest report;
   {
     absl::MutexLock lock(&mu_);
+    // After the Step in flight: its tokens come back to `unreported` if it
+    // failed, and the close reports them after it at the right offset.
+    mu_.Await(absl::Condition(
+        +[](DraftSessions* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return !self->step_in_flight_;
+        },
+        this));
     auto it = sessions_.find(task.handle);
     if (it == sessions_.end()) return;
-    id = it->second.id;
+    report.session_id = it->second.id;
+    report.accepted_tokens = std::move(it->second.unreported);
+    it->second.unreported.clear();
+    report.accepted_offset = it->second.applied;
   }
-  if (!task.tokens.empty()) {
-    DraftRequest report;
-    report.session_id = id;
-    report.accepted_tokens = task.tokens;
+  if (!report.accepted_tokens.empty()) {
     report.decoding_length = 0;
     client_->Step({report}, vocab_size_).IgnoreError();
   }
-  client_->CloseSession(id).IgnoreError();  // Best effort.
+  client_->CloseSession(report.session_id).IgnoreError();  // Best effort.
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(task.handle);
   if (it != sessions_.end()) Erase(it);

@@ -4,9 +4,14 @@
 // draftsvc is optional at run time. A session is opened (and closed) on a
 // worker thread, never on the decoding path; until it is open its sequence
 // simply gets no drafts. Step() sends ONE batched RPC per decoding step with
-// a short deadline; if it fails the step runs without drafts, the accepted
-// tokens stay buffered for the next successful Step, and further RPCs wait
-// out an exponential backoff. A session that draftsvc no longer knows
+// a short deadline and waits for it; StepAsync() sends it on a step thread
+// and returns at once, its answers arriving later (TakeAnswers), so no
+// decoding step ever waits on draftsvc. One Step is in flight at a time. If
+// one fails the step runs without drafts, the accepted tokens stay buffered
+// for the next successful Step, and further RPCs wait out an exponential
+// backoff. Reports are exactly-once: each carries the count of the
+// session's tokens draftsvc acknowledged before it (accepted_offset), so a
+// Step whose reply was lost and that is sent again is applied once. A session that draftsvc no longer knows
 // (NOT_FOUND: draftsvc restarted, or expired it after its idle lease) is
 // reopened with everything its sequence had seen before the failed Step,
 // whose tokens are then reported again; the sequence only misses drafts
@@ -33,12 +38,14 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -62,6 +69,10 @@ struct DraftSessionsOptions {
   // piled up beyond it (after an outage) go out over the next steps, which
   // ask for no draft until the session has caught up.
   int max_report_tokens = 4096;
+  // DraftsvcSource: each drafted step waits for draftsvc's answer (Step)
+  // instead of using what the previous step's StepAsync brought (flag
+  // --draft_sync; the default is asynchronous in verifysvc).
+  bool synchronous = true;
 };
 
 struct DraftSessionsStats {
@@ -107,7 +118,27 @@ class DraftSessions {
   };
   // Reports every entry's tokens and returns its draft tree (empty if the
   // session is not open, draftsvc failed, or it had nothing to propose).
+  // Waits for a Step in flight (StepAsync) first.
   std::vector<engine::DraftTree> Step(absl::Span<const StepEntry> entries);
+
+  // The same Step, sent on the step thread: returns at once. False (and
+  // nothing taken from the entries) while the previous Step is still in
+  // flight: one at a time, so reports stay in order and a stopped draftsvc
+  // holds at most one. The answers come back through TakeAnswers.
+  bool StepAsync(absl::Span<const StepEntry> entries);
+  bool StepInFlight() const;
+
+  // A draft tree that an asynchronous Step brought for a sequence, to
+  // verify after the first `root_position` tokens of its context (its
+  // prompt and the tokens its entries reported, counted from Open).
+  struct Answer {
+    int64_t handle = 0;
+    int64_t root_position = 0;
+    engine::DraftTree tree;
+  };
+  // The answers that arrived since the last call, oldest first (one per
+  // entry of each completed Step, empty trees included).
+  std::vector<Answer> TakeAnswers();
 
   // Reports `accepted` (the last tokens) and closes the session, on the
   // worker thread. The handle is invalid afterwards.
@@ -146,12 +177,44 @@ class DraftSessions {
     State state = State::kOpening;
     std::vector<int32_t> context;     // Prompt + every accepted token.
     std::vector<int32_t> unreported;  // Accepted, not yet given to draftsvc.
+    // Tokens draftsvc acknowledged since the session (re)opened: the next
+    // report's SessionStep.accepted_offset.
+    int64_t applied = 0;
   };
   struct Task {
     bool close = false;
     int64_t handle = 0;
     std::vector<int32_t> tokens;  // Open: the (re)open prompt.
   };
+
+  // One Step's requests, with per request the entry it came from, the
+  // sequence's handle and the position its draft follows.
+  struct Batch {
+    std::vector<DraftRequest> requests;
+    std::vector<size_t> sent;
+    std::vector<int64_t> handles;
+    std::vector<int64_t> roots;
+    void Add(DraftRequest request, size_t entry, int64_t handle,
+             int64_t root) {
+      requests.push_back(std::move(request));
+      sent.push_back(entry);
+      handles.push_back(handle);
+      roots.push_back(root);
+    }
+  };
+  // Takes the entries' tokens into their sessions and builds the requests.
+  Batch Prepare(absl::Span<const StepEntry> entries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `batch` (REQUIRES: step_in_flight_, set by the caller), clears
+  // step_in_flight_ and returns one tree per request.
+  std::vector<engine::DraftTree> Send(Batch* batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies a Step's results to the sessions: offsets, reopens, failures,
+  // backoff. Returns one tree per request.
+  std::vector<engine::DraftTree> Finish(
+      Batch* batch,
+      absl::StatusOr<std::vector<absl::StatusOr<engine::DraftTree>>>* results)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StepLoop();
 
   void Enqueue(Task task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Erase(std::map<int64_t, Session>::iterator it)
@@ -172,8 +235,15 @@ class DraftSessions {
   absl::Time next_attempt_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Duration backoff_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   DraftSessionsStats stats_ ABSL_GUARDED_BY(mu_);
+  // A Step is being sent (Step, or StepAsync's queued_step_ until answered).
+  bool step_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<Batch> queued_step_ ABSL_GUARDED_BY(mu_);
+  std::vector<Answer> answers_ ABSL_GUARDED_BY(mu_);
 
-  std::thread worker_;  // Last: starts after everything above exists.
+  // Last: they start after everything above exists. worker_: opens and
+  // closes; stepper_: asynchronous Steps.
+  std::thread worker_;
+  std::thread stepper_;
 };
 
 }  // namespace lookahead::verifysvc

@@ -16,6 +16,19 @@
 // sent with them. Jacobi n-grams (ObserveNgrams) are buffered the same way
 // (2..kMaxNgramTokens ids each, at most kMaxStepNgrams, oldest dropped).
 //
+// Asynchronous mode (DraftSessionsOptions::synchronous false, verifysvc's
+// default): no step waits on draftsvc. Propose sends the step's Step
+// (reports and asks) with StepAsync and returns the trees of the answers
+// that arrived meanwhile: an answer was asked before the previous step's
+// pass, for the context then, so it is walked along the tokens the
+// sequence emitted since (WalkDraft) and its subtree below them, with its
+// scores conditioned on that path, is this step's tree. Every step asks
+// (a sequence whose budget is 0 now may probe next step), for
+// kAsyncAskFactor times the step's budget (at least kMinAsyncAsk), so the
+// subtree left after a long accepted path still fills the next budget. An
+// empty tree is `pending` (no miss) while the answer to the last ask has
+// not arrived.
+//
 // Thread-safety: Open, Observe, Propose and Close belong to the scheduler
 // thread; Stats is thread-safe.
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTSVC_CLIENT_DRAFTSVC_SOURCE_H_
@@ -47,6 +60,12 @@ class DraftsvcSource : public DraftSource {
   // which it refuses the whole entry).
   static constexpr int kMaxStepNgrams = 64;
   static constexpr int kMaxNgramTokens = 8;
+  // Asynchronous mode: an answer is asked this many times the budget
+  // (capped at kMaxAsyncAsk), and walked along at most kMaxWalk tokens.
+  static constexpr int kAsyncAskFactor = 2;
+  static constexpr int kMinAsyncAsk = 8;
+  static constexpr int kMaxAsyncAsk = 128;
+  static constexpr int kMaxWalk = 64;
 
   // A source over a channel to draftsvc at `target` (e.g.
   // "127.0.0.1:50061"); does not wait for it: an absent draftsvc only means
@@ -79,25 +98,53 @@ class DraftsvcSource : public DraftSource {
     return cost;
   }
   DraftSourceStats Stats() const override;
+  // True iff an asynchronous Step has not been answered yet.
+  bool StepInFlight() const { return sessions_->StepInFlight(); }
 
  private:
   DraftsvcSource(std::unique_ptr<DraftClient> client,
-                 std::unique_ptr<DraftSessions> sessions)
-      : client_(std::move(client)), sessions_(std::move(sessions)) {}
+                 std::unique_ptr<DraftSessions> sessions, bool synchronous)
+      : client_(std::move(client)),
+        synchronous_(synchronous),
+        sessions_(std::move(sessions)) {}
+
+  std::vector<engine::DraftTree> ProposeAsync(absl::Span<const DraftAsk> asks);
+  // The Step entries for `asks` (in `which`, their indices), taking each
+  // sequence's buffered tokens, predictions and n-grams; none if no ask
+  // wants a draft and no sequence has kMaxUnreportedTokens waiting.
+  std::vector<DraftSessions::StepEntry> Entries(absl::Span<const DraftAsk> asks,
+                                                std::vector<size_t>* which);
 
   const std::unique_ptr<DraftClient> client_;
+  const bool synchronous_;
   struct Pending {
     bool wants_predictions = false;
     std::vector<int32_t> fresh;  // Emitted since the last report.
     // Predictions since the last report, root_after relative to `fresh`.
     std::deque<lookahead::v1::PredictionTree> predictions;
     std::deque<std::vector<int32_t>> ngrams;  // Harvested since then.
+    // Asynchronous mode: the prompt's and every emitted token's count, the
+    // last kMaxWalk of them, and the latest answer (root_position < 0:
+    // none) whose source_seconds are charged with its first use.
+    int64_t position = 0;
+    std::deque<int32_t> recent;
+    DraftSessions::Answer answer{0, -1, {}};
+    // The position the last Step sent for it asked after (-1: none).
+    int64_t asked_root = -1;
   };
 
   const std::unique_ptr<DraftSessions> sessions_;  // uses client_
   // Per open handle.
   std::map<int64_t, Pending> pending_;
 };
+
+// The subtree of `tree` (a draft after some root) below the path `walk`
+// (tokens that followed that root, in order): its nodes in their order,
+// re-rooted, with scores divided by the path's last node's (the
+// probability of each given the path was accepted, at most 1). Empty if
+// the path leaves the tree. An empty walk returns the tree.
+engine::DraftTree WalkDraft(const engine::DraftTree& tree,
+                            absl::Span<const int32_t> walk);
 
 // `predictions` as a PredictionTree hung after the first `root_after` tokens
 // of the Step entry that carries it.

@@ -168,8 +168,7 @@ std::vector<DraftSessions::StepEntry> DraftsvcSource::Entries(
   std::vector<DraftSessions::StepEntry> entries;
   // No draft wanted this step: skip the RPC (a loopback round trip is a few
   // % of a one-token step) and keep the tokens for a later one.
-  // Asynchronous: every step asks, for the next one.
-  bool call = !synchronous_;
+  bool call = false;
   for (const DraftAsk& ask : asks) {
     auto it = pending_.find(ask.handle);
     if (it == pending_.end()) continue;

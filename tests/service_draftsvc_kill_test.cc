@@ -69,6 +69,7 @@ TEST(ServiceDraftsvcKillTest, StreamsSurviveKillAndDraftsResumeAfterRestart) {
   PairOptions options;
   options.name = "kill";
   options.draftsvc_flags = {"--sync"};
+  options.verifysvc_flags = {"--draft_sync"};
   auto started = ServicePair::Start(options);
   ASSERT_TRUE(started.ok()) << started.status();
   ServicePair& pair = **started;
@@ -194,6 +195,7 @@ TEST(ServiceDraftsvcKillTest, RunningStreamsSessionIsReopenedAfterRestart) {
       "The GNU General Public License is a free, copyleft license for "
       "software and other kinds of works.");
   request.set_max_new_tokens(900);
+  request.mutable_draft()->set_namespace_("reopened");
   const Generation plain = pair.Reference(request);
   ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
 
@@ -239,6 +241,35 @@ TEST(ServiceDraftsvcKillTest, RunningStreamsSessionIsReopenedAfterRestart) {
       StatsLine(*stats).c_str());
   EXPECT_GE(stats->draft_sessions_reopened(), 1)
       << "the stream outlived the restart without reopening its session";
+
+  // Every accepted token landed in the namespace's trie: it holds the nodes
+  // of the same output streamed once to a healthy draftsvc (reports are
+  // exactly-once, so a retried one adds no count either; node sets show
+  // what was lost). The closes report the tails on a worker: poll.
+  v1::GenerateRequest once = request;
+  once.mutable_draft()->set_namespace_("once");
+  const Generation again = pair.Generate(once);
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens, plain.tokens);
+  int64_t reopened = -1, reference = -2;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(pair.FlushDrafts().ok()) << pair.Logs();
+    absl::StatusOr<int64_t> a = pair.OutputNodes("reopened");
+    absl::StatusOr<int64_t> b = pair.OutputNodes("once");
+    ASSERT_TRUE(a.ok() && b.ok());
+    reopened = *a;
+    reference = *b;
+    if (reopened == reference && reference > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::printf("output nodes: %lld with the restart, %lld streamed once\n",
+              static_cast<long long>(reopened),
+              static_cast<long long>(reference));
+  EXPECT_GT(reference, 0);
+  EXPECT_EQ(reopened, reference)
+      << "tokens accepted across the restart did not all land in the trie";
 }
 
 }  // namespace

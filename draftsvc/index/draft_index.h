@@ -275,9 +275,14 @@ class DraftIndex {
   // FAILED_PRECONDITION (vocab_size != namespace's); RESOURCE_EXHAUSTED
   // naming the cap (max_sessions, max_sessions_per_namespace) once expired
   // sessions have been swept. Error messages quote ids with QuoteInput.
+  // `resumed_output`: how many of the prompt's last tokens are output an
+  // earlier session of the sequence already reported (a reopen,
+  // v1.OpenSessionRequest.resumed_output_tokens): the first output windows
+  // reach back into them. INVALID_ARGUMENT outside [0, prompt size].
   absl::StatusOr<OpenResult> OpenSession(
       absl::string_view session_id, absl::string_view ns, int32_t vocab_size,
-      absl::Span<const int32_t> prompt_tokens, int32_t branch_length);
+      absl::Span<const int32_t> prompt_tokens, int32_t branch_length,
+      int32_t resumed_output = 0);
 
   // Appends accepted tokens (0..max_step_tokens; may be empty) to the
   // session's output: updates its context tail and inserts into the global

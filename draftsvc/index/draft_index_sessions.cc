@@ -148,17 +148,31 @@ absl::StatusOr<std::shared_ptr<DraftIndex::Session>> DraftIndex::FindSession(
 
 absl::StatusOr<OpenResult> DraftIndex::OpenSession(
     absl::string_view session_id, absl::string_view ns, int32_t vocab_size,
-    absl::Span<const int32_t> prompt_tokens, int32_t branch_length) {
+    absl::Span<const int32_t> prompt_tokens, int32_t branch_length,
+    int32_t resumed_output) {
   // Validate everything before touching any state.
   RETURN_IF_ERROR(CheckSessionId(session_id));
   ASSIGN_OR_RETURN(std::string name, CanonicalNamespace(ns));
   RETURN_IF_ERROR(
       CheckOpenArguments(options_, vocab_size, prompt_tokens, branch_length));
+  if (resumed_output < 0 ||
+      static_cast<size_t>(resumed_output) > prompt_tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resumed_output_tokens must be in [0, ", prompt_tokens.size(),
+        "] (the prompt's size); got ", resumed_output));
+  }
   // Cheap checks first so a doomed request builds no trie.
   RETURN_IF_ERROR(Admit(session_id, name, vocab_size));
   std::shared_ptr<Session> session = NewSession(
       session_id, prompt_tokens,
       branch_length == 0 ? options_.default_branch_length : branch_length);
+  // The output an earlier session reported: the not-yet-windowed tail the
+  // next tokens' windows reach back into (Append keeps its last
+  // branch_length tokens the same way).
+  const size_t resumed = std::min<size_t>(
+      resumed_output, static_cast<size_t>(session->branch_length));
+  session->output_tail.assign(prompt_tokens.end() - resumed,
+                              prompt_tokens.end());
   const int64_t prompt_nodes = session->prompt_trie->node_count();
 
   absl::MutexLock lock(&mu_);

@@ -197,6 +197,35 @@ TEST(DraftIndexTest, OutputWindowsGoToTheGlobalTrieProgressively) {
   ExpectReplayMatches(sink, index, options);
 }
 
+// A session reopened with the output an earlier one reported at the end of
+// its prompt (a draftsvc restart) windows the next tokens as if it had
+// never stopped: the seam loses no window, and the prompt part none of the
+// earlier output is inserted again.
+TEST(DraftIndexTest, AReopenedSessionsWindowsReachBackIntoResumedOutput) {
+  OracleSink sink;
+  IndexOptions options;
+  DraftIndex index(options, &sink);
+  ASSERT_TRUE(index.OpenSession("a", "ns", kVocab, Path{500, 501, 1, 2, 3}, 3,
+                                /*resumed_output=*/3)
+                  .ok());
+  EXPECT_TRUE(Dump(index, "ns").empty());
+  ASSERT_TRUE(index.Append("a", Path{4}, nullptr).ok());
+  const Oracle want = {
+      {{1}, 1}, {{1, 2}, 1}, {{1, 2, 3}, 1}, {{1, 2, 3, 4}, 1}};
+  EXPECT_EQ(Dump(index, "ns"), want);
+  // Without it, the seam's window is lost.
+  ASSERT_TRUE(index.OpenSession("b", "other", kVocab, Path{500, 501, 1, 2, 3},
+                                3)
+                  .ok());
+  ASSERT_TRUE(index.Append("b", Path{4}, nullptr).ok());
+  EXPECT_TRUE(Dump(index, "other").empty());
+  // More than the prompt is refused.
+  EXPECT_EQ(index.OpenSession("c", "ns", kVocab, Path{1, 2}, 3, 3)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(DraftIndexTest, SessionsAndNamespacesAreIsolated) {
   DraftIndex index(IndexOptions{}, nullptr);
   // A's prompt has the secret continuation 7 -> 600 601 602.

@@ -191,7 +191,8 @@ class DraftRpcService final : public RawDraftService {
     }
     absl::StatusOr<OpenResult> opened = index_.OpenSession(
         request->session_id(), request->namespace_(), request->vocab_size(),
-        request->prompt_tokens(), request->branch_length());
+        request->prompt_tokens(), request->branch_length(),
+        request->resumed_output_tokens());
     if (!opened.ok()) {
       call->Finish(ToGrpcStatus(opened.status()));
       return;

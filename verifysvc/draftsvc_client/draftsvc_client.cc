@@ -37,7 +37,8 @@ absl::Status DraftClient::OpenSession(
     absl::string_view session_id, absl::string_view name_space,
     int32_t vocab_size, absl::Span<const int32_t> prompt_tokens,
     int32_t branch_length, const v1::DraftSampling& sampling,
-    absl::Span<const v1::DraftSource> sources) {
+    absl::Span<const v1::DraftSource> sources,
+    int32_t resumed_output_tokens) {
   lookahead::v1::OpenSessionRequest request;
   request.set_session_id(std::string(session_id));
   request.set_namespace_(std::string(name_space));
@@ -47,6 +48,7 @@ absl::Status DraftClient::OpenSession(
   request.set_branch_length(branch_length);
   if (sampling.ByteSizeLong() > 0) *request.mutable_sampling() = sampling;
   for (v1::DraftSource source : sources) request.add_sources(source);
+  request.set_resumed_output_tokens(resumed_output_tokens);
   lookahead::v1::OpenSessionResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, options_.session_deadline);

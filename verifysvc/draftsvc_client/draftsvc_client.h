@@ -76,7 +76,8 @@ class DraftClient {
       absl::string_view session_id, absl::string_view name_space,
       int32_t vocab_size, absl::Span<const int32_t> prompt_tokens,
       int32_t branch_length, const lookahead::v1::DraftSampling& sampling = {},
-      absl::Span<const lookahead::v1::DraftSource> sources = {});
+      absl::Span<const lookahead::v1::DraftSource> sources = {},
+      int32_t resumed_output_tokens = 0);
 
   // Returns one entry per request, in order: the session's draft tree, or
   // its error (NOT_FOUND: reopen the session). The outer status is the RPC's.

@@ -46,6 +46,7 @@ int64_t DraftSessions::Open(std::string name_space, std::vector<int32_t> prompt,
   session.sources = std::move(sources);
   session.sampling = std::move(sampling);
   session.context = std::move(prompt);
+  session.prompt_size = session.context.size();
   Enqueue({/*close=*/false, handle, session.context});
   ++stats_.open_sessions;
   return handle;
@@ -114,10 +115,14 @@ DraftSessions::Batch DraftSessions::Prepare(
     Append(&session.context, entries[i].accepted);
     Append(&session.unreported, entries[i].accepted);
     if (session.state == State::kClosed && link_up) {
-      // A failed open: try again now that the backoff has passed.
+      // A failed open: try again now that the backoff has passed, with
+      // what draftsvc was told so far as the prompt; the tokens it never
+      // got are reported, as output, once it is open.
       session.state = State::kOpening;
-      session.unreported.clear();
-      Enqueue({false, it->first, session.context});
+      Enqueue({false, it->first,
+               std::vector<int32_t>(
+                   session.context.begin(),
+                   session.context.end() - session.unreported.size())});
       reopen_attempted = true;
       continue;
     }
@@ -364,6 +369,7 @@ void DraftSessions::WorkerLoop() {
 void DraftSessions::RunOpen(const Task& task) {
   std::string id, name_space;
   int32_t branch_length = 0;
+  size_t prompt_size = 0;
   lookahead::v1::DraftSampling sampling;
   std::vector<lookahead::v1::DraftSource> sources;
   {
@@ -380,13 +386,19 @@ void DraftSessions::RunOpen(const Task& task) {
     branch_length = it->second.branch_length;
     sampling = it->second.sampling;
     sources = it->second.sources;
+    prompt_size = it->second.prompt_size;
   }
   absl::Span<const int32_t> prompt = task.tokens;
+  // A reopen's prompt ends with output an earlier session reported.
+  size_t resumed =
+      task.tokens.size() > prompt_size ? task.tokens.size() - prompt_size : 0;
   if (static_cast<int>(prompt.size()) > options_.max_reopen_tokens) {
     prompt.remove_prefix(prompt.size() - options_.max_reopen_tokens);
   }
+  resumed = std::min(resumed, prompt.size());
   absl::Status opened = client_->OpenSession(
-      id, name_space, vocab_size_, prompt, branch_length, sampling, sources);
+      id, name_space, vocab_size_, prompt, branch_length, sampling, sources,
+      static_cast<int32_t>(resumed));
   // ALREADY_EXISTS: an earlier open went through after its deadline.
   const bool ok = opened.ok() || absl::IsAlreadyExists(opened);
 

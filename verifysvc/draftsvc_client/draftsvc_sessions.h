@@ -176,6 +176,7 @@ class DraftSessions {
     absl::Status failure;  // Not OK: no more drafts (see Failure()).
     State state = State::kOpening;
     std::vector<int32_t> context;     // Prompt + every accepted token.
+    size_t prompt_size = 0;
     std::vector<int32_t> unreported;  // Accepted, not yet given to draftsvc.
     // Tokens draftsvc acknowledged since the session (re)opened: the next
     // report's SessionStep.accepted_offset.

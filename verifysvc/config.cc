@@ -146,6 +146,10 @@ ABSL_FLAG(bool, local_drafts, true,
           "Draft from each sequence's own prompt and output in this process "
           "(no round trip), beside draftsvc's trees; with no --draftsvc, "
           "the only drafts.");
+ABSL_FLAG(bool, draft_cascade, true,
+          "Ask draftsvc only for the steps where --local_drafts found nothing "
+          "in the sequence's own text (its round trips cost the pass CPU "
+          "time on shared cores); false: ask both every drafted step.");
 ABSL_FLAG(bool, draft_sync, false,
           "Each drafted step waits for draftsvc's answer (up to "
           "--draft_deadline_ms) instead of drafting from the answer that "
@@ -378,6 +382,7 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
       absl::Milliseconds(absl::GetFlag(FLAGS_draft_deadline_ms));
   c.draft_sessions.synchronous = absl::GetFlag(FLAGS_draft_sync);
   c.local_drafts = absl::GetFlag(FLAGS_local_drafts);
+  c.draft_cascade = absl::GetFlag(FLAGS_draft_cascade);
   c.draft_sessions.replica_id = absl::GetFlag(FLAGS_replica_id);
   if (c.draft_sessions.replica_id.empty()) {
     c.draft_sessions.replica_id = DefaultReplicaId();

@@ -73,7 +73,7 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
   std::vector<DraftSource*> sources;
   if (c.local_drafts) sources.push_back(&local_source);
   if (trie_source != nullptr) sources.push_back(trie_source.get());
-  DraftFanout fanout(sources, probe.vocab_size);
+  DraftFanout fanout(sources, probe.vocab_size, c.draft_cascade);
 
   // Metrics, labelled with the model's name.
   metrics::Registry registry;

@@ -192,6 +192,10 @@ std::vector<engine::DraftTree> DraftFanout::Propose(
   *called = false;
   // per_source[s][i]: source s's tree for asks[i].
   std::vector<std::vector<engine::DraftTree>> per_source(sources_.size());
+  std::vector<int64_t> steps_of(asks.size(), 0);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    if (asks[i].budget > 0) steps_of[i] = asked_steps_[asks[i].handle]++;
+  }
   for (size_t s = 0; s < sources_.size(); ++s) {
     std::vector<DraftAsk> mine;
     std::vector<size_t> which;
@@ -200,6 +204,14 @@ std::vector<engine::DraftTree> DraftFanout::Propose(
       if (it == handles_.end() || it->second[s] == 0) continue;
       DraftAsk ask = asks[i];
       ask.handle = it->second[s];
+      const int64_t steps = steps_of[i];
+      if (cascade_ && s > 0 && ask.budget > 0) {
+        bool covered = false;
+        for (size_t before = 0; before < s; ++before) {
+          covered = covered || !per_source[before][i].empty();
+        }
+        ask.refresh = !covered || steps % kCascadeRefresh == 0;
+      }
       mine.push_back(ask);
       which.push_back(i);
     }
@@ -248,6 +260,7 @@ void DraftFanout::Close(int64_t handle) {
     if (it->second[s] != 0) sources_[s]->Close(it->second[s]);
   }
   handles_.erase(it);
+  asked_steps_.erase(handle);
 }
 
 DraftCost DraftFanout::cost() const {

@@ -50,8 +50,20 @@ class DraftFanout {
   // sources: a fanout that never drafts. Trees are cut to their valid prefix
   // (ids in [0, vocab_size), parents in [-1, i)), so a faulty source costs
   // its own drafts, never the batch's forward pass.
-  DraftFanout(std::vector<DraftSource*> sources, int32_t vocab_size)
-      : sources_(std::move(sources)), vocab_size_(vocab_size) {}
+  //
+  // `cascade`: a source sends a new request (DraftAsk::refresh) only for
+  // the sequences every source before it left without a tree this step,
+  // and every kCascadeRefresh-th step of the others; what it already has
+  // is used every step. On cores the verifier shares, a draftsvc round
+  // trip costs the pass CPU time even when nothing waits for it, so the
+  // free in-process source goes first and draftsvc fills the steps where
+  // the sequence's own text has nothing, while what its namespace knows
+  // (an earlier answer to the same question) still reaches the sequence.
+  DraftFanout(std::vector<DraftSource*> sources, int32_t vocab_size,
+              bool cascade = false)
+      : sources_(std::move(sources)),
+        vocab_size_(vocab_size),
+        cascade_(cascade) {}
 
   DraftFanout(const DraftFanout&) = delete;
   DraftFanout& operator=(const DraftFanout&) = delete;
@@ -88,8 +100,13 @@ class DraftFanout {
   DraftSourceStats Stats() const;
 
  private:
+  static constexpr int kCascadeRefresh = 4;
+
   const std::vector<DraftSource*> sources_;
   const int32_t vocab_size_;
+  const bool cascade_;
+  // Per sequence: Propose calls that asked it for tokens (cascade).
+  std::map<int64_t, int64_t> asked_steps_;
   // Per sequence: each source's handle (0: that source does not draft it).
   std::map<int64_t, std::vector<int64_t>> handles_;
   int64_t next_handle_ = 1;

@@ -717,3 +717,37 @@ TEST(DraftFanoutTest, InvalidNodesAreCutToTheValidPrefix) {
 
 }  // namespace
 }  // namespace lookahead::verifysvc
+
+namespace lookahead::verifysvc {
+namespace {
+
+// Cascade: the second source gets a fresh request only where the first had
+// nothing, or every kCascadeRefresh-th step; its budget stands either way
+// (what it already has is used).
+TEST(DraftFanoutCascadeTest, LaterSourcesRefreshOnlyWhereEarlierOnesHadNothing) {
+  FakeSource local("local");
+  FakeSource remote("remote");
+  DraftFanout fanout({&local, &remote}, /*vocab_size=*/50, /*cascade=*/true);
+  const int64_t covered = fanout.Open(Hierarchical(8), {1, 2, 3});
+  const int64_t bare = fanout.Open(Hierarchical(8), {4, 5, 6});
+  local.set_tree(1, Chain({7, 8}, DraftSourceTag::kTrie));  // covered's
+  for (int step = 0; step < 8; ++step) {
+    bool called = false;
+    fanout.Propose({Ask(covered, 4), Ask(bare, 4)}, &called);
+    const std::vector<DraftAsk>& asks = remote.proposed.back().asks;
+    ASSERT_EQ(asks.size(), 2u);
+    EXPECT_EQ(asks[0].budget, 4);
+    EXPECT_EQ(asks[0].refresh, step % 4 == 0) << "step " << step;
+    EXPECT_TRUE(asks[1].refresh) << "step " << step;
+  }
+  // Without the cascade every ask refreshes.
+  DraftFanout both({&local, &remote}, /*vocab_size=*/50);
+  const int64_t handle = both.Open(Hierarchical(8), {1, 2, 3});
+  bool called = false;
+  both.Propose({Ask(handle, 4)}, &called);
+  both.Propose({Ask(handle, 4)}, &called);
+  EXPECT_TRUE(remote.proposed.back().asks.at(0).refresh);
+}
+
+}  // namespace
+}  // namespace lookahead::verifysvc

@@ -72,6 +72,9 @@ struct DraftAsk {
   // Sources that must not draft this step (the scheduler's cost gate);
   // bits of engine::DraftSourceTag.
   engine::DraftSourceSet withheld = 0;
+  // Asynchronous sources: also send this step's request for the next one
+  // (false: only use what already arrived, with no round trip).
+  bool refresh = true;
 };
 
 // What the verify pass computed at a verified tree (Token Recycling): the

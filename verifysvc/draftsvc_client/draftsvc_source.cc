@@ -172,7 +172,7 @@ std::vector<DraftSessions::StepEntry> DraftsvcSource::Entries(
   for (const DraftAsk& ask : asks) {
     auto it = pending_.find(ask.handle);
     if (it == pending_.end()) continue;
-    call = call || ask.budget > 0 ||
+    call = call || (ask.budget > 0 && ask.refresh) ||
            static_cast<int>(it->second.fresh.size()) >= kMaxUnreportedTokens;
   }
   if (!call) return entries;
@@ -261,11 +261,18 @@ std::vector<engine::DraftTree> DraftsvcSource::ProposeAsync(
       tree.source_seconds = answer.tree.source_seconds;
       answer.tree.source_seconds = 0;
     }
-    // Nothing from an answer older than the last ask: the newer one is on
-    // its way (or draftsvc is slow), which is no miss of the source's.
-    tree.pending = tree.empty() && answer.root_position < pending.asked_root;
+    // Nothing from an answer asked before the previous step (the newer one
+    // is on its way, draftsvc is slow, or the last steps asked nothing, as
+    // before a probe) is no miss of the source's: only an answer asked at
+    // the previous step judges it.
+    tree.pending =
+        tree.empty() && answer.root_position < pending.previous_position;
     Finish(asks[i].budget, &tree);
     trees[i] = std::move(tree);
+  }
+  for (const DraftAsk& ask : asks) {
+    auto it = pending_.find(ask.handle);
+    if (it != pending_.end()) it->second.previous_position = it->second.position;
   }
   // The next answer, asked while this step's pass runs. With a Step still
   // in flight (a slow or stopped draftsvc), everything stays buffered.
@@ -274,12 +281,7 @@ std::vector<engine::DraftTree> DraftsvcSource::ProposeAsync(
   std::vector<DraftSessions::StepEntry> entries =
       Entries(asks, &which);
   if (entries.empty()) return trees;
-  if (sessions_->StepAsync(entries)) {
-    for (size_t k = 0; k < which.size(); ++k) {
-      Pending& pending = pending_[asks[which[k]].handle];
-      pending.asked_root = pending.position;
-    }
-  } else {
+  if (!sessions_->StepAsync(entries)) {
     // Raced with nothing (this thread is the only sender); keep the
     // tokens in order anyway.
     for (size_t k = 0; k < which.size(); ++k) {

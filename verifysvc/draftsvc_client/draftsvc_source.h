@@ -26,8 +26,8 @@
 // (a sequence whose budget is 0 now may probe next step), for
 // kAsyncAskFactor times the step's budget (at least kMinAsyncAsk), so the
 // subtree left after a long accepted path still fills the next budget. An
-// empty tree is `pending` (no miss) while the answer to the last ask has
-// not arrived.
+// empty tree is `pending` (no miss) unless the answer it came from was
+// asked at the previous step.
 //
 // Thread-safety: Open, Observe, Propose and Close belong to the scheduler
 // thread; Stats is thread-safe.
@@ -129,8 +129,8 @@ class DraftsvcSource : public DraftSource {
     int64_t position = 0;
     std::deque<int32_t> recent;
     DraftSessions::Answer answer{0, -1, {}};
-    // The position the last Step sent for it asked after (-1: none).
-    int64_t asked_root = -1;
+    // Its position at the previous Propose (-1: none yet).
+    int64_t previous_position = -1;
   };
 
   const std::unique_ptr<DraftSessions> sessions_;  // uses client_

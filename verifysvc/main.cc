@@ -65,11 +65,10 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
   std::printf("verifysvc: forward ms by tokens %s\n",
               DescribeStepCost(cost).c_str());
 
-  // Draft sources: each sequence's own text, then draftsvc's shards.
   ASSIGN_OR_RETURN(std::unique_ptr<ShardedDraftSource> trie_source,
                    ConnectDraftsvcShards(c.draftsvc_shards, probe.vocab_size,
                                          c.draft_client, c.draft_sessions));
-  LocalSource local_source;
+  LocalSource local_source;  // first: free, fresh every step
   std::vector<DraftSource*> sources;
   if (c.local_drafts) sources.push_back(&local_source);
   if (trie_source != nullptr) sources.push_back(trie_source.get());

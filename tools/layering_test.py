@@ -196,6 +196,28 @@ def scheduler_violations():
     return problems
 
 
+# draftsvc's RPC layer drives the index only; the index drives every source
+# (the assistant through draftsvc/index/session_source.h).
+RPC_FILES = ("draftsvc/service/rpc_handlers.h",
+             "draftsvc/service/rpc_handlers.cc")
+RPC_SOURCE_NAMES = re.compile(
+    r"AssistantSource|assistant_source\.h|AssistantEngine|AssistantDrafter|"
+    r"TokenTrie|NgramPool|assistant_->")
+
+
+def rpc_violations():
+    problems = []
+    for path in RPC_FILES:
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            for number, line in enumerate(f.read().split("\n"), 1):
+                m = RPC_SOURCE_NAMES.search(line)
+                if m:
+                    problems.append(f"{path}:{number}: drives a source by "
+                                    f"name ({m.group(0)!r}); go through the "
+                                    "index (draftsvc/index/session_source.h)")
+    return problems
+
+
 def draftsvc_production(path):
     """Whether `path` is draftsvc production code (not a test, a benchmark
     or draftsvc/testing/)."""
@@ -322,7 +344,7 @@ def main(argv):
     args = parser.parse_args(argv)
     used_exceptions = set()
     problems = (include_violations() + length_violations(used_exceptions) +
-                scheduler_violations())
+                scheduler_violations() + rpc_violations())
     if args.bazel:
         problems += bazel_violations()
     for p in problems:
@@ -338,7 +360,8 @@ def main(argv):
           "down (draftsvc: storage < sources < mix < index < service), "
           "serving and draftsvc functions <= 80 lines, draftsvc files <= 700 "
           "lines (exceptions listed), main.cc < 150 lines, the "
-          "scheduler names no draft source"
+          "scheduler names no draft source, draftsvc's RPC handlers drive "
+          "no source by name"
           + ("; no test code in the production binaries, no LibTorch in "
              "draftsvc" if args.bazel else ""))
     return 0

@@ -18,7 +18,8 @@ readonly TARGETS=(
   //draftsvc/testing:fault_file_system
   //draftsvc/index:draft_index //draftsvc/index:draft_index_test
   //draftsvc/index:draft_index_ngram_test
-  //draftsvc/index:draft_index_offset_test //draftsvc/service:draft_service
+  //draftsvc/index:draft_index_offset_test //draftsvc/index:session_source_test
+  //draftsvc/service:draft_service
   //draftsvc/sources:ngram_pool //draftsvc/sources:ngram_pool_test
   //draftsvc/storage:trie_store
   //draftsvc/sources/assistant:assistant_drafter

@@ -39,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "draftsvc/index/session_source.h"
 #include "draftsvc/mix/draft_mix.h"
 #include "draftsvc/mix/draft_tree_builder.h"
 #include "draftsvc/mix/source_calibration.h"
@@ -172,9 +173,14 @@ struct RetrieveRequest {
   uint32_t sources = CandidateSourceBit(CandidateSource::kPrompt) |
                      CandidateSourceBit(CandidateSource::kOutput) |
                      CandidateSourceBit(CandidateSource::kNgram);
-  // Candidates from sources outside the index (the assistant model), mixed
-  // in like the index's own.
+  // Candidates from sources outside the index, mixed in like the index's
+  // own (tests; the session source, below, is asked by Retrieve itself).
   std::vector<CandidateTree> extra;
+  // With the session source's kind in `sources`: how long it may draft
+  // (SessionSource::Draft); InfinitePast: it is not asked. Its drafting time
+  // goes to *source_draft_seconds if that is set.
+  absl::Time source_deadline = absl::InfinitePast();
+  double* source_draft_seconds = nullptr;
 };
 
 // What one source has done in a namespace.
@@ -279,10 +285,11 @@ class DraftIndex {
   // earlier session of the sequence already reported (a reopen,
   // v1.OpenSessionRequest.resumed_output_tokens): the first output windows
   // reach back into them. INVALID_ARGUMENT outside [0, prompt size].
+  // `sampling`: the request's, for the session source (SetSessionSource).
   absl::StatusOr<OpenResult> OpenSession(
       absl::string_view session_id, absl::string_view ns, int32_t vocab_size,
       absl::Span<const int32_t> prompt_tokens, int32_t branch_length,
-      int32_t resumed_output = 0);
+      int32_t resumed_output = 0, const SessionSampling& sampling = {});
 
   // Appends accepted tokens (0..max_step_tokens; may be empty) to the
   // session's output: updates its context tail and inserts into the global
@@ -386,17 +393,27 @@ class DraftIndex {
   int64_t ExpireIdleSessions(absl::Time now);
   // Sessions expired so far (by the sweeper or lazily), since construction.
   int64_t ExpiredSessions() const { return expired_sessions_.load(); }
-  // Called once for every session that ends (CloseSession, lease expiry),
-  // with its id and OpenResult::serial, after the index has retired it, on
-  // the thread that retired it (an RPC's or the sweeper's), with no lock of
-  // the index held: owners of per-session state outside the index (the
-  // assistant drafter's) free it here. REQUIRES: set before the first
-  // OpenSession (not synchronized); must not call CloseSession.
-  using RetireListener =
-      std::function<void(absl::string_view session_id, int64_t serial)>;
-  void SetRetireListener(RetireListener listener) {
-    retire_listener_ = std::move(listener);
-  }
+  // ---- The session source (session_source.h) ----
+  // Wires in the draft source with per-session state of its own (the
+  // assistant), or none (null). The index then opens, advances and retires
+  // its sessions with its own (Open after OpenSession, Advance after Append
+  // with the tokens applied, Retired after a session ends, with no lock of
+  // the index held) and asks it in Retrieve. Not owned; outlives the index's
+  // use. REQUIRES: set before the first OpenSession (not synchronized).
+  void SetSessionSource(SessionSource* source) { session_source_ = source; }
+  bool has_session_source() const { return session_source_ != nullptr; }
+  // The session source's CheckVocabulary; FAILED_PRECONDITION without one.
+  absl::Status CheckSourceVocabulary(int32_t vocab_size) const;
+  // Its Check for the session; NOT_FOUND without one.
+  absl::Status CheckSessionSource(absl::string_view session_id) const;
+  // Its RecentSecondsPerToken, step_deadline and TakeSeconds (0 / zero /
+  // 0 without one).
+  double SourceSecondsPerToken() const;
+  absl::Duration SourceStepDeadline() const;
+  double TakeSourceSeconds(absl::string_view session_id);
+  // Starts the session's state in the source without drafting (its first
+  // use, so that its background work starts before the first draft).
+  void WarmSessionSource(absl::string_view session_id);
   // Stops the sweeper thread and waits for it (sessions still expire lazily).
   // Call before the sink goes away. Idempotent.
   void StopExpiry();
@@ -553,7 +570,7 @@ class DraftIndex {
   const Clock clock_;
   std::atomic<int64_t> expired_sessions_{0};
   std::atomic<int64_t> next_serial_{1};
-  RetireListener retire_listener_;  // Set before serving; may be empty.
+  SessionSource* session_source_ = nullptr;  // Set before serving; may be null.
 
   mutable absl::Mutex mu_;  // Guards the two maps (not what they point to).
   absl::flat_hash_map<std::string, std::unique_ptr<Namespace>> namespaces_

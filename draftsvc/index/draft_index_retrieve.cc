@@ -77,12 +77,24 @@ absl::StatusOr<MixedDraft> DraftIndex::Retrieve(
   if (request.mode == DraftMode::kOff || request.decoding_length == 0) {
     return MixedDraft{};
   }
+  std::vector<CandidateTree> candidates;
+  // The session source first, with no lock held: it may draft until its
+  // deadline (a model's passes).
+  if (session_source_ != nullptr &&
+      request.source_deadline > absl::InfinitePast() &&
+      (request.sources & CandidateSourceBit(session_source_->kind())) != 0) {
+    const absl::Time start = absl::Now();
+    candidates.push_back(session_source_->Draft(
+        session_id, request.decoding_length, request.source_deadline));
+    if (request.source_draft_seconds != nullptr) {
+      *request.source_draft_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    }
+  }
   Namespace* const ns = session->ns;
   const int32_t branch_length = request.branch_length == 0
                                     ? session->branch_length
                                     : request.branch_length;
   const CalibrationTable rates = ns->calibration.Snapshot();
-  std::vector<CandidateTree> candidates;
   constexpr uint32_t kTries = CandidateSourceBit(CandidateSource::kPrompt) |
                               CandidateSourceBit(CandidateSource::kOutput);
   if ((request.sources & kTries) != 0) {

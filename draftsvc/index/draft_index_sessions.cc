@@ -149,7 +149,7 @@ absl::StatusOr<std::shared_ptr<DraftIndex::Session>> DraftIndex::FindSession(
 absl::StatusOr<OpenResult> DraftIndex::OpenSession(
     absl::string_view session_id, absl::string_view ns, int32_t vocab_size,
     absl::Span<const int32_t> prompt_tokens, int32_t branch_length,
-    int32_t resumed_output) {
+    int32_t resumed_output, const SessionSampling& sampling) {
   // Validate everything before touching any state.
   RETURN_IF_ERROR(CheckSessionId(session_id));
   ASSIGN_OR_RETURN(std::string name, CanonicalNamespace(ns));
@@ -171,11 +171,14 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
   // branch_length tokens the same way).
   const size_t resumed = std::min<size_t>(
       resumed_output, static_cast<size_t>(session->branch_length));
-  session->output_tail.assign(prompt_tokens.end() - resumed,
-                              prompt_tokens.end());
+  {
+    absl::MutexLock session_lock(&session->mu);  // not shared yet
+    session->output_tail.assign(prompt_tokens.end() - resumed,
+                                prompt_tokens.end());
+  }
   const int64_t prompt_nodes = session->prompt_trie->node_count();
 
-  absl::MutexLock lock(&mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckAdmission(session_id, name, vocab_size));
   auto it = namespaces_.find(name);
   if (it == namespaces_.end()) {
@@ -187,6 +190,11 @@ absl::StatusOr<OpenResult> DraftIndex::OpenSession(
   session->last_used_nanos.store(absl::ToUnixNanos(clock_()));
   const int64_t serial = session->serial;
   sessions_.emplace(session->id, std::move(session));
+  lock.Release();
+  if (session_source_ != nullptr) {
+    session_source_->Open(session_id, serial, vocab_size, prompt_tokens,
+                          sampling);
+  }
   return OpenResult{name, prompt_nodes, serial};
 }
 
@@ -313,8 +321,45 @@ bool DraftIndex::Retire(Session& session, bool expired,
   if (expired) expired_sessions_.fetch_add(1);
   // Last: whoever sees the session gone from the counts sees its effects.
   session.ns->open_sessions.fetch_sub(1);
-  if (retire_listener_) retire_listener_(session.id, session.serial);
+  if (session_source_ != nullptr) {
+    session_source_->Retired(session.id, session.serial);
+  }
   return submitted;
+}
+
+absl::Status DraftIndex::CheckSourceVocabulary(int32_t vocab_size) const {
+  if (session_source_ == nullptr) {
+    return absl::FailedPreconditionError("no session source runs");
+  }
+  return session_source_->CheckVocabulary(vocab_size);
+}
+
+absl::Status DraftIndex::CheckSessionSource(
+    absl::string_view session_id) const {
+  if (session_source_ == nullptr) {
+    return absl::NotFoundError("no session source runs");
+  }
+  return session_source_->Check(session_id);
+}
+
+double DraftIndex::SourceSecondsPerToken() const {
+  return session_source_ != nullptr ? session_source_->RecentSecondsPerToken()
+                                    : 0;
+}
+
+absl::Duration DraftIndex::SourceStepDeadline() const {
+  return session_source_ != nullptr ? session_source_->step_deadline()
+                                    : absl::ZeroDuration();
+}
+
+double DraftIndex::TakeSourceSeconds(absl::string_view session_id) {
+  return session_source_ != nullptr ? session_source_->TakeSeconds(session_id)
+                                    : 0;
+}
+
+void DraftIndex::WarmSessionSource(absl::string_view session_id) {
+  if (session_source_ == nullptr) return;
+  session_source_->Draft(session_id, /*budget=*/0, absl::InfinitePast());
 }
 
 }  // namespace lookahead::draftsvc

@@ -196,6 +196,18 @@ StepInput NewPart(const StepInput& input, int64_t skip) {
   return out;
 }
 
+// Every full window (bl + 1 tokens) of `seq` that ends at or after
+// `first_new`: the windows the tokens from there complete.
+absl::InlinedVector<absl::Span<const int32_t>, 16> NewWindows(
+    absl::Span<const int32_t> seq, size_t first_new, size_t bl) {
+  absl::InlinedVector<absl::Span<const int32_t>, 16> windows;
+  for (size_t end = std::max(first_new + 1, bl + 1); end <= seq.size();
+       ++end) {
+    windows.push_back(seq.subspan(end - bl - 1, bl + 1));
+  }
+  return windows;
+}
+
 }  // namespace
 
 bool DraftIndex::InsertWindowsLocked(
@@ -269,6 +281,7 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
   RETURN_IF_ERROR(CheckTokens(sent_input.accepted, ns->vocab_size, "accepted"));
   RETURN_IF_ERROR(ValidateStepInput(sent_input, ns->vocab_size));
   bool submitted = false;
+  std::vector<int32_t> applied;
   {
     absl::MutexLock session_lock(&session->mu);
     if (session->closed) {
@@ -294,16 +307,10 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
       session->sent.clear();
     }
     const size_t bl = static_cast<size_t>(session->branch_length);
-    // seq = not-yet-windowed output tail + new tokens; every full window
-    // ending in the new tokens is inserted.
+    // seq = not-yet-windowed output tail + new tokens.
     std::vector<int32_t> seq = session->output_tail;
-    const size_t first_new = seq.size();
     seq.insert(seq.end(), tokens.begin(), tokens.end());
-    absl::InlinedVector<absl::Span<const int32_t>, 16> windows;
-    for (size_t end = std::max(first_new + 1, bl + 1); end <= seq.size();
-         ++end) {
-      windows.push_back(absl::MakeConstSpan(seq).subspan(end - bl - 1, bl + 1));
-    }
+    const auto windows = NewWindows(seq, session->output_tail.size(), bl);
     // 3./4. Pool entries, split by isolation.
     std::vector<PoolAdd> shared_adds;
     std::vector<PoolAdd> private_adds;
@@ -329,8 +336,12 @@ absl::Status DraftIndex::Append(absl::string_view session_id,
     KeepLast(session->context, session->context_keep);
     session->total_tokens += static_cast<int64_t>(tokens.size());
     session->accepted_tokens += static_cast<int64_t>(tokens.size());
+    applied.assign(tokens.begin(), tokens.end());
   }
   if (!submitted && on_durable) on_durable(absl::OkStatus());
+  // The session source follows the tokens applied now (not a retry's
+  // overlap), with no lock held.
+  if (session_source_ != nullptr) session_source_->Advance(session_id, applied);
   return absl::OkStatus();
 }
 

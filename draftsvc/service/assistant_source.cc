@@ -28,13 +28,16 @@ absl::StatusOr<std::unique_ptr<AssistantSource>> AssistantSource::Load(
 void AssistantSource::Open(absl::string_view id, int64_t serial,
                            int32_t vocab_size,
                            absl::Span<const int32_t> prompt,
-                           const engine::SamplingParams& sampling) {
+                           const SessionSampling& sampling) {
   Entry entry;
   entry.serial = serial;
   entry.unusable = drafter_->CheckVocabulary(vocab_size);
   if (entry.unusable.ok()) {
     entry.context.assign(prompt.begin(), prompt.end());
-    entry.sampling = sampling;
+    entry.sampling.temperature = sampling.temperature;
+    entry.sampling.top_k = sampling.top_k;
+    entry.sampling.top_p = sampling.top_p;
+    entry.sampling.seed = sampling.seed;
   }
   absl::MutexLock lock(&mu_);
   if (retired_early_.erase(serial) > 0) return;
@@ -130,8 +133,21 @@ double AssistantSource::TakeSeconds(absl::string_view id) {
   return drafter_->TakeSeconds(drafter_id);
 }
 
-CandidateTree AssistantSource::Draft(const std::string& drafter_id,
-                                     int budget, absl::Time deadline) {
+CandidateTree AssistantSource::Draft(absl::string_view id, int budget,
+                                     absl::Time deadline) {
+  // The first use opens the drafter session (and starts its background
+  // prefill) even with nothing to draft now.
+  absl::StatusOr<std::string> drafter_id = Acquire(id);
+  if (!drafter_id.ok() || budget <= 0) {
+    CandidateTree none;
+    none.source = CandidateSource::kAssistant;
+    return none;
+  }
+  return DraftAs(*drafter_id, budget, deadline);
+}
+
+CandidateTree AssistantSource::DraftAs(const std::string& drafter_id,
+                                       int budget, absl::Time deadline) {
   CandidateTree out;
   out.source = CandidateSource::kAssistant;
   absl::StatusOr<AssistantDraft> draft =

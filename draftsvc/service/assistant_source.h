@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "draftsvc/index/session_source.h"
 #include "draftsvc/mix/draft_mix.h"
 #include "draftsvc/service/draft_service.h"
 #include "draftsvc/sources/assistant/assistant_engine.h"
@@ -34,7 +35,7 @@
 
 namespace lookahead::draftsvc {
 
-class AssistantSource {
+class AssistantSource : public SessionSource {
  public:
   // Loads the model through `options.factory` or the plugin. The factory's
   // errors pass through; INVALID_ARGUMENT for a negative step deadline.
@@ -42,50 +43,56 @@ class AssistantSource {
       const AssistantServingOptions& options);
 
   const AssistantEngine& engine() const { return *drafter_; }
-  absl::Duration step_deadline() const { return step_deadline_; }
   AssistantDrafterStats stats() const { return drafter_->stats(); }
   // What a drafted token costs at least: one one-token pass.
   double seconds_per_token() const { return drafter_->seconds_per_pass(); }
-  // The same, timed again first if no pass was timed for a minute (an
-  // assistant the verifiers stopped asking runs none).
-  double RecentSecondsPerToken() {
+
+  // SessionSource. The index drives it (DraftIndex::SetSessionSource).
+  CandidateSource kind() const override { return CandidateSource::kAssistant; }
+  absl::Status CheckVocabulary(int32_t vocab_size) const override {
+    return drafter_->CheckVocabulary(vocab_size);
+  }
+  // seconds_per_token, timed again first if no pass was timed for a minute
+  // (an assistant the verifiers stopped asking runs none).
+  double RecentSecondsPerToken() override {
     return drafter_->RecentSecondsPerPass(absl::Minutes(1));
   }
-
+  absl::Duration step_deadline() const override { return step_deadline_; }
   // After the index opened `id` as `serial`: remembers its context and
   // sampling for a drafter session, or why the session cannot use the
   // assistant (another vocabulary). Never fails the session.
   void Open(absl::string_view id, int64_t serial, int32_t vocab_size,
             absl::Span<const int32_t> prompt,
-            const engine::SamplingParams& sampling);
-
+            const SessionSampling& sampling) override;
   // The index retired session `id` `serial`: closes its drafter session.
-  void Retired(absl::string_view id, int64_t serial);
-
+  void Retired(absl::string_view id, int64_t serial) override;
   // Whether session `id` can draft from the assistant: the vocabulary's
   // FAILED_PRECONDITION (or a drafter error) if not, NOT_FOUND if the
   // session is unknown here.
-  absl::Status Check(absl::string_view id) const;
+  absl::Status Check(absl::string_view id) const override;
+  // The Step's accepted tokens, after the index appended them. A drafter
+  // that refuses them (it cannot: the index checked the ids) would draft
+  // for the wrong position, so the session stops using the assistant.
+  void Advance(absl::string_view id,
+               absl::Span<const int32_t> accepted) override;
+  // Seconds of assistant passes for session `id` since the last call
+  // (AssistantDrafter::TakeSeconds); 0 if it has no drafter session.
+  double TakeSeconds(absl::string_view id) override;
+  // The assistant's candidates (at most `budget` nodes, drafted until
+  // `deadline`) below the session's last token, its drafter session opened
+  // first with the context so far if it has none (budget 0: only that);
+  // none on any error.
+  CandidateTree Draft(absl::string_view id, int budget,
+                      absl::Time deadline) override;
 
   // The drafter session of `id`, opened now with the context so far if it
   // has none yet; Check's errors otherwise.
   absl::StatusOr<std::string> Acquire(absl::string_view id);
 
-  // The Step's accepted tokens, after the index appended them. A drafter
-  // that refuses them (it cannot: the index checked the ids) would draft
-  // for the wrong position, so the session stops using the assistant.
-  void Advance(absl::string_view id, absl::Span<const int32_t> accepted);
-
-  // Seconds of assistant passes for session `id` since the last call
-  // (AssistantDrafter::TakeSeconds); 0 if it has no drafter session.
-  double TakeSeconds(absl::string_view id);
-
-  // The assistant's candidates (at most `budget` nodes, drafted until
-  // `deadline`) below the session's last token; none on any error.
-  CandidateTree Draft(const std::string& drafter_id, int budget,
-                      absl::Time deadline);
-
  private:
+  CandidateTree DraftAs(const std::string& drafter_id, int budget,
+                        absl::Time deadline);
+
   struct Entry {
     int64_t serial = 0;
     // OK iff the session may use the assistant.

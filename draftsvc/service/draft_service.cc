@@ -99,13 +99,8 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
   server->store_ = std::move(*store);
   server->index_ =
       std::make_unique<DraftIndex>(options.index, server->store_.get());
-  if (server->assistant_ != nullptr) {
-    server->index_->SetRetireListener(
-        [assistant = server->assistant_.get()](absl::string_view id,
-                                               int64_t serial) {
-          assistant->Retired(id, serial);
-        });
-  }
+  // The index drives the assistant: one SessionSource (null: none runs).
+  server->index_->SetSessionSource(server->assistant_.get());
 
   const absl::Time start = absl::Now();
   IndexRestorer restorer(*server->index_);
@@ -126,9 +121,9 @@ absl::StatusOr<std::unique_ptr<DraftServer>> DraftServer::Open(
                         server->store_.get(), server->assistant_.get(),
                         &server->rebuild_));
   }
-  server->service_ = NewDraftRpcService(
-      server->options_, *server->index_, *server->store_,
-      server->assistant_.get(), server->rebuild_, service_metrics);
+  server->service_ =
+      NewDraftRpcService(server->options_, *server->index_, *server->store_,
+                         server->rebuild_, service_metrics);
   return server;
 }
 

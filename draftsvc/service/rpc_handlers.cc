@@ -16,7 +16,6 @@
 #include "common/grpc_status.h"
 #include "common/quote.h"
 #include "common/wire_request.h"
-#include "draftsvc/service/assistant_source.h"
 #include "draftsvc/service/proto_conversion.h"
 #include "proto/draft.grpc.pb.h"
 #include "proto/draft.pb.h"
@@ -143,14 +142,12 @@ using RawDraftService = v1::DraftService::WithRawCallbackMethod_OpenSession<
 
 class DraftRpcService final : public RawDraftService {
  public:
-  // `assistant` may be null (none runs).
   DraftRpcService(const DraftServerOptions& options, DraftIndex& index,
-                  TrieStore& store, AssistantSource* assistant,
-                  const RebuildStats& rebuild, ServiceMetrics metrics)
+                  TrieStore& store, const RebuildStats& rebuild,
+                  ServiceMetrics metrics)
       : options_(options),
         index_(index),
         store_(store),
-        assistant_(assistant),
         rebuild_(rebuild),
         metrics_(metrics) {}
 
@@ -176,38 +173,36 @@ class DraftRpcService final : public RawDraftService {
     // Sources named that this server cannot serve fail the open, before
     // anything is stored, as Step would fail every entry of the session:
     // the client hears it before its request produced a token.
-    absl::StatusOr<uint32_t> sources =
-        SourcesFromProto(request->sources(), options_.default_sources,
-                         options_.index.ngram_enabled, assistant_ != nullptr);
+    absl::StatusOr<uint32_t> sources = SourcesFromProto(
+        request->sources(), options_.default_sources,
+        options_.index.ngram_enabled, index_.has_session_source());
     if (sources.ok() && !request->sources().empty() &&
         (*sources & CandidateSourceBit(CandidateSource::kAssistant)) != 0) {
       absl::Status vocabulary =
-          assistant_->engine().CheckVocabulary(request->vocab_size());
+          index_.CheckSourceVocabulary(request->vocab_size());
       if (!vocabulary.ok()) sources = vocabulary;
     }
     if (!sources.ok()) {
       call->Finish(ToGrpcStatus(sources.status()));
       return;
     }
+    SessionSampling session_sampling;
+    session_sampling.temperature = sampling->temperature;
+    session_sampling.top_k = sampling->top_k;
+    session_sampling.top_p = sampling->top_p;
+    session_sampling.seed = sampling->seed;
     absl::StatusOr<OpenResult> opened = index_.OpenSession(
         request->session_id(), request->namespace_(), request->vocab_size(),
         request->prompt_tokens(), request->branch_length(),
-        request->resumed_output_tokens());
+        request->resumed_output_tokens(), session_sampling);
     if (!opened.ok()) {
       call->Finish(ToGrpcStatus(opened.status()));
       return;
     }
-    if (assistant_ != nullptr) {
-      assistant_->Open(request->session_id(), opened->serial,
-                       request->vocab_size(), request->prompt_tokens(),
-                       *sampling);
-    }
     response->set_namespace_(opened->name_space);
     response->set_prompt_nodes(opened->prompt_nodes);
-    if (assistant_ != nullptr &&
-        assistant_->engine().CheckVocabulary(request->vocab_size()).ok()) {
-      response->set_assistant_seconds_per_token(
-          assistant_->RecentSecondsPerToken());
+    if (index_.CheckSourceVocabulary(request->vocab_size()).ok()) {
+      response->set_assistant_seconds_per_token(index_.SourceSecondsPerToken());
     }
     call->Finish(grpc::Status::OK);
     return;
@@ -242,8 +237,8 @@ class DraftRpcService final : public RawDraftService {
     const bool sync = options_.store.sync;
     // The assistant's time for the whole Step (the verifier waits for it).
     const absl::Time assistant_deadline =
-        assistant_ != nullptr ? absl::Now() + assistant_->step_deadline()
-                              : absl::InfinitePast();
+        index_.has_session_source() ? absl::Now() + index_.SourceStepDeadline()
+                                    : absl::InfinitePast();
     std::shared_ptr<FinishLatch> latch = NewStepLatch(call);
     for (int i = 0; i < n; ++i) {
       const v1::SessionStep& step = request->steps(i);
@@ -500,13 +495,13 @@ class DraftRpcService final : public RawDraftService {
   // unknown session (Append says so), it is dropped.
   absl::StatusOr<uint32_t> EntrySources(const v1::SessionStep& step,
                                         bool* use_assistant) const {
-    absl::StatusOr<uint32_t> sources =
-        SourcesFromProto(step.sources(), options_.default_sources,
-                         options_.index.ngram_enabled, assistant_ != nullptr);
+    absl::StatusOr<uint32_t> sources = SourcesFromProto(
+        step.sources(), options_.default_sources,
+        options_.index.ngram_enabled, index_.has_session_source());
     if (sources.ok()) *sources &= ~WithheldSources(step.withheld_sources());
     if (sources.ok() &&
         (*sources & CandidateSourceBit(CandidateSource::kAssistant))) {
-      const absl::Status usable = assistant_->Check(step.session_id());
+      const absl::Status usable = index_.CheckSessionSource(step.session_id());
       if (usable.ok()) {
         *use_assistant = true;
       } else if (!step.sources().empty() && !absl::IsNotFound(usable)) {
@@ -521,9 +516,10 @@ class DraftRpcService final : public RawDraftService {
   }
 
   // After the entry's tokens were appended (`new_tokens`: those the index
-  // applied now, past what it held already): the assistant follows them,
-  // and the entry's draft (if it asks for one) is retrieved into `draft`,
-  // for the session's context now (a duplicate report gets one too).
+  // applied now, past what it held already; the index passed them on to
+  // the session source), the entry's draft (if it asks for one) is
+  // retrieved into `draft`, for the session's context now (a duplicate
+  // report gets one too).
   void DraftEntry(const v1::SessionStep& step,
                   absl::Span<const int32_t> new_tokens, DraftMode mode,
                   uint32_t sources, bool use_assistant,
@@ -531,39 +527,34 @@ class DraftRpcService final : public RawDraftService {
     if (metrics_.inserted_tokens != nullptr) {
       metrics_.inserted_tokens->Increment(new_tokens.size());
     }
-    // Every session's drafter follows its tokens, in Step order, whether
-    // or not this entry drafts from it.
-    if (assistant_ != nullptr) {
-      assistant_->Advance(step.session_id(), new_tokens);
-    }
-    // The first entry that asks for the assistant opens its session (and
-    // starts its background prefill) even if it drafts nothing now.
-    absl::StatusOr<std::string> assistant_session =
-        use_assistant ? assistant_->Acquire(step.session_id())
-                      : absl::NotFoundError("not asked for");
-    // Whether or not this entry drafts: the passes run for it since the
+    const bool drafts =
+        mode != DraftMode::kOff && step.decoding_length() != 0;
+    // The first entry that asks for the session source starts its state
+    // (a model's background prefill) even if it drafts nothing now.
+    if (use_assistant && !drafts) index_.WarmSessionSource(step.session_id());
+    // Whether or not this entry drafts: the source's work for it since the
     // last Step (its drafting then, pre-drafts and catch-up since).
-    if (assistant_ != nullptr) {
-      draft->set_assistant_seconds(assistant_->TakeSeconds(step.session_id()));
+    if (index_.has_session_source()) {
+      draft->set_assistant_seconds(
+          index_.TakeSourceSeconds(step.session_id()));
     }
-    if (mode == DraftMode::kOff || step.decoding_length() == 0) return;
+    if (!drafts) return;
     const absl::Time start = absl::Now();
     RetrieveRequest retrieve;
     retrieve.decoding_length = step.decoding_length();
     retrieve.branch_length = step.branch_length();
     retrieve.mode = mode;
     retrieve.sources = sources;
-    if (assistant_session.ok()) {
-      const absl::Time drafting = absl::Now();
-      retrieve.extra.push_back(assistant_->Draft(
-          *assistant_session, step.decoding_length(), assistant_deadline));
-      if (metrics_.assistant_draft_seconds != nullptr) {
-        metrics_.assistant_draft_seconds->Observe(
-            absl::ToDoubleSeconds(absl::Now() - drafting));
-      }
+    double source_seconds = -1;
+    if (use_assistant) {
+      retrieve.source_deadline = assistant_deadline;
+      retrieve.source_draft_seconds = &source_seconds;
     }
     absl::StatusOr<MixedDraft> tree =
         index_.Retrieve(step.session_id(), retrieve);
+    if (source_seconds >= 0 && metrics_.assistant_draft_seconds != nullptr) {
+      metrics_.assistant_draft_seconds->Observe(source_seconds);
+    }
     if (metrics_.retrieval_seconds != nullptr) {
       metrics_.retrieval_seconds->Observe(
           absl::ToDoubleSeconds(absl::Now() - start));
@@ -624,7 +615,6 @@ class DraftRpcService final : public RawDraftService {
   const DraftServerOptions& options_;
   DraftIndex& index_;
   TrieStore& store_;
-  AssistantSource* const assistant_;  // Null: none runs.
   const RebuildStats& rebuild_;
   const ServiceMetrics metrics_;
   RateLimitedLog wire_rejections_{"draftsvc", absl::Minutes(1)};
@@ -634,10 +624,9 @@ class DraftRpcService final : public RawDraftService {
 
 std::unique_ptr<grpc::Service> NewDraftRpcService(
     const DraftServerOptions& options, DraftIndex& index, TrieStore& store,
-    AssistantSource* assistant, const RebuildStats& rebuild,
-    ServiceMetrics metrics) {
-  return std::make_unique<DraftRpcService>(options, index, store, assistant,
-                                           rebuild, metrics);
+    const RebuildStats& rebuild, ServiceMetrics metrics) {
+  return std::make_unique<DraftRpcService>(options, index, store, rebuild,
+                                           metrics);
 }
 
 }  // namespace lookahead::draftsvc

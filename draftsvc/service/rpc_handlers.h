@@ -1,8 +1,9 @@
 // The lookahead.v1.DraftService handlers (gRPC callback API) over
-// DraftServer's index, store and assistant: each RPC parses its request
-// (UTF-8 first), converts it (proto_conversion.h), drives the index and
-// the assistant, and finishes exactly once, in sync mode from the store's
-// durability callbacks.
+// DraftServer's index and store: each RPC parses its request (UTF-8
+// first), converts it (proto_conversion.h), drives the index (which drives
+// every source, the assistant included: index/session_source.h), and
+// finishes exactly once, in sync mode from the store's durability
+// callbacks.
 //
 // Thread-safety: handles RPCs concurrently; no reaction blocks on disk.
 #ifndef LOOKAHEAD_DRAFTSVC_SERVICE_RPC_HANDLERS_H_
@@ -19,15 +20,11 @@
 
 namespace lookahead::draftsvc {
 
-class AssistantSource;
-
 // The service to register with a grpc::ServerBuilder. Not owned: every
-// reference and `assistant` (null: none runs) must outlive it; `rebuild`
-// is read by each Stats.
+// reference must outlive it; `rebuild` is read by each Stats.
 std::unique_ptr<grpc::Service> NewDraftRpcService(
     const DraftServerOptions& options, DraftIndex& index, TrieStore& store,
-    AssistantSource* assistant, const RebuildStats& rebuild,
-    ServiceMetrics metrics);
+    const RebuildStats& rebuild, ServiceMetrics metrics);
 
 }  // namespace lookahead::draftsvc
 

@@ -275,6 +275,15 @@ DraftCost DraftFanout::cost() const {
   return total;
 }
 
+std::vector<double> DraftFanout::TakeCallSeconds() {
+  std::vector<double> seconds;
+  for (DraftSource* source : sources_) {
+    std::vector<double> s = source->TakeCallSeconds();
+    seconds.insert(seconds.end(), s.begin(), s.end());
+  }
+  return seconds;
+}
+
 DraftSourceStats DraftFanout::Stats() const {
   DraftSourceStats total;
   for (const DraftSource* source : sources_) {

@@ -98,6 +98,8 @@ class DraftFanout {
   DraftCost cost() const;
   // Health summed over sources (available iff all are).
   DraftSourceStats Stats() const;
+  // Every source's DraftSource::TakeCallSeconds, in source order.
+  std::vector<double> TakeCallSeconds();
 
  private:
   static constexpr int kCascadeRefresh = 4;

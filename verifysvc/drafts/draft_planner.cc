@@ -145,6 +145,18 @@ std::vector<engine::DraftTree> DraftPlanner::Propose(
   const absl::Time start = absl::Now();
   bool called = false;
   std::vector<engine::DraftTree> got = context_.fanout->Propose(asks, &called);
+  // Calls no step waited for (asynchronous sources): their round trips and
+  // failures for the metrics only, never the budget.
+  const std::vector<double> async_calls = context_.fanout->TakeCallSeconds();
+  if (!async_calls.empty()) {
+    const DraftSourceStats now = context_.fanout->Stats();
+    for (size_t i = 0; i < async_calls.size(); ++i) {
+      context_.observer->OnDraftCall(
+          async_calls[i], i == 0 ? now.failures - reported_failures_ : 0,
+          now.available);
+    }
+    reported_failures_ = now.failures;
+  }
   if (called) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     // One slow call (a deadline, a busy host) moves the average by at most
@@ -158,6 +170,7 @@ std::vector<engine::DraftTree> DraftPlanner::Propose(
     const DraftSourceStats after = context_.fanout->Stats();
     context_.observer->OnDraftCall(seconds, after.failures - failures,
                                    after.available);
+    reported_failures_ = after.failures;
     for (const DraftAsk& ask : asks) *requested += ask.budget;
   }
   got.resize(asks.size());

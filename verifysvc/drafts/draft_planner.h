@@ -102,6 +102,8 @@ class DraftPlanner {
   DraftingContext context_;  // const after construction
   // Moving average of the draft calls that asked for tokens; 0 until one.
   double draft_call_seconds_ = 0;
+  // The sources' failures already reported to the observer.
+  int64_t reported_failures_ = 0;
   std::map<std::string, Verdict> verdicts_;
 };
 

@@ -151,6 +151,10 @@ class DraftSource {
 
   virtual DraftCost cost() const = 0;
   virtual DraftSourceStats Stats() const = 0;
+  // Asynchronous sources: the seconds of each call (a round trip) that
+  // completed since the last TakeCallSeconds, for the metrics; a call that
+  // Propose waited for is reported through its `called` instead.
+  virtual std::vector<double> TakeCallSeconds() { return {}; }
 };
 
 }  // namespace lookahead::verifysvc

@@ -310,6 +310,11 @@ TEST_F(DraftsvcAsyncTest, AFailedStepIsSentAgainAtTheSameOffset) {
   EXPECT_THAT(steps[1].accepted_tokens(), ElementsAre(6, 7));
   EXPECT_EQ(steps[2].accepted_offset(), offset + 2);
   EXPECT_THAT(steps[2].accepted_tokens(), ElementsAre(6, 7, 8));
+  // Every round trip, the failed one included, is there for the metrics,
+  // once.
+  EXPECT_GE(source_->TakeCallSeconds().size(), 3u);
+  EXPECT_THAT(source_->TakeCallSeconds(), IsEmpty());
+  EXPECT_GE(source_->Stats().failures, 1);
   source_->Close(handle);
 }
 

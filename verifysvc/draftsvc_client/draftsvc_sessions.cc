@@ -99,6 +99,13 @@ std::vector<DraftSessions::Answer> DraftSessions::TakeAnswers() {
   return answers;
 }
 
+std::vector<double> DraftSessions::TakeCallSeconds() {
+  absl::MutexLock lock(&mu_);
+  std::vector<double> seconds = std::move(call_seconds_);
+  call_seconds_.clear();
+  return seconds;
+}
+
 DraftSessions::Batch DraftSessions::Prepare(
     absl::Span<const StepEntry> entries) {
   Batch batch;
@@ -194,8 +201,10 @@ void DraftSessions::StepLoop() {
       batch = *std::move(queued_step_);
       queued_step_.reset();
     }
+    const absl::Time start = absl::Now();
     std::vector<engine::DraftTree> trees = Send(&batch);
     absl::MutexLock lock(&mu_);
+    call_seconds_.push_back(absl::ToDoubleSeconds(absl::Now() - start));
     for (size_t k = 0; k < trees.size(); ++k) {
       answers_.push_back(
           {batch.handles[k], batch.roots[k], std::move(trees[k])});

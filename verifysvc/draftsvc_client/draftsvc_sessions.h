@@ -139,6 +139,8 @@ class DraftSessions {
   // The answers that arrived since the last call, oldest first (one per
   // entry of each completed Step, empty trees included).
   std::vector<Answer> TakeAnswers();
+  // The seconds of each asynchronous Step since the last call.
+  std::vector<double> TakeCallSeconds();
 
   // Reports `accepted` (the last tokens) and closes the session, on the
   // worker thread. The handle is invalid afterwards.
@@ -240,6 +242,7 @@ class DraftSessions {
   bool step_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<Batch> queued_step_ ABSL_GUARDED_BY(mu_);
   std::vector<Answer> answers_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> call_seconds_ ABSL_GUARDED_BY(mu_);
 
   // Last: they start after everything above exists. worker_: opens and
   // closes; stepper_: asynchronous Steps.

@@ -98,6 +98,9 @@ class DraftsvcSource : public DraftSource {
     return cost;
   }
   DraftSourceStats Stats() const override;
+  std::vector<double> TakeCallSeconds() override {
+    return sessions_->TakeCallSeconds();
+  }
   // True iff an asynchronous Step has not been answered yet.
   bool StepInFlight() const { return sessions_->StepInFlight(); }
 

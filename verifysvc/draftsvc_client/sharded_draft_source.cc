@@ -263,6 +263,15 @@ DraftCost ShardedDraftSource::cost() const {
   return cost;
 }
 
+std::vector<double> ShardedDraftSource::TakeCallSeconds() {
+  std::vector<double> seconds;
+  for (const Shard& shard : shards_) {  // the sources are not const
+    std::vector<double> s = shard.source->TakeCallSeconds();
+    seconds.insert(seconds.end(), s.begin(), s.end());
+  }
+  return seconds;
+}
+
 DraftSourceStats ShardedDraftSource::Stats() const {
   DraftSourceStats total;
   for (const Shard& shard : shards_) {

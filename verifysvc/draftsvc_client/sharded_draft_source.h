@@ -108,6 +108,8 @@ class ShardedDraftSource : public DraftSource {
   // Sums failures, reopened and open_sessions; available iff every shard
   // is (ShardStats tells which is not).
   DraftSourceStats Stats() const override;
+  // Every shard's, in shard order.
+  std::vector<double> TakeCallSeconds() override;
   std::vector<ShardHealth> ShardStats() const;
 
  private:

@@ -225,7 +225,11 @@ TEST_F(ServiceShardsTest, ReplicaBDraftsFromReplicaAsOutputs) {
       (long long)on_b.usage.draft_tokens(), shared.c_str(), ShardOf(shared),
       cold.usage.edl(), (long long)cold.usage.accepted_draft_tokens(),
       (long long)cold.usage.draft_tokens(), fresh.c_str(), ShardOf(fresh));
-  EXPECT_GT(on_b.usage.edl(), 2.0);
+  // The bar was 2.0 while each step waited for its draft; an asynchronous
+  // answer is a step old (walked along that step's accepted tokens), and
+  // this request's EDL measured 1.89-2.83 since. What shows that B drafts
+  // from A's outputs is the margin over the untouched namespace.
+  EXPECT_GT(on_b.usage.edl(), 1.75);
   EXPECT_GT(on_b.usage.edl(), cold.usage.edl() + 0.5);
   EXPECT_GT(on_b.usage.accepted_draft_tokens(),
             cold.usage.accepted_draft_tokens());

@@ -194,9 +194,10 @@ std::vector<DraftSessions::StepEntry> DraftsvcSource::Entries(
     // Synchronous: the budget. Asynchronous: what the next step may want,
     // before the accepted path of this step's pass walks into it.
     entry.decoding_length =
-        synchronous_ ? asks[i].budget
-                     : std::clamp(asks[i].budget * kAsyncAskFactor,
-                                  kMinAsyncAsk, kMaxAsyncAsk);
+        synchronous_ || asks[i].budget == 0
+            ? asks[i].budget
+            : std::clamp(asks[i].budget * kAsyncAskFactor, kMinAsyncAsk,
+                         kMaxAsyncAsk);
     entry.mode = WireMode(asks[i].mode);
     entry.withheld = asks[i].withheld;
     entries.push_back(std::move(entry));

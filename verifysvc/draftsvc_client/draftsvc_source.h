@@ -22,10 +22,10 @@
 // that arrived meanwhile: an answer was asked before the previous step's
 // pass, for the context then, so it is walked along the tokens the
 // sequence emitted since (WalkDraft) and its subtree below them, with its
-// scores conditioned on that path, is this step's tree. Every step asks
-// (a sequence whose budget is 0 now may probe next step), for
-// kAsyncAskFactor times the step's budget (at least kMinAsyncAsk), so the
-// subtree left after a long accepted path still fills the next budget. An
+// scores conditioned on that path, is this step's tree. A step whose
+// budget wants a draft asks (DraftAsk::refresh) for kAsyncAskFactor times
+// that budget (at least kMinAsyncAsk), so the subtree left after a long
+// accepted path still fills the next budget. An
 // empty tree is `pending` (no miss) unless the answer it came from was
 // asked at the previous step.
 //

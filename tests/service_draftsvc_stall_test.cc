@@ -70,7 +70,11 @@ TEST(ServiceDraftsvcStallTest, StreamsGoOnPlainlyAndDraftsResumeAfterSigcont) {
     clients.emplace_back([&, i] {
       StreamHooks hooks;
       hooks.on_message = [&](grpc::ClientContext*, int message) {
-        if (i != 0 || message != 4 || stopped.exchange(true)) return;
+        // Stop once draftsvc has answered a Step: the sessions are open,
+        // so the stall meets Steps (not opens, which have their own
+        // deadline and count as no step failure).
+        if (i != 0 || message < 4 || stopped.load()) return;
+        if (pair.ProposedDraftTokens() == 0 || stopped.exchange(true)) return;
         stopper = std::thread([&] {
           pair.SignalDraftsvc(SIGSTOP);
           std::this_thread::sleep_for(kStopped);

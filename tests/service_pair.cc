@@ -385,6 +385,34 @@ absl::StatusOr<int64_t> ServicePair::OutputNodes(const std::string& ns) {
   return nodes;
 }
 
+int64_t ServicePair::ProposedDraftTokens() {
+  absl::StatusOr<v1::StatsResponse> stats = DraftStats();
+  if (!stats.ok()) return 0;
+  int64_t proposed = 0;
+  for (const v1::NamespaceStats& ns : stats->namespaces()) {
+    for (const v1::SourceStats& source : ns.sources()) {
+      proposed += source.proposed_tokens();
+    }
+  }
+  return proposed;
+}
+
+absl::StatusOr<int64_t> ServicePair::WaitForOutputNodes(const std::string& ns,
+                                                        int timeout_ms) {
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    absl::StatusOr<int64_t> nodes = OutputNodes(ns);
+    if (!nodes.ok() || *nodes > 0) return nodes;
+    if (std::chrono::steady_clock::now() >= end) {
+      return absl::NotFoundError(absl::StrCat(
+          "namespace '", ns, "' has no output nodes after ", timeout_ms,
+          " ms"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 absl::Status ServicePair::FlushDrafts() {
   if (shards_.empty()) return absl::FailedPreconditionError("no draftsvc");
   for (int shard = 0; shard < draftsvc_shards(); ++shard) {

@@ -122,6 +122,14 @@ class ServicePair {
   // Output-trie nodes of namespace `ns` summed over every shard (0 if no
   // shard knows it; a namespace lives on one shard).
   absl::StatusOr<int64_t> OutputNodes(const std::string& ns);
+  // Polls OutputNodes(ns) every 20 ms until it is positive and returns it;
+  // NotFound after `timeout_ms`. The verifier reports a finished
+  // sequence's last tokens on a worker thread, after the client has them.
+  absl::StatusOr<int64_t> WaitForOutputNodes(const std::string& ns,
+                                             int timeout_ms = 10000);
+  // Draft tokens draftsvc shard 0 has proposed, over every namespace and
+  // source (0 if it does not answer): positive once a Step was answered.
+  int64_t ProposedDraftTokens();
   // Flushes every shard.
   absl::Status FlushDrafts();
 

@@ -125,16 +125,6 @@ class ServiceShardsTest : public ::testing::Test {
     }
     return names;
   }
-  // Waits until `ns` has output-trie nodes on some shard (the verifier
-  // reports a finished sequence's last tokens on a worker thread).
-  static bool WaitForOutputs(const std::string& ns) {
-    for (int i = 0; i < 500; ++i) {
-      absl::StatusOr<int64_t> nodes = pair_->OutputNodes(ns);
-      if (nodes.ok() && *nodes > 0) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
   // Generates on `replica` and checks the status and tokens against
   // `plain`.
   static Generation Checked(int replica, const v1::GenerateRequest& request,
@@ -192,7 +182,7 @@ TEST_F(ServiceShardsTest, NamespacesSpreadOverBothShards) {
     ASSERT_TRUE(got.status.ok()) << got.status.error_message();
   }
   for (const std::string& ns : names) {
-    ASSERT_TRUE(WaitForOutputs(ns)) << ns << " never reached a shard";
+    ASSERT_TRUE(pair_->WaitForOutputNodes(ns).ok()) << ns << " never reached a shard";
   }
   std::set<std::string> on[2] = {KnownTo(0), KnownTo(1)};
   for (const std::string& ns : names) {
@@ -214,7 +204,7 @@ TEST_F(ServiceShardsTest, ReplicaBDraftsFromReplicaAsOutputs) {
   ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
 
   Checked(kA, Request(prompt, shared), plain);
-  ASSERT_TRUE(WaitForOutputs(shared));
+  ASSERT_TRUE(pair_->WaitForOutputNodes(shared).ok());
   const Generation on_b = Checked(kB, Request(prompt, shared), plain);
   const Generation cold = Checked(kB, Request(prompt, fresh), plain);
   std::printf(
@@ -256,7 +246,7 @@ TEST_F(ServiceShardsTest, KillingOneShardFailsNoRequest) {
           << plain.back().status.error_message();
       Checked(kA, requests.back(), plain.back());
     }
-    ASSERT_TRUE(WaitForOutputs(ns));
+    ASSERT_TRUE(pair_->WaitForOutputNodes(ns).ok());
   }
   ASSERT_TRUE(pair_->FlushDrafts().ok());
   EXPECT_EQ(ShardUp(kA, killed), "1");

@@ -624,9 +624,17 @@ class RunArgsTest(unittest.TestCase):
                 "--model=qwen2.5-coder-1.5b", "--verifysvc=localhost:1"))
             self.assertIn("give one", self.parse_error(
                 "--model=qwen2.5-coder-1.5b", f"--verifysvc_flag=--model={qwen}"))
+            # llama.cpp's draft model, by name too; unknown: an error.
+            self.assertEqual(run.parse_args([
+                "--model=qwen2.5-coder-1.5b",
+                "--llamacpp_draft_model=qwen2.5-coder-1.5b"]
+            ).llamacpp_draft_file, qwen)
+            self.assertIn("--llamacpp_draft_model: ", self.parse_error(
+                "--llamacpp_draft_model=qwen2.5-coder-0.5b"))
         # Without --model, verifysvc's own default.
         args = run.parse_args([])
         self.assertIsNone(args.model_file)
+        self.assertIsNone(args.llamacpp_draft_file)
         self.assertFalse([f for f in args.verifysvc_flag
                           if f.startswith("--model=")])
         self.assertIn("--llamacpp_f32", self.parse_error("--llamacpp_f32=yes"))

@@ -8,8 +8,8 @@ dequantized to F32 (llama.cpp without its quantized kernels).
 
 llama.cpp is built apart, never in CI: tools/llamacpp_build.sh (run here on
 first use, like hf_peer's venv) installs the pinned VERSION's llama-bench,
-llama-completion (or, in older versions, llama-cli), llama-lookup and
-llama-quantize into ~/.cache/lookahead/llama.cpp/VERSION/bin/; the F32
+llama-completion (or, in older versions, llama-cli), llama-lookup,
+llama-speculative, llama-speculative-simple and llama-quantize into ~/.cache/lookahead/llama.cpp/VERSION/bin/; the F32
 copies go to its models/ folder as they are first needed (ensure_f32).
 
 Per model (e.g. Q4_K_M, and F32) it measures:
@@ -24,7 +24,10 @@ Per model (e.g. Q4_K_M, and F32) it measures:
             tokens" line): the forward-cost curve
   requests  llama-completion, greedy (--temp 0), and llama-lookup (prompt
             lookup decoding: drafts from n-grams of this request only), on
-            the peer prompts' text (--peer_prompts per workload): output
+            the peer prompts' text (--peer_prompts per workload), and with
+            a draft model (run.py --llamacpp_draft_model, the assistant's
+            file) llama-speculative and llama-speculative-simple on the
+            served file (llama.cpp's default draft size): output
             tokens / (prompt + decode seconds of llama.cpp's own timings,
             model load left out), and greedy's decode rate alone (eval runs
             / eval seconds)
@@ -80,9 +83,16 @@ MIN_CONTEXT = 2048
 CONTEXT_STEP = 512
 COMPLETION_NAMES = ("llama-completion", "llama-cli")  # Newest first.
 
-# Paths of the installed binaries (lookup and quantize: None where missing).
+# Paths of the installed binaries (those after build_info: None where
+# missing).
 Tools = collections.namedtuple(
-    "Tools", "bench completion lookup build_info quantize", defaults=[None])
+    "Tools", "bench completion lookup build_info quantize speculative "
+    "speculative_simple", defaults=[None, None, None])
+# run_request's drafting kinds: kind -> (Tools field, whether it needs a
+# draft model). Their outputs run on past -n (compare_text's prefix).
+DRAFTING_KINDS = {"lookup": ("lookup", False),
+                  "speculative": ("speculative", True),
+                  "speculative-simple": ("speculative_simple", True)}
 Run = collections.namedtuple("Run", "returncode stdout stderr seconds peak_rss")
 
 
@@ -117,7 +127,9 @@ def ensure_build(install):
     with open(info_path) as f:
         build_info = f.read().strip()
     return Tools(binary("llama-bench"), completion, present("llama-lookup"),
-                 build_info, present("llama-quantize"))
+                 build_info, present("llama-quantize"),
+                 present("llama-speculative"),
+                 present("llama-speculative-simple"))
 
 
 def ensure_f32(tools, model, install):
@@ -300,6 +312,25 @@ def lookup_argv(tools, model, prompt_file, n_predict, threads, context):
             str(threads), "-c", str(context), "--no-escape"]
 
 
+def speculative_argv(binary, model, draft_model, prompt_file, n_predict,
+                     threads, context):
+    """llama-speculative's (or llama-speculative-simple's) command line:
+    `draft_model` drafts (-md) for `model`, both on `threads` threads (one
+    after the other, as llama.cpp runs them), llama.cpp's default draft
+    size, greedy. Like llama-lookup it stops once past -n: one less."""
+    return [binary, "-m", model, "-md", draft_model, "-f", prompt_file, "-n",
+            str(max(1, n_predict - 1)), "--temp", "0", "--seed", "0", "-t",
+            str(threads), "-td", str(threads), "-c", str(context),
+            "--no-escape"]
+
+
+def drafting_kinds(tools, draft_model):
+    """The DRAFTING_KINDS this install can run: those whose binary it has,
+    and those needing a draft model only with `draft_model`."""
+    return [kind for kind, (field, needs_draft) in DRAFTING_KINDS.items()
+            if getattr(tools, field) and (draft_model or not needs_draft)]
+
+
 def _number(pattern, text, cast=float, default=None):
     match = re.search(pattern, text, re.MULTILINE)
     return cast(match.group(1)) if match else default
@@ -344,7 +375,8 @@ def completion_decode(perf):
 
 
 def parse_lookup(text):
-    """llama-lookup's summary (stderr): prompt tokens and seconds
+    """llama-lookup's summary (stderr; llama-speculative and
+    llama-speculative-simple print the same): prompt tokens and seconds
     (encoded), output tokens and seconds (decoded), draft size, drafted and
     accepted tokens."""
     return {
@@ -382,7 +414,8 @@ def completion_text(stdout):
 
 
 def lookup_text(stdout, prompt):
-    """The generated text of a llama-lookup run: its stdout is two
+    """The generated text of a llama-lookup (or llama-speculative) run: its
+    stdout is two
     newlines, the prompt's pieces, the output's pieces (special ones such
     as the end of turn printed), four newlines. None when the echoed prompt
     is not `prompt` (other tokens than ours)."""
@@ -527,7 +560,8 @@ def bench_model(tools, model, settings, depth_prompt):
 
 
 def run_request(tools, model, kind, prompt_path, prompt, settings):
-    """One whole request of `kind` ("greedy" or "lookup") on the prompt in
+    """One whole request of `kind` ("greedy", or one of DRAFTING_KINDS, the
+    speculative ones with settings.draft_model) on the prompt in
     `prompt_path`; a dict of its text, tokens, seconds and the rest."""
     if kind == "greedy":
         run = checked(run_measured(completion_argv(
@@ -542,12 +576,19 @@ def run_request(tools, model, kind, prompt_path, prompt, settings):
                 "prompt_ids": parse_prompt_ids(run.stderr),
                 "decode_tokens": decode_tokens,
                 "decode_seconds": decode_seconds}
-    run = checked(run_measured(lookup_argv(
-        tools, model, prompt_path, settings.max_new_tokens, settings.threads,
-        settings.context), 600.0), "llama-lookup")
+    binary = getattr(tools, DRAFTING_KINDS[kind][0])
+    if kind == "lookup":
+        argv = lookup_argv(tools, model, prompt_path, settings.max_new_tokens,
+                           settings.threads, settings.context)
+    else:
+        argv = speculative_argv(binary, model, settings.draft_model,
+                                prompt_path, settings.max_new_tokens,
+                                settings.threads, settings.context)
+    name = os.path.basename(binary)
+    run = checked(run_measured(argv, 600.0), name)
     summary = parse_lookup(run.stderr)
     if summary["output_tokens"] is None or summary["decode_seconds"] is None:
-        raise RuntimeError("llamacpp_peer: no summary in llama-lookup's "
+        raise RuntimeError(f"llamacpp_peer: no summary in {name}'s "
                            f"output:\n{run.stderr[-3000:]}")
     return {"text": lookup_text(run.stdout, prompt),
             "output_tokens": summary["output_tokens"],
@@ -569,7 +610,8 @@ def request_records(job, runs, detokenize):
     (seconds, ids); job["usage"], if there: engine -> ttft_seconds and
     cached_prompt_tokens) and llama.cpp's (`runs`: engine -> run_request
     dict), each compared as text with our plain output (its stop token left
-    out); lookup runs also with the same model's greedy text, as a prefix.
+    out); drafting runs (lookup, speculative) also with the same model's
+    greedy text, as a prefix.
     decode_tokens / decode_seconds, where known (ours with usage, llama.cpp
     greedy), is the decode rate without the prompt's time."""
     plain_ids = job["ours"]["ours plain"][1]
@@ -591,8 +633,8 @@ def request_records(job, runs, detokenize):
                           cached_prompt_tokens=usage["cached_prompt_tokens"])
         records.append(record)
     for engine, run in runs.items():
-        lookup = "lookup" in engine
-        identical, at = compare_text(reference, run["text"], prefix=lookup)
+        drafting = "n_draft" in run
+        identical, at = compare_text(reference, run["text"], prefix=drafting)
         record = {"workload": job["workload"], "prompt": job["id"],
                   "engine": engine, "output_tokens": run["output_tokens"],
                   "seconds": run["seconds"],
@@ -605,8 +647,8 @@ def request_records(job, runs, detokenize):
         if run.get("decode_tokens") is not None:
             record.update(decode_tokens=run["decode_tokens"],
                           decode_seconds=run["decode_seconds"])
-        if lookup:
-            greedy = runs.get(engine.replace("lookup", "greedy"))
+        if drafting:
+            greedy = runs.get(engine.rsplit(" ", 1)[0] + " greedy")
             record.update(n_draft=run["n_draft"], drafted=run["drafted"],
                           accepted=run["accepted"],
                           same_as_greedy=greedy is not None and compare_text(
@@ -687,7 +729,8 @@ def run(connection, tools, models, jobs, filler_ids, settings):
     verifysvc's, and llama-bench's), then every job (run.py's: id,
     workload, ids, text, max_new_tokens, ours: engine -> (seconds, ids),
     usage: engine -> ttft_seconds, cached_prompt_tokens) through
-    llama-completion and llama-lookup on every model. results.json's
+    llama-completion and llama-lookup on every model, and the speculative
+    kinds (settings.draft_model) on the served one. results.json's
     "llamacpp" section, less what run.py adds."""
     detokenize = connection.client.detokenize
     print(f"  llamacpp: ours at {settings.prompt_sizes} prompt and "
@@ -710,8 +753,13 @@ def run(connection, tools, models, jobs, filler_ids, settings):
         section["forward_depth"] = {"ours": FORWARD_DEPTH, **{
             name: bench["forward"][0]["n_depth"] if bench["forward"] else None
             for name, bench in section["bench"].items()}}
-        kinds = ["greedy"] + (["lookup"] if tools.lookup else [])
-        engines = [(name, kind) for name in models for kind in kinds]
+        kinds = ["greedy"] + drafting_kinds(tools, settings.draft_model)
+        # The draft model drafts for the file as served, not its F32 copy.
+        served = next(iter(models))
+        needs_draft = lambda kind: DRAFTING_KINDS.get(  # noqa: E731
+            kind, (None, False))[1]
+        engines = [(name, kind) for name in models for kind in kinds
+                   if name == served or not needs_draft(kind)]
         for i, job in enumerate(jobs):
             path = write_prompt(os.path.join(work, f"prompt-{i}.txt"),
                                 job["text"])

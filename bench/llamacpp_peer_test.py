@@ -237,6 +237,21 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(lookup[0], "L")
         self.assertIn("-n 127 --temp 0", " ".join(lookup))
 
+    def test_speculative_drafts_with_the_draft_model_on_the_same_threads(self):
+        argv = " ".join(llamacpp_peer.speculative_argv(
+            "S", "t.gguf", "d.gguf", "p.txt", 128, 2, 2048))
+        for flag in ("S -m t.gguf -md d.gguf", "-n 127 --temp 0", "-t 2",
+                     "-td 2", "-c 2048"):
+            self.assertIn(flag, argv)
+
+    def test_speculative_kinds_need_their_binary_and_a_draft_model(self):
+        tools = llamacpp_peer.Tools("B", "C", "L", "info", None, "S", "SS")
+        self.assertEqual(llamacpp_peer.drafting_kinds(tools, None), ["lookup"])
+        self.assertEqual(llamacpp_peer.drafting_kinds(tools, "d.gguf"),
+                         ["lookup", "speculative", "speculative-simple"])
+        self.assertEqual(llamacpp_peer.drafting_kinds(self.tools, "d.gguf"),
+                         ["lookup"])
+
     def test_filler_repeats(self):
         self.assertEqual(llamacpp_peer.filler([1, 2, 3], 7), [1, 2, 3, 1, 2, 3, 1])
         with self.assertRaises(ValueError):
@@ -484,6 +499,8 @@ def records(workload="chat", ttft=0.5, q4_decode=0.5):
         "llama.cpp F32 greedy": run_dict("Hi there!", 10, 4.0, prompt_ids=[5],
                                          decode_tokens=9, decode_seconds=3.0),
         "llama.cpp F32 lookup": run_dict("Hi there!", 10, 2.0, **lookup),
+        "llama.cpp Q4_1 speculative": run_dict(
+            "Hi there?", 10, 0.4, n_draft=3, drafted=9, accepted=3),
     }
     return llamacpp_peer.request_records(
         job, runs, lambda ids: "".join(pieces[i] for i in ids))
@@ -503,6 +520,11 @@ class RecordsTest(unittest.TestCase):
         self.assertTrue(by_engine["llama.cpp Q4_1 lookup"]["same_as_greedy"])
         self.assertFalse(by_engine["llama.cpp Q4_1 lookup"]["identical"])
         self.assertTrue(by_engine["llama.cpp F32 lookup"]["identical"])
+        # A speculative run is a drafting run too: compared with its greedy.
+        speculative = by_engine["llama.cpp Q4_1 speculative"]
+        self.assertTrue(speculative["same_as_greedy"])
+        self.assertEqual((speculative["drafted"], speculative["accepted"]),
+                         (9, 3))
 
     def test_decode_phase_without_the_prompt(self):
         by_engine = {r["engine"]: r for r in records()}
@@ -532,6 +554,7 @@ def section():
         "threads": 2, "repetitions": 2, "context": 2048,
         "context_limit": 2048, "max_new_tokens": 8, "decode_tokens": 128,
         "models": {"Q4_1": "m.gguf", "F32": "m.f32.gguf"}, "lookup": True,
+        "speculative": ["speculative"], "draft_model": "d.gguf",
         "ours_peak_rss": 700 * 2 ** 20, "seconds": 3.0,
         "ours_bench": [pp(512, 400.0), tg(64, 30.0),
                        tg(4000, 0, skipped="over --max_context_tokens (2048)")],
@@ -562,6 +585,14 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(rows["prompt token ids = ours"], ("-", "2/2", "0/2"))
         self.assertEqual(rows["prompt lookup output = own greedy's"],
                          ("-", "2/2", "2/2"))
+        self.assertEqual(rows["request tok/s, speculative (d.gguf)"],
+                         ("-", "25.0", "n/a"))
+        # The fastest llama.cpp mode over every request: Q4_1 speculative
+        # (20 tokens in 0.8 s); ours trie 4.0 tok/s.
+        self.assertEqual(
+            rows["ours drafted / llama.cpp's best mode "
+                 "(llama.cpp Q4_1 speculative, 25.0 tok/s)"],
+            ("0.16x", "-", "-"))
 
     def test_request_stats_by_workload(self):
         stats = report.llamacpp_request_stats(section(), "rag")
@@ -607,14 +638,18 @@ class ReportTest(unittest.TestCase):
         for expected in ("## Peer: llama.cpp",
                          "| measure | ours | llama.cpp Q4_1 | llama.cpp F32 |",
                          "| decode tok/s, context 4000 | n/a | 60.0 ± 1.4 | n/a |",
-                         "| chat | 1 | 2.0 | 4.0 | 10.0 | 22.0 | 2.5 | 5.0 |",
+                         "| chat | 1 | 2.0 | 4.0 | 10.0 | 22.0 | 25.0 | 2.5 | 5.0 |",
                          "| chat | 1 | 2.0 | 18.0 | 3.0 | 0.11x |",
                          "| all | 2 | 2.7 | 24.0 | 3.0 | 0.11x |",
                          "| 64 | 110.0 | 5.50 | 80.0 | 17.60 | n/a | n/a |",
                          "and 50% of its prompt tokens came from the prefix",
                          "Requests: the 2 peer prompts",
                          "n-grams of the request only, its default n_draft 3)",
-                         "llama-lookup draft acceptance: Q4_1 75%, F32 75%."):
+                         "draft with d.gguf (llama.cpp's default draft size",
+                         "| Q4_1 speculative |",
+                         "llama.cpp draft acceptance (accepted / drafted): "
+                         "Q4_1 lookup 75%, Q4_1 speculative 33%, "
+                         "F32 lookup 75%."):
             self.assertIn(expected, text)
         results = {"started": "s", "commit": "c", "seconds": 1,
                    "machine": {"usable_cpus": 2, "cpus": 2, "platform": "p",
@@ -662,7 +697,8 @@ class OtherModelReportTest(unittest.TestCase):
                 "| ours / Q4_K_M |",
                 "| chat | 1 | 2.0 | 18.0 | 0.11x |",
                 "ours / Q4_K_M >= 1.00",
-                "llama-lookup draft acceptance: Q4_K_M 75%."):
+                "llama.cpp draft acceptance (accepted / drafted): "
+                "Q4_K_M lookup 75%, Q4_K_M speculative 33%."):
             self.assertIn(expected, text)
         self.assertNotIn("Q4_1", text)
         self.assertNotIn("llama.cpp F32", text)

@@ -592,6 +592,18 @@ def llamacpp_comparison_rows(section):
                  get("ours trie-hierarchical (cold)", "tokens_per_second", rate),
                  *[get(f"llama.cpp {m} lookup", "tokens_per_second", rate)
                    for m in models]))
+    for kind in section.get("speculative") or []:
+        rows.append((f"request tok/s, {kind} ({section['draft_model']})", "-",
+                     *[get(f"llama.cpp {m} {kind}", "tokens_per_second", rate)
+                       for m in models]))
+    best = best_llamacpp_mode(section)
+    if best:
+        ours = stats.get("ours trie-hierarchical (cold)", {}).get(
+            "tokens_per_second")
+        rows.append(("ours drafted / llama.cpp's best mode "
+                     f"({best[0]}, {best[1]:.1f} tok/s)",
+                     f"{ours / best[1]:.2f}x" if ours else "n/a",
+                     *["-" for _ in models]))
     share = lambda engine, key: (  # noqa: E731
         f"{stats[engine][key]}/{stats[engine]['requests']}"
         if engine in stats else "n/a")
@@ -605,6 +617,24 @@ def llamacpp_comparison_rows(section):
                  *[share(f"llama.cpp {m} lookup", "same_as_greedy")
                    for m in models]))
     return rows
+
+
+def llamacpp_engines(section):
+    """The llama.cpp request engines of the section, in report order (the
+    speculative kinds ran on the served file, the first model, alone)."""
+    models = llamacpp_models(section)
+    speculative = list(section.get("speculative") or [])
+    return [f"llama.cpp {m} {k}" for i, m in enumerate(models)
+            for k in ["greedy", "lookup"] + (speculative if i == 0 else [])]
+
+
+def best_llamacpp_mode(section):
+    """(engine, request tok/s) of the fastest llama.cpp mode over all the
+    section's requests, or None without llama.cpp records."""
+    stats = llamacpp_request_stats(section)
+    rates = [(e, stats[e]["tokens_per_second"])
+             for e in llamacpp_engines(section) if e in stats]
+    return max(rates, key=lambda r: r[1]) if rates else None
 
 
 def llamacpp_decode_rows(section):
@@ -731,7 +761,13 @@ def llamacpp_lines(section):
         "llama-lookup (n-grams of the request only"
         + (f", its default n_draft {drafts[0]}" if len(drafts) == 1 else "")
         + ("" if section.get("lookup") else "; not in this version")
-        + "), ours trie-hierarchical with a fresh namespace. Outputs are "
+        + "), ours trie-hierarchical with a fresh namespace"
+        + (f" (with draftsvc's sources: an --assistant_model drafts too); "
+           f"{' and '.join('llama-' + k for k in section['speculative'])} "
+           f"draft with {section['draft_model']} (llama.cpp's default draft "
+           "size, the models one after the other on the same threads)"
+           if section.get("speculative") else "")
+        + ". Outputs are "
         "compared as text with ours; near ties can flip between "
         "implementations, so differences are reported, not failed. "
         f"Cost {section.get('seconds', 0):.0f} s.", "",
@@ -741,8 +777,7 @@ def llamacpp_lines(section):
         lines.append("| " + " | ".join(row) + " |")
     engines = [("ours plain", "ours plain"),
                ("ours trie-hierarchical (cold)", "ours trie (cold)")] + [
-        (f"llama.cpp {m} {k}", f"{m} {k}") for m in models
-        for k in ("greedy", "lookup")]
+        (e, e[len("llama.cpp "):]) for e in llamacpp_engines(section)]
     lines += [""] + llamacpp_forward_lines(section)
     lines += llamacpp_decode_lines(section)
     trie = [r for r in section["records"]
@@ -762,13 +797,13 @@ def llamacpp_lines(section):
             f"| {w} | {st['ours plain']['requests']} | " + " | ".join(
                 f"{st[e]['tokens_per_second']:.1f}" if e in st else "n/a"
                 for e, _ in engines) + " |")
-    accept = [(m, llamacpp_request_stats(section).get(f"llama.cpp {m} lookup"))
-              for m in models]
-    accept = [f"{m} {st['acceptance']:.0%}" for m, st in accept
-              if st and st["acceptance"] is not None]
+    stats = llamacpp_request_stats(section)
+    accept = [f"{e[len('llama.cpp '):]} {stats[e]['acceptance']:.0%}"
+              for e in llamacpp_engines(section)
+              if e in stats and stats[e]["acceptance"] is not None]
     if accept:
-        lines += ["", "llama-lookup draft acceptance: " + ", ".join(accept)
-                  + "."]
+        lines += ["", "llama.cpp draft acceptance (accepted / drafted): "
+                  + ", ".join(accept) + "."]
     return lines + [""]
 
 

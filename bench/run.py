@@ -218,6 +218,13 @@ def parse_args(argv):
     group.add_argument("--llamacpp_context", type=int,
                        help="llama-completion/llama-lookup -c (default: "
                             "verifysvc's --max_context_tokens)")
+    group.add_argument("--llamacpp_draft_model",
+                       help="llama.cpp's draft model (a name of "
+                            "tools/models.sh or a GGUF path): with it "
+                            "llama-speculative and llama-speculative-simple "
+                            "run too, e.g. qwen2.5-coder-0.5b for the 1.5B; "
+                            "give ours the same file with --draftsvc_flag="
+                            "--assistant_model=...")
     group.add_argument("--llamacpp_f32", choices=llamacpp_peer.F32_CHOICES,
                        default="auto",
                        help="also run llama.cpp on an F32 copy of the model "
@@ -264,6 +271,13 @@ def parse_args(argv):
             parser.error(f"--model: {e}")
         args.verifysvc_flag = args.verifysvc_flag + [
             f"--model={args.model_file}"]
+    args.llamacpp_draft_file = None
+    if args.llamacpp_draft_model:
+        try:
+            args.llamacpp_draft_file = harness.model_path(
+                args.llamacpp_draft_model)
+        except ValueError as e:
+            parser.error(f"--llamacpp_draft_model: {e}")
     args.peer = [p for p in args.peer.split(",") if p]
     if set(args.peer) - set(PEERS):
         parser.error(f"--peer: unknown {sorted(set(args.peer) - set(PEERS))}; "
@@ -542,6 +556,7 @@ def run_llamacpp(connection, selected, info, args, results, verifysvc):
         context_limit=info.context_length,
         context=args.llamacpp_context or info.context_length,
         forward_tokens=args.llamacpp_forward_tokens,
+        draft_model=args.llamacpp_draft_file,
         ours_forward_ms=llamacpp_peer.parse_step_cost(
             results.get("verifysvc_log", [])))
     texts = [(w, p) for w, p in mixed_jobs(selected, "measured", 10 ** 6)
@@ -579,7 +594,11 @@ def run_llamacpp(connection, selected, info, args, results, verifysvc):
         decode_tokens=llamacpp_peer.DECODE_TOKENS, model_name=info.name,
         f32=args.llamacpp_f32,
         models={k: os.path.basename(v) for k, v in models.items()},
-        lookup=tools.lookup is not None, ours_peak_rss=ours_rss)
+        lookup=tools.lookup is not None, ours_peak_rss=ours_rss,
+        draft_model=(os.path.basename(args.llamacpp_draft_file)
+                     if args.llamacpp_draft_file else None),
+        speculative=[k for k in llamacpp_peer.drafting_kinds(
+            tools, args.llamacpp_draft_file) if k != "lookup"])
 
 
 def run_peer(connection, selected, info, args, results):

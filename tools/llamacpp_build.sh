@@ -11,7 +11,8 @@
 # curl/OpenSSL, the server or its web UI. Installed into
 # ~/.cache/lookahead/llama.cpp/<llama-cpp-python version>/:
 #   bin/           llama-bench, llama-completion (or, in versions before it
-#                  existed, llama-cli), llama-lookup when the version has it,
+#                  existed, llama-cli), llama-lookup, llama-speculative and
+#                  llama-speculative-simple when the version has them,
 #                  llama-quantize
 #   build-info.txt written last: its presence means the install is complete
 #
@@ -32,6 +33,9 @@ readonly VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 readonly CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead"
 readonly DEST="$CACHE/llama.cpp/$VERSION"
 readonly JOBS="${JOBS:-$(nproc)}"
+# What an install holds; an install of an older format is rebuilt (format 2
+# added the speculative decoding examples).
+readonly FORMAT=2
 readonly CMAKE_FLAGS=(
   -DCMAKE_BUILD_TYPE=Release
   -DGGML_NATIVE=ON
@@ -40,7 +44,7 @@ readonly CMAKE_FLAGS=(
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
   -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TESTS=OFF
-  -DLLAMA_BUILD_EXAMPLES=ON  # llama-lookup
+  -DLLAMA_BUILD_EXAMPLES=ON  # llama-lookup, llama-speculative
   # An sdist has no git history: name the source in the binaries' --version.
   -DLLAMA_BUILD_NUMBER=0 "-DLLAMA_BUILD_COMMIT=llama-cpp-python-$VERSION"
 )
@@ -61,8 +65,11 @@ source_version() {
 }
 
 if [[ -f "$DEST/build-info.txt" ]]; then
-  echo "llamacpp_build: $(head -1 "$DEST/build-info.txt") present in $DEST"
-  exit 0
+  if grep -qx "format: $FORMAT" "$DEST/build-info.txt"; then
+    echo "llamacpp_build: $(head -1 "$DEST/build-info.txt") present in $DEST"
+    exit 0
+  fi
+  echo "llamacpp_build: $DEST is an older install (not format $FORMAT): rebuilding"
 fi
 
 if ! command -v cmake >/dev/null; then
@@ -102,7 +109,9 @@ else
   echo "llamacpp_build: neither llama-completion nor llama-cli in $version" >&2
   exit 1
 fi
-has llama-lookup && targets+=(llama-lookup)
+for t in llama-lookup llama-speculative llama-speculative-simple; do
+  has "$t" && targets+=("$t")
+done
 for t in llama-bench llama-quantize; do
   has "$t" || { echo "llamacpp_build: no $t target in $version" >&2; exit 1; }
 done
@@ -124,6 +133,7 @@ seconds=$(($(date +%s) - start))
 {
   echo "$version, vendored in llama-cpp-python $VERSION"
   echo "binaries: ${targets[*]}"
+  echo "format: $FORMAT"
   echo "cmake: ${CMAKE_FLAGS[*]}"
   echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
   echo "build seconds: $seconds (fetch, configure, $JOBS jobs)"

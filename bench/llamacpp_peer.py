@@ -313,15 +313,18 @@ def lookup_argv(tools, model, prompt_file, n_predict, threads, context):
 
 
 def speculative_argv(binary, model, draft_model, prompt_file, n_predict,
-                     threads, context):
-    """llama-speculative's (or llama-speculative-simple's) command line:
-    `draft_model` drafts (-md) for `model`, both on `threads` threads (one
-    after the other, as llama.cpp runs them), llama.cpp's default draft
-    size, greedy. Like llama-lookup it stops once past -n: one less."""
-    return [binary, "-m", model, "-md", draft_model, "-f", prompt_file, "-n",
-            str(max(1, n_predict - 1)), "--temp", "0", "--seed", "0", "-t",
-            str(threads), "-td", str(threads), "-c", str(context),
-            "--no-escape"]
+                     threads, context, simple=False):
+    """llama-speculative's (`simple`: llama-speculative-simple's) command
+    line: `draft_model` drafts (-md) for `model`, both on `threads` threads
+    (one after the other, as llama.cpp runs them), llama.cpp's default
+    draft size, greedy. Like llama-lookup it stops once past -n: one less.
+    The simple one runs only the speculative types it is given: the draft
+    model's (without --spec-type it fails to initialize)."""
+    return ([binary, "-m", model, "-md", draft_model, "-f", prompt_file, "-n",
+             str(max(1, n_predict - 1)), "--temp", "0", "--seed", "0", "-t",
+             str(threads), "-td", str(threads), "-c", str(context),
+             "--no-escape"]
+            + (["--spec-type", "draft-simple"] if simple else []))
 
 
 def drafting_kinds(tools, draft_model):
@@ -583,7 +586,8 @@ def run_request(tools, model, kind, prompt_path, prompt, settings):
     else:
         argv = speculative_argv(binary, model, settings.draft_model,
                                 prompt_path, settings.max_new_tokens,
-                                settings.threads, settings.context)
+                                settings.threads, settings.context,
+                                simple=kind == "speculative-simple")
     name = os.path.basename(binary)
     run = checked(run_measured(argv, 600.0), name)
     summary = parse_lookup(run.stderr)
@@ -767,11 +771,19 @@ def run(connection, tools, models, jobs, filler_ids, settings):
             # Rotate the order per prompt, as run.py rotates its modes.
             for name, kind in engines[i % len(engines):] + engines[
                     :i % len(engines)]:
-                runs[(name, kind)] = run_request(
-                    tools, models[name], kind, path, job["text"], settings)
+                engine = f"llama.cpp {name} {kind}"
+                try:
+                    runs[engine] = run_request(tools, models[name], kind, path,
+                                               job["text"], settings)
+                except RuntimeError as e:
+                    # One mode failing (a draft model it cannot use) costs
+                    # its records, not the run: the report lists the error.
+                    print(f"  llamacpp: {engine}: {e}", flush=True)
+                    section.setdefault("errors", {})[engine] = str(e)[:2000]
             records = request_records(job, {
-                f"llama.cpp {name} {kind}": runs[(name, kind)]
-                for name, kind in engines}, detokenize)
+                engine: runs[engine] for engine in
+                (f"llama.cpp {name} {kind}" for name, kind in engines)
+                if engine in runs}, detokenize)
             section["records"] += records
             print(f"  llamacpp {job['workload']} {job['id']}: " + " | ".join(
                 f"{r['engine']} {r['output_tokens'] / r['seconds']:.1f} tok/s"

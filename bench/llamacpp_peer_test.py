@@ -243,6 +243,10 @@ class CommandLineTest(unittest.TestCase):
         for flag in ("S -m t.gguf -md d.gguf", "-n 127 --temp 0", "-t 2",
                      "-td 2", "-c 2048"):
             self.assertIn(flag, argv)
+        self.assertNotIn("--spec-type", argv)
+        simple = llamacpp_peer.speculative_argv(
+            "SS", "t.gguf", "d.gguf", "p.txt", 128, 2, 2048, simple=True)
+        self.assertEqual(simple[-2:], ["--spec-type", "draft-simple"])
 
     def test_speculative_kinds_need_their_binary_and_a_draft_model(self):
         tools = llamacpp_peer.Tools("B", "C", "L", "info", None, "S", "SS")
@@ -658,6 +662,12 @@ class ReportTest(unittest.TestCase):
                    "llamacpp": section()}
         self.assertIn("## Peer: llama.cpp", report.markdown(results, {}, []))
         self.assertNotIn("yet up to", text)
+        failed = dict(section(), errors={
+            "llama.cpp Q4_1 speculative": "llamacpp_peer: x failed (1):\n"
+                                          "E failed to initialize"})
+        self.assertIn("llama.cpp Q4_1 speculative failed (its requests are "
+                      "left out): `E failed to initialize`",
+                      "\n".join(report.llamacpp_lines(failed)))
         hit = section()
         hit["ours_bench"][0]["cached_prompt_tokens"] = 64
         self.assertIn("serves none of it, yet up to 64 tokens came from it",

@@ -804,6 +804,9 @@ def llamacpp_lines(section):
     if accept:
         lines += ["", "llama.cpp draft acceptance (accepted / drafted): "
                   + ", ".join(accept) + "."]
+    for engine, error in sorted(section.get("errors", {}).items()):
+        lines += ["", f"{engine} failed (its requests are left out): "
+                  f"`{error.splitlines()[-1] if error else ''}`"]
     return lines + [""]
 
 

@@ -200,6 +200,24 @@ class SplitTest(unittest.TestCase):
             self.assertEqual(p.request["temperature"], 1.5)
         self.assertEqual(len({p.request["seed"] for p in soup}), len(soup))
 
+    def test_sampled_seeds_every_prompt_stably_and_keeps_the_soups(self):
+        chat = workloads.Workload("chat", "d", [workloads.Prompt(
+            "w", {"chat": [("user", "hi")]})], [workloads.Prompt(
+                f"q{i}", {"prompt": f"Q{i}"}) for i in range(4)])
+        hot = workloads.sampled(chat, 0.8)
+        prompts = hot.warmup + hot.measured
+        self.assertTrue(all(p.request["temperature"] == 0.8 for p in prompts))
+        self.assertEqual(len({p.request["seed"] for p in prompts}), 5)
+        self.assertEqual(hot, workloads.sampled(chat, 0.8))  # Every run.
+        self.assertEqual(hot.measured[0].request["prompt"], "Q0")
+        self.assertNotIn("temperature", chat.measured[0].request)
+        soup = workloads.adversarial_prompts(300)[:2]
+        kept = workloads.sampled(workloads.Workload("adversarial", "d", [],
+                                                    soup), 0.8)
+        self.assertEqual(kept.measured, soup)
+        self.assertEqual(run.parse_args(["--temperature=0.8"]).temperature,
+                         0.8)
+
 
 class SummarizeTest(unittest.TestCase):
     def record(self, mode, seconds, steps, identical=True):

@@ -288,8 +288,11 @@ def header_lines(results):
                                        if extra else "defaults"))
     if results.get("records"):
         lines += [
-            f"- workload tables: batch 1, max_new_tokens {args['max_new_tokens']}; "
-            "modes run in an order rotating per prompt; each drafted mode has "
+            f"- workload tables: batch 1, max_new_tokens {args['max_new_tokens']}, "
+            + (f"sampled at temperature {args['temperature']} with a seed per "
+               "prompt (the adversarial soup at its own 1.5); "
+               if args.get("temperature") else "greedy; ")
+            + "modes run in an order rotating per prompt; each drafted mode has "
             "its own draftsvc namespace per workload, filled by the warm-up "
             "split first"]
     return lines + [""]

@@ -97,6 +97,10 @@ def parse_args(argv):
                         help="warm-up prompts per workload (4; quick 1)")
     parser.add_argument("--max_new_tokens", type=int,
                         help="output tokens per request (128; quick 32)")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sample every prompt at this temperature, "
+                             "seeded per prompt (the adversarial soup keeps "
+                             "its own 1.5); 0: greedy (default)")
     parser.add_argument("--workloads", default=",".join(workloads.NAMES),
                         help="comma-separated subset of %(default)s")
     parser.add_argument("--out", help="output folder (bench/results, quick: "
@@ -702,6 +706,8 @@ def run_all(stack, args, results, started_services):
             if line.startswith(("verifysvc: model", "verifysvc: forward"))]
     selected = workloads.load(args.cache, args.workloads, info.vocab_size,
                               args.warmup, args.limit)
+    if args.temperature > 0:
+        selected = [workloads.sampled(w, args.temperature) for w in selected]
     results["workloads"] = {w.name: {"description": w.description,
                                      "warmup": len(w.warmup),
                                      "measured": len(w.measured)} for w in selected}

@@ -29,6 +29,7 @@ import os
 import random
 import re
 import sys
+import zlib
 from collections import Counter
 from typing import Dict, List
 
@@ -155,6 +156,23 @@ def adversarial_prompts(vocab_size, count=64):
         "tokens": [rng.randrange(256, vocab_size) for _ in range(64)],
         "temperature": ADVERSARIAL_TEMPERATURE, "seed": 1000 + i})
         for i in range(count)]
+
+
+def sampled(workload, temperature):
+    """`workload` with every prompt sampled at `temperature`, seeded per
+    prompt (a stable hash of its id, so that every mode and every run
+    draws the same tokens); prompts that set their own temperature (the
+    adversarial soup) keep theirs. Seeded sampling is lossless too: each
+    drafted output must still equal plain decoding's."""
+    def one(prompt):
+        if "temperature" in prompt.request:
+            return prompt
+        seed = 1 + zlib.crc32(prompt.id.encode()) % (2 ** 31 - 1)
+        return Prompt(prompt.id, dict(prompt.request, temperature=temperature,
+                                      seed=seed))
+    return dataclasses.replace(
+        workload, warmup=[one(p) for p in workload.warmup],
+        measured=[one(p) for p in workload.measured])
 
 
 def load(cache, names, vocab_size, warmup, limit):

@@ -54,12 +54,12 @@ bool CostGate::Decide(double seconds_per_token, double known_cost,
   return true;
 }
 
-void CostGate::Inherit(const CostGate& from) {
+void CostGate::Inherit(const CostGate& from, int max_interval) {
   runs_ = from.runs_;
   gains_ = from.gains_;
   costs_ = from.costs_;
   total_runs_ = from.total_runs_;
-  interval_ = from.interval_;
+  interval_ = std::min(from.interval_, std::max(1, max_interval));
   off_steps_ = 0;
   probe_left_ = 0;
   probed_ = false;

@@ -26,6 +26,7 @@
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_COST_GATE_H_
 #define LOOKAHEAD_VERIFYSVC_DRAFTS_COST_GATE_H_
 
+#include <climits>
 #include <cstdint>
 
 namespace lookahead::verifysvc {
@@ -68,10 +69,11 @@ class CostGate {
   // cost this step (0 if the caller charges a known cost).
   void Record(bool ran, double gain, double cost);
 
-  // Takes over what `from` measured (its sums and probe interval), not its
-  // place in a probe: a new sequence of the same namespace starts from the
-  // verdict of the last one instead of its optimistic bounds.
-  void Inherit(const CostGate& from);
+  // Takes over what `from` measured (its sums and probe interval, at most
+  // `max_interval` steps), not its place in a probe: a new sequence of the
+  // same namespace starts from the verdict of the last one instead of its
+  // optimistic bounds.
+  void Inherit(const CostGate& from, int max_interval = INT_MAX);
 
   // Measured gain and cost per run step; the bound / 0 before min_runs.
   double gain(double max_gain) const;

@@ -99,12 +99,22 @@ class DraftPlanner {
             int max_step_tokens, std::vector<SequenceDraft>* drafts) const;
   void KeepVerdict(const SequenceDrafter& drafter);
 
+  // A new namespace's first assistant probe comes after at most this many
+  // base probe intervals (CostGateOptions::probe_interval).
+  static constexpr int kPriorProbeIntervals = 4;
+
   DraftingContext context_;  // const after construction
   // Moving average of the draft calls that asked for tokens; 0 until one.
   double draft_call_seconds_ = 0;
   // The sources' failures already reported to the observer.
   int64_t reported_failures_ = 0;
   std::map<std::string, Verdict> verdicts_;
+  // The assistant's gate of the last sequence that ran it, in any
+  // namespace: where a sequence's namespace has no verdict yet, it starts
+  // from this one (its probe interval capped at kPriorProbeIntervals)
+  // instead of running the assistant to find out. Every such run opens an
+  // assistant session, which prefills the whole prompt on shared cores.
+  CostGate assistant_prior_;
 };
 
 }  // namespace lookahead::verifysvc

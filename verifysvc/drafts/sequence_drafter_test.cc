@@ -298,6 +298,49 @@ TEST_F(SequenceDrafterTest, AssistantGateWithholdsItWhileItCannotPay) {
   planner_->Close(drafter.get());
 }
 
+TEST_F(SequenceDrafterTest, NewNamespaceStartsFromTheAssistantsLastVerdict) {
+  const engine::DraftSourceSet assistant =
+      engine::SourceBit(DraftSourceTag::kAssistant);
+  const int kAssistant = static_cast<int>(GatedMechanism::kAssistant);
+  DrafterOptions options = Options();
+  options.gate.probe_interval = 4;
+  NewPlanner(FlatCost(), options);
+  // Cheap enough to try, and never a token accepted from it (the fake
+  // proposes trie nodes only): it runs on the optimistic start, then stops.
+  source_.draft_cost.assistant_seconds_per_token = 0.001;
+  DraftPolicy first = Policy();
+  first.name_space = "first";
+  std::unique_ptr<SequenceDrafter> drafter = Open(first);
+  for (int i = 0; i < 3; ++i) Step(drafter.get(), 2);
+  const int ran_first = observer_.gate[kAssistant][1];
+  EXPECT_GT(ran_first, 0);
+  EXPECT_EQ(source_.asks.back().withheld, assistant);
+  planner_->Close(drafter.get());
+
+  // Another namespace, never seen: withheld from its first step, and its
+  // first probe comes within 4 base intervals (16 steps), not 512.
+  DraftPolicy other = Policy();
+  other.name_space = "other";
+  drafter = Open(other);
+  Step(drafter.get(), 2);
+  EXPECT_EQ(source_.asks.back().withheld, assistant);
+  int probe_step = -1;
+  for (int i = 1; i <= 20 && probe_step < 0; ++i) {
+    Step(drafter.get(), 2);
+    if (source_.asks.back().withheld == 0) probe_step = i;
+  }
+  EXPECT_GT(probe_step, 0) << "never probed";
+  EXPECT_LE(probe_step, 16);
+  planner_->Close(drafter.get());
+
+  // Without a verdict anywhere (a new planner), a sequence runs it first.
+  NewPlanner(FlatCost(), options);
+  drafter = Open(other);
+  Step(drafter.get(), 2);
+  EXPECT_EQ(source_.asks.back().withheld, 0);
+  planner_->Close(drafter.get());
+}
+
 TEST_F(SequenceDrafterTest, WindowGateAddsScratchRowsOnlyWhereTheyPay) {
   DraftPolicy policy = Policy();
   policy.lookahead_window = 2;

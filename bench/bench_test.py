@@ -200,6 +200,17 @@ class SplitTest(unittest.TestCase):
             self.assertEqual(p.request["temperature"], 1.5)
         self.assertEqual(len({p.request["seed"] for p in soup}), len(soup))
 
+    def test_every_drafted_table_counts_as_a_mismatch(self):
+        record = lambda mode, same: {  # noqa: E731
+            "workload": "chat", "prompt": "q", "mode": mode,
+            "identical": same, "diverged_at": None if same else 3}
+        results = {"records": [record("trie-hierarchical", True)],
+                   "source_ablation": {"records": [record("mixed", False)]},
+                   "source_ablation_split": {"records": [
+                       record("default", False), record("plain", True)]}}
+        self.assertEqual([r["mode"] for r in run.our_mismatches(results)],
+                         ["sources mixed", "sources, split cores default"])
+
     def test_sampled_seeds_every_prompt_stably_and_keeps_the_soups(self):
         chat = workloads.Workload("chat", "d", [workloads.Prompt(
             "w", {"chat": [("user", "hi")]})], [workloads.Prompt(

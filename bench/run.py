@@ -664,9 +664,11 @@ def our_mismatches(results):
     found = [r for r in results.get("records", []) if not r["identical"]]
     found += [r for r in results.get("concurrency", {}).get("records", [])
               if not r["identical"]]
-    found += [dict(r, mode=f"sources {r['mode']}")
-              for r in results.get("source_ablation", {}).get("records", [])
-              if not r["identical"]]
+    for section, label in (("source_ablation", "sources"),
+                           ("source_ablation_split", "sources, split cores")):
+        found += [dict(r, mode=f"{label} {r['mode']}")
+                  for r in results.get(section, {}).get("records", [])
+                  if not r["identical"]]
     for table in results.get("ablations", {}).get("tables", {}).values():
         for cell in table["cells"]:
             found += [dict(r, mode=f"{r['mode']} {cell['params']}")
@@ -872,7 +874,8 @@ def main(argv):
               "decoding (reported, not fatal)")
     checked = len(results["records"]) + len(
         results.get("concurrency", {}).get("records", [])) + len(
-        results.get("source_ablation", {}).get("records", [])) + sum(
+        results.get("source_ablation", {}).get("records", [])) + len(
+        results.get("source_ablation_split", {}).get("records", [])) + sum(
         len(c["records"]) for t in results.get("ablations", {}).get(
             "tables", {}).values() for c in t["cells"])
     print(f"run: {checked - len(mismatches)} identical, {len(mismatches)} "

@@ -173,9 +173,6 @@ struct RetrieveRequest {
   uint32_t sources = CandidateSourceBit(CandidateSource::kPrompt) |
                      CandidateSourceBit(CandidateSource::kOutput) |
                      CandidateSourceBit(CandidateSource::kNgram);
-  // Candidates from sources outside the index, mixed in like the index's
-  // own (tests; the session source, below, is asked by Retrieve itself).
-  std::vector<CandidateTree> extra;
   // With the session source's kind in `sources`: how long it may draft
   // (SessionSource::Draft); InfinitePast: it is not asked. Its drafting time
   // goes to *source_draft_seconds if that is set.

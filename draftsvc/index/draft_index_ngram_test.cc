@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "draftsvc/index/draft_index.h"
+#include "draftsvc/index/session_source.h"
 #include "gtest/gtest.h"
 
 namespace lookahead::draftsvc {
@@ -395,15 +396,38 @@ TEST(DraftIndexNgramTest, OnePathFromTwoSourcesIsOneNodeWithBothBits) {
             CandidateSourceBit(CandidateSource::kOutput));
 }
 
-TEST(DraftIndexNgramTest, ExtraCandidatesAreMixedAndCalibrated) {
+// A session source (session_source.h) that always proposes 3 then 4, as
+// an assistant might.
+class ScriptedSessionSource : public SessionSource {
+ public:
+  CandidateSource kind() const override { return CandidateSource::kAssistant; }
+  absl::Status CheckVocabulary(int32_t) const override {
+    return absl::OkStatus();
+  }
+  double RecentSecondsPerToken() override { return 0; }
+  absl::Duration step_deadline() const override { return absl::Seconds(1); }
+  void Open(absl::string_view, int64_t, int32_t, absl::Span<const int32_t>,
+            const SessionSampling&) override {}
+  void Advance(absl::string_view, absl::Span<const int32_t>) override {}
+  void Retired(absl::string_view, int64_t) override {}
+  absl::Status Check(absl::string_view) const override {
+    return absl::OkStatus();
+  }
+  CandidateTree Draft(absl::string_view, int, absl::Time) override {
+    return RankedCandidates(CandidateSource::kAssistant, {3, 4}, {-1, 0},
+                            {0.9f, 0.8f});
+  }
+  double TakeSeconds(absl::string_view) override { return 0; }
+};
+
+TEST(DraftIndexNgramTest, SessionSourceCandidatesAreMixedAndCalibrated) {
   DraftIndex index(Options(), nullptr);
+  ScriptedSessionSource source;
+  index.SetSessionSource(&source);
   ASSERT_TRUE(index.OpenSession("a", "", kVocab, {1, 2, 3, 1, 2}, 4).ok());
-  // An assistant-like source proposes 3 (as the prompt does) then 4.
-  const std::vector<int32_t> tokens = {3, 4}, parents = {-1, 0};
-  const std::vector<float> probs = {0.9f, 0.8f};
-  RetrieveRequest request = Request(8, kTriesOnly);
-  request.extra.push_back(
-      RankedCandidates(CandidateSource::kAssistant, tokens, parents, probs));
+  RetrieveRequest request =
+      Request(8, kTriesOnly | CandidateSourceBit(CandidateSource::kAssistant));
+  request.source_deadline = absl::Now() + absl::Seconds(1);
   absl::StatusOr<MixedDraft> tree = index.Retrieve("a", request);
   ASSERT_TRUE(tree.ok());
   ExpectValid(*tree, 8, 4);

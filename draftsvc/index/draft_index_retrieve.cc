@@ -122,7 +122,6 @@ absl::StatusOr<MixedDraft> DraftIndex::Retrieve(
                                          request.decoding_length, branch_length,
                                          options_.ngram_lookup_results));
   }
-  for (const CandidateTree& extra : request.extra) candidates.push_back(extra);
   MixRequest mix;
   mix.decoding_length = request.decoding_length;
   mix.branch_length = branch_length;

@@ -192,8 +192,10 @@ std::vector<engine::DraftTree> DraftFanout::Propose(
   *called = false;
   // per_source[s][i]: source s's tree for asks[i].
   std::vector<std::vector<engine::DraftTree>> per_source(sources_.size());
+  // Cascade: per ask, the Propose calls that asked its sequence for tokens
+  // before this one.
   std::vector<int64_t> steps_of(asks.size(), 0);
-  for (size_t i = 0; i < asks.size(); ++i) {
+  for (size_t i = 0; cascade_ && i < asks.size(); ++i) {
     if (asks[i].budget > 0) steps_of[i] = asked_steps_[asks[i].handle]++;
   }
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -204,13 +206,12 @@ std::vector<engine::DraftTree> DraftFanout::Propose(
       if (it == handles_.end() || it->second[s] == 0) continue;
       DraftAsk ask = asks[i];
       ask.handle = it->second[s];
-      const int64_t steps = steps_of[i];
       if (cascade_ && s > 0 && ask.budget > 0) {
         bool covered = false;
-        for (size_t before = 0; before < s; ++before) {
-          covered = covered || !per_source[before][i].empty();
+        for (size_t before = 0; before < s && !covered; ++before) {
+          covered = !per_source[before][i].empty();
         }
-        ask.refresh = !covered || steps % kCascadeRefresh == 0;
+        ask.refresh = !covered || steps_of[i] % kCascadeRefresh == 0;
       }
       mine.push_back(ask);
       which.push_back(i);

@@ -249,8 +249,11 @@ std::vector<engine::DraftTree> DraftsvcSource::ProposeAsync(
   std::vector<engine::DraftTree> trees(asks.size());
   for (size_t i = 0; i < asks.size(); ++i) {
     auto it = pending_.find(asks[i].handle);
-    if (it == pending_.end() || asks[i].budget <= 0) continue;
+    if (it == pending_.end()) continue;
     Pending& pending = it->second;
+    const int64_t previous_position =
+        std::exchange(pending.previous_position, pending.position);
+    if (asks[i].budget <= 0) continue;
     DraftSessions::Answer& answer = pending.answer;
     const int64_t walk = pending.position - answer.root_position;
     engine::DraftTree tree;
@@ -266,14 +269,9 @@ std::vector<engine::DraftTree> DraftsvcSource::ProposeAsync(
     // is on its way, draftsvc is slow, or the last steps asked nothing, as
     // before a probe) is no miss of the source's: only an answer asked at
     // the previous step judges it.
-    tree.pending =
-        tree.empty() && answer.root_position < pending.previous_position;
+    tree.pending = tree.empty() && answer.root_position < previous_position;
     Finish(asks[i].budget, &tree);
     trees[i] = std::move(tree);
-  }
-  for (const DraftAsk& ask : asks) {
-    auto it = pending_.find(ask.handle);
-    if (it != pending_.end()) it->second.previous_position = it->second.position;
   }
   // The next answer, asked while this step's pass runs. With a Step still
   // in flight (a slow or stopped draftsvc), everything stays buffered.

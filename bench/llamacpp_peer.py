@@ -334,6 +334,13 @@ def drafting_kinds(tools, draft_model):
             if getattr(tools, field) and (draft_model or not needs_draft)]
 
 
+def speculative_kinds(tools, draft_model):
+    """The drafting_kinds that draft with `draft_model` (on the served file
+    only: its F32 copy gets none)."""
+    return [kind for kind in drafting_kinds(tools, draft_model)
+            if DRAFTING_KINDS[kind][1]]
+
+
 def _number(pattern, text, cast=float, default=None):
     match = re.search(pattern, text, re.MULTILINE)
     return cast(match.group(1)) if match else default
@@ -758,12 +765,10 @@ def run(connection, tools, models, jobs, filler_ids, settings):
             name: bench["forward"][0]["n_depth"] if bench["forward"] else None
             for name, bench in section["bench"].items()}}
         kinds = ["greedy"] + drafting_kinds(tools, settings.draft_model)
-        # The draft model drafts for the file as served, not its F32 copy.
         served = next(iter(models))
-        needs_draft = lambda kind: DRAFTING_KINDS.get(  # noqa: E731
-            kind, (None, False))[1]
+        speculative = speculative_kinds(tools, settings.draft_model)
         engines = [(name, kind) for name in models for kind in kinds
-                   if name == served or not needs_draft(kind)]
+                   if name == served or kind not in speculative]
         for i, job in enumerate(jobs):
             path = write_prompt(os.path.join(work, f"prompt-{i}.txt"),
                                 job["text"])

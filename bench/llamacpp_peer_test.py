@@ -255,6 +255,9 @@ class CommandLineTest(unittest.TestCase):
                          ["lookup", "speculative", "speculative-simple"])
         self.assertEqual(llamacpp_peer.drafting_kinds(self.tools, "d.gguf"),
                          ["lookup"])
+        self.assertEqual(llamacpp_peer.speculative_kinds(tools, "d.gguf"),
+                         ["speculative", "speculative-simple"])
+        self.assertEqual(llamacpp_peer.speculative_kinds(tools, None), [])
 
     def test_filler_repeats(self):
         self.assertEqual(llamacpp_peer.filler([1, 2, 3], 7), [1, 2, 3, 1, 2, 3, 1])

@@ -601,8 +601,8 @@ def run_llamacpp(connection, selected, info, args, results, verifysvc):
         lookup=tools.lookup is not None, ours_peak_rss=ours_rss,
         draft_model=(os.path.basename(args.llamacpp_draft_file)
                      if args.llamacpp_draft_file else None),
-        speculative=[k for k in llamacpp_peer.drafting_kinds(
-            tools, args.llamacpp_draft_file) if k != "lookup"])
+        speculative=llamacpp_peer.speculative_kinds(
+            tools, args.llamacpp_draft_file))
 
 
 def run_peer(connection, selected, info, args, results):

@@ -83,20 +83,30 @@ void ExpectSameAsPlain(const Generation& fast, const Generation& plain,
       << "\n  drafts off: " << TokensToString(plain.tokens);
 }
 
-class ServiceLosslessTest : public SharedPairTest<ServiceLosslessTest> {
- public:  // Read by SharedPairTest.
-  static PairOptions Options() {
-    PairOptions options;
-    options.name = "lossless";
-    return options;
+// Draft and accepted tokens over the golden prompts, each decoded greedy
+// (hierarchical drafts; every kParallelEvery-th also parallel) and with
+// seeded sampling, every one checked token for token against `pair`'s
+// plain decoding; accepted_ngram counts what the n-gram source's nodes
+// got accepted.
+struct GoldenTally {
+  int64_t draft_tokens = 0;
+  int64_t accepted = 0;
+  int64_t accepted_ngram = 0;
+  void Add(const v1::Usage& usage) {
+    draft_tokens += usage.draft_tokens();
+    accepted += usage.accepted_draft_tokens();
+    for (const v1::SourceUsage& source : usage.sources()) {
+      if (source.source() == v1::DRAFT_SOURCE_NGRAM) {
+        accepted_ngram += source.accepted_draft_tokens();
+      }
+    }
   }
 };
 
-TEST_F(ServiceLosslessTest, GoldenPromptsMatchPlainDecoding) {
+void RunGoldenPrompts(ServicePair* pair, GoldenTally* tally) {
   absl::StatusOr<GoldenFile> golden = LoadGolden();
   ASSERT_TRUE(golden.ok()) << golden.status();
   ASSERT_GE(golden->cases_size(), 20) << "truncated golden file?";
-  int64_t draft_tokens = 0, accepted = 0;
   for (int i = 0; i < golden->cases_size(); ++i) {
     const ModelCase& c = golden->cases(i);
     SCOPED_TRACE(c.name());
@@ -107,38 +117,71 @@ TEST_F(ServiceLosslessTest, GoldenPromptsMatchPlainDecoding) {
     SetDraftMode(&greedy, v1::DRAFT_MODE_TRIE_HIERARCHICAL);
     SetDraftMode(&seeded, v1::DRAFT_MODE_TRIE_HIERARCHICAL);
 
-    const Generation plain = pair_->Reference(greedy);
-    const Generation fast = pair_->Generate(greedy);
+    const Generation plain = pair->Reference(greedy);
+    const Generation fast = pair->Generate(greedy);
     ExpectSameAsPlain(fast, plain, "greedy, hierarchical drafts");
-    if (HasFatalFailure()) return;  // a dead server fails every later call
-    draft_tokens += fast.usage.draft_tokens();
-    accepted += fast.usage.accepted_draft_tokens();
+    if (::testing::Test::HasFatalFailure()) return;  // a dead server
+    tally->Add(fast.usage);
     if (i % kParallelEvery == 0) {
       v1::GenerateRequest parallel = greedy;
       SetDraftMode(&parallel, v1::DRAFT_MODE_TRIE_PARALLEL);
-      const Generation chains = pair_->Generate(parallel);
+      const Generation chains = pair->Generate(parallel);
       ExpectSameAsPlain(chains, plain, "greedy, parallel drafts");
-      if (HasFatalFailure()) return;
-      draft_tokens += chains.usage.draft_tokens();
-      accepted += chains.usage.accepted_draft_tokens();
+      if (::testing::Test::HasFatalFailure()) return;
+      tally->Add(chains.usage);
     }
 
-    const Generation plain_sampled = pair_->Reference(seeded);
-    const Generation fast_sampled = pair_->Generate(seeded);
+    const Generation plain_sampled = pair->Reference(seeded);
+    const Generation fast_sampled = pair->Generate(seeded);
     ExpectSameAsPlain(fast_sampled, plain_sampled,
                       "seeded sampling, hierarchical drafts");
-    if (HasFatalFailure()) return;
-    draft_tokens += fast_sampled.usage.draft_tokens();
-    accepted += fast_sampled.usage.accepted_draft_tokens();
+    if (::testing::Test::HasFatalFailure()) return;
+    tally->Add(fast_sampled.usage);
     std::printf("%-18s greedy edl %.2f, sampled edl %.2f\n", c.name().c_str(),
                 fast.usage.edl(), fast_sampled.usage.edl());
   }
+  std::printf("draft tokens accepted: %lld of %lld (n-gram source: %lld)\n",
+              static_cast<long long>(tally->accepted),
+              static_cast<long long>(tally->draft_tokens),
+              static_cast<long long>(tally->accepted_ngram));
+}
+
+class ServiceLosslessTest : public SharedPairTest<ServiceLosslessTest> {
+ public:  // Read by SharedPairTest.
+  static PairOptions Options() {
+    PairOptions options;
+    options.name = "lossless";
+    return options;
+  }
+};
+
+TEST_F(ServiceLosslessTest, GoldenPromptsMatchPlainDecoding) {
+  GoldenTally tally;
+  RunGoldenPrompts(pair_, &tally);
   // Drafts must really be verified and partly accepted, or the comparisons
   // above prove nothing.
-  std::printf("draft tokens accepted: %lld of %lld\n",
-              static_cast<long long>(accepted),
-              static_cast<long long>(draft_tokens));
-  EXPECT_GT(accepted, 0);
+  EXPECT_GT(tally.accepted, 0);
+}
+
+// Token Recycling in the verifier (--recycled_drafts), with no draftsvc
+// (its n-gram pool would tag nodes as the recycled source does): every
+// n-gram node verified is the in-process source's.
+class ServiceRecycledLosslessTest
+    : public SharedPairTest<ServiceRecycledLosslessTest> {
+ public:  // Read by SharedPairTest.
+  static PairOptions Options() {
+    PairOptions options;
+    options.name = "recycled";
+    options.verifysvc_flags = {"--recycled_drafts", "--draftsvc="};
+    return options;
+  }
+};
+
+TEST_F(ServiceRecycledLosslessTest, GoldenPromptsMatchPlainDecoding) {
+  GoldenTally tally;
+  RunGoldenPrompts(pair_, &tally);
+  EXPECT_GT(tally.accepted_ngram, 0)
+      << "no recycled draft was accepted: the comparisons prove little";
 }
 
 // A passage from a real document and two questions whose answers quote it.

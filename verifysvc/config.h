@@ -39,6 +39,9 @@ struct VerifysvcConfig {
   // Draft from each sequence's own prompt and output in process
   // (LocalSource), before and beside draftsvc's trees.
   bool local_drafts = true;
+  // Draft from the model's recycled predictions in process
+  // (RecycledSource), beside the other sources' trees.
+  bool recycled_drafts = false;
   // draftsvc is asked only for steps the local source left without a tree
   // (DraftFanout's cascade).
   bool draft_cascade = true;

@@ -1,16 +1,13 @@
-// verifysvc: serves lookahead.v1.GenerationService. Loads a GGUF model, and
-// decodes every running request in one batched, tree-masked forward pass per
-// step with drafts from draftsvc (optional at run time). Wires the parts;
-// every setting comes from config.h.
+// verifysvc: serves lookahead.v1.GenerationService, one batched tree-masked
+// forward pass of a GGUF model per step for every running request, drafted
+// in process and by draftsvc. Wires the parts; every setting is config.h's.
 //
-//   verifysvc --port=50051 --draftsvc=127.0.0.1:50061[,HOST:PORT...]
-//             [--model=FILE.gguf]
+//   verifysvc --port=50051 --draftsvc=HOST:PORT[,HOST:PORT...] [--model=F]
 
 #include <grpcpp/health_check_service_interface.h>
 
 #include <cstdio>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "absl/debugging/failure_signal_handler.h"
@@ -28,6 +25,7 @@
 #include "verifysvc/config.h"
 #include "verifysvc/draftsvc_client/sharded_draft_source.h"
 #include "verifysvc/drafts/local_source.h"
+#include "verifysvc/drafts/recycled_source.h"
 #include "verifysvc/serving/prometheus_observer.h"
 #include "verifysvc/serving/step_cost.h"
 
@@ -69,9 +67,11 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
                    ConnectDraftsvcShards(c.draftsvc_shards, probe.vocab_size,
                                          c.draft_client, c.draft_sessions));
   LocalSource local_source;  // first: free, fresh every step
+  RecycledSource recycled_source;  // last: draftsvc's cascade ignores it
   std::vector<DraftSource*> sources;
   if (c.local_drafts) sources.push_back(&local_source);
   if (trie_source != nullptr) sources.push_back(trie_source.get());
+  if (c.recycled_drafts) sources.push_back(&recycled_source);
   DraftFanout fanout(sources, probe.vocab_size, c.draft_cascade);
 
   // Metrics, labelled with the model's name.

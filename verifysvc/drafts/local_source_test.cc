@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "verifysvc/drafts/draft_policy.h"
+#include "verifysvc/drafts/source_test_util.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -18,18 +19,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-DraftPolicy Policy(engine::DraftSourceSet sources = 0) {
-  DraftPolicy policy;
-  policy.mode = DraftMode::kTrieHierarchical;
-  policy.decoding_length = 16;
-  policy.branch_length = 4;
-  policy.name_space = "default";
-  policy.sources = sources;
-  return policy;
-}
-
-engine::DraftTree ProposeOne(LocalSource* source, int64_t handle,
-                             int budget) {
+engine::DraftTree ProposeOne(LocalSource* source, int64_t handle, int budget) {
   bool called = true;
   std::vector<engine::DraftTree> trees =
       source->Propose({DraftAsk{handle, budget}}, &called);
@@ -53,14 +43,14 @@ TEST(LocalSourceTest, DraftsTheContinuationsOfTheLongestEarlierSuffix) {
   LocalSource source;
   // "1 2 3 4 5" twice with different continuations after "2 3": the
   // suffix "2 3" (key 2) continued by 4 5 6 and by 9 8.
-  const int64_t handle =
-      source.Open(Policy(), {7, 2, 3, 4, 5, 6, 7, 1, 2, 3, 9, 8, 0, 2, 3});
+  const int64_t handle = source.Open(
+      SourceTestPolicy(), {7, 2, 3, 4, 5, 6, 7, 1, 2, 3, 9, 8, 0, 2, 3});
   ASSERT_NE(handle, 0);
   engine::DraftTree tree = ProposeOne(&source, handle, 16);
   ExpectBestFirstTree(tree);
   // Two branches, depth at most the policy's branch_length (4).
-  EXPECT_THAT(tree.tokens, ::testing::UnorderedElementsAre(9, 8, 0, 2, 4, 5,
-                                                           6, 7));
+  EXPECT_THAT(tree.tokens,
+              ::testing::UnorderedElementsAre(9, 8, 0, 2, 4, 5, 6, 7));
   int roots = 0;
   for (int32_t parent : tree.parents) roots += parent == -1;
   EXPECT_EQ(roots, 2);
@@ -81,7 +71,7 @@ TEST(LocalSourceTest, DraftsTheContinuationsOfTheLongestEarlierSuffix) {
 
 TEST(LocalSourceTest, NoEarlierOccurrenceDraftsNothing) {
   LocalSource source;
-  const int64_t handle = source.Open(Policy(), {1, 2, 3, 4});
+  const int64_t handle = source.Open(SourceTestPolicy(), {1, 2, 3, 4});
   EXPECT_THAT(ProposeOne(&source, handle, 8).tokens, IsEmpty());
   EXPECT_THAT(ProposeOne(&source, handle, 0).tokens, IsEmpty());
 }
@@ -90,7 +80,7 @@ TEST(LocalSourceTest, CalibrationLearnsFromTheEmittedTokens) {
   LocalSource source;
   const double prior = source.Rate(1, 1);
   // A context where "5" was always followed by 6, and drafts that hold.
-  const int64_t handle = source.Open(Policy(), {5, 6, 1, 5, 6, 2, 5});
+  const int64_t handle = source.Open(SourceTestPolicy(), {5, 6, 1, 5, 6, 2, 5});
   for (int step = 0; step < 20; ++step) {
     ASSERT_FALSE(ProposeOne(&source, handle, 4).empty());
     source.Observe(handle, {6, 3, 5});  // the draft's 6 holds, then a miss
@@ -104,15 +94,16 @@ TEST(LocalSourceTest, CalibrationLearnsFromTheEmittedTokens) {
 
 TEST(LocalSourceTest, OnlyForPoliciesThatMayUseTheTries) {
   LocalSource source;
-  EXPECT_EQ(source.Open(Policy(engine::SourceBit(
+  EXPECT_EQ(source.Open(SourceTestPolicy(engine::SourceBit(
                             engine::DraftSourceTag::kAssistant)),
                         {1, 1, 1}),
             0);
-  DraftPolicy off = Policy();
+  DraftPolicy off = SourceTestPolicy();
   off.mode = DraftMode::kOff;
   EXPECT_EQ(source.Open(off, {1, 1, 1}), 0);
   const int64_t handle = source.Open(
-      Policy(engine::SourceBit(engine::DraftSourceTag::kTrie)), {1, 2, 1, 2, 1});
+      SourceTestPolicy(engine::SourceBit(engine::DraftSourceTag::kTrie)),
+      {1, 2, 1, 2, 1});
   ASSERT_NE(handle, 0);
   bool called = false;
   DraftAsk withheld{handle, 8};

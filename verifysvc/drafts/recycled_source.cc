@@ -77,8 +77,7 @@ void RecycledSource::Judge(const Sequence& sequence,
   }
 }
 
-void RecycledSource::Observe(int64_t handle,
-                             absl::Span<const int32_t> tokens) {
+void RecycledSource::Observe(int64_t handle, absl::Span<const int32_t> tokens) {
   auto it = sequences_.find(handle);
   if (it == sequences_.end() || tokens.empty()) return;
   Sequence& sequence = it->second;

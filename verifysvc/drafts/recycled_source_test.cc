@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "verifysvc/drafts/draft_policy.h"
+#include "verifysvc/drafts/source_test_util.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -20,18 +21,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-DraftPolicy Policy(engine::DraftSourceSet sources = 0) {
-  DraftPolicy policy;
-  policy.mode = DraftMode::kTrieHierarchical;
-  policy.decoding_length = 16;
-  policy.branch_length = 4;
-  policy.name_space = "default";
-  policy.sources = sources;
-  return policy;
-}
-
-engine::DraftTree ProposeOne(RecycledSource* source, int64_t handle,
-                             int budget,
+engine::DraftTree ProposeOne(RecycledSource* source, int64_t handle, int budget,
                              engine::DraftSourceSet withheld = 0) {
   bool called = true;
   DraftAsk ask{handle, budget};
@@ -59,7 +49,7 @@ VerifiedPredictions Pass(std::vector<int32_t> nodes,
 
 TEST(RecycledSourceTest, DraftsTheChainOfRecordedSuccessors) {
   RecycledSource source;
-  const int64_t h = source.Open(Policy(), {1, 2, 3});
+  const int64_t h = source.Open(SourceTestPolicy(), {1, 2, 3});
   ASSERT_NE(h, 0);
   ASSERT_TRUE(source.WantsPredictions(h));
   // Nothing recorded yet: nothing to draft.
@@ -79,7 +69,7 @@ TEST(RecycledSourceTest, DraftsTheChainOfRecordedSuccessors) {
 
   // A second sequence after token 3 (the table is the process's): the
   // chain 3 -> 10 -> 12 -> 14, and 11 beside 10.
-  const int64_t g = source.Open(Policy(), {7, 3});
+  const int64_t g = source.Open(SourceTestPolicy(), {7, 3});
   const engine::DraftTree tree = ProposeOne(&source, g, 8);
   ASSERT_EQ(tree.size(), 4);
   EXPECT_THAT(tree.tokens, ElementsAre(10, 11, 12, 14));
@@ -92,7 +82,7 @@ TEST(RecycledSourceTest, DraftsTheChainOfRecordedSuccessors) {
   const engine::DraftTree two = ProposeOne(&source, g, 2);
   EXPECT_THAT(two.tokens, ElementsAre(10, 11));
   // branch_length caps the chain.
-  DraftPolicy shallow = Policy();
+  DraftPolicy shallow = SourceTestPolicy();
   shallow.branch_length = 1;
   const int64_t s = source.Open(shallow, {3});
   EXPECT_THAT(ProposeOne(&source, s, 8).tokens, ElementsAre(10, 11));
@@ -100,20 +90,20 @@ TEST(RecycledSourceTest, DraftsTheChainOfRecordedSuccessors) {
 
 TEST(RecycledSourceTest, RatesLearnFromEmittedTokens) {
   RecycledSource source;
-  const int64_t h = source.Open(Policy(), {5});
+  const int64_t h = source.Open(SourceTestPolicy(), {5});
   source.ObserveVerified(h, Pass({6}, {{6, 9}, {7, 8}}));
   const double prior1 = source.Rate(1);
   const double prior2 = source.Rate(2);
   const double prior_second = source.Rate(1, 1);
-  source.Observe(h, {6, 7});  // last token 7
+  source.Observe(h, {6, 7});                      // last token 7
   source.ObserveVerified(h, Pass({}, {{5, 4}}));  // 7 -> 5
   source.Observe(h, {5});
   // The chain after 5 runs 6, 7, 5, 6 (a cycle, cut at branch_length 4),
   // with 9 beside 6; the model emits 6 then 1.
   ASSERT_THAT(ProposeOne(&source, h, 8).tokens, ElementsAre(6, 9, 7, 5, 6));
   source.Observe(h, {6, 1});
-  EXPECT_GT(source.Rate(1), prior1);        // 6 held
-  EXPECT_LT(source.Rate(2), prior2);        // 7 did not
+  EXPECT_GT(source.Rate(1), prior1);           // 6 held
+  EXPECT_LT(source.Rate(2), prior2);           // 7 did not
   EXPECT_LT(source.Rate(1, 1), prior_second);  // 9 did not
   EXPECT_EQ(source.Rate(3), RecycledSource::kPriorHits /
                                 RecycledSource::kPriorTries);  // not reached
@@ -121,21 +111,21 @@ TEST(RecycledSourceTest, RatesLearnFromEmittedTokens) {
 
 TEST(RecycledSourceTest, PolicyAndWithheldSourceDraftNothing) {
   RecycledSource source;
-  EXPECT_EQ(source.Open(Policy(engine::SourceBit(engine::DraftSourceTag::kTrie)),
+  EXPECT_EQ(source.Open(SourceTestPolicy(
+                            engine::SourceBit(engine::DraftSourceTag::kTrie)),
                         {1}),
             0);
-  DraftPolicy off = Policy();
+  DraftPolicy off = SourceTestPolicy();
   off.mode = DraftMode::kOff;
   EXPECT_EQ(source.Open(off, {1}), 0);
   const int64_t h = source.Open(
-      Policy(engine::SourceBit(engine::DraftSourceTag::kNgram)), {1});
+      SourceTestPolicy(engine::SourceBit(engine::DraftSourceTag::kNgram)), {1});
   ASSERT_NE(h, 0);
   source.ObserveVerified(h, Pass({}, {{2, 3}}));
   EXPECT_FALSE(ProposeOne(&source, h, 4).empty());
-  EXPECT_TRUE(
-      ProposeOne(&source, h, 4,
-                 engine::SourceBit(engine::DraftSourceTag::kNgram))
-          .empty());
+  EXPECT_TRUE(ProposeOne(&source, h, 4,
+                         engine::SourceBit(engine::DraftSourceTag::kNgram))
+                  .empty());
   EXPECT_TRUE(ProposeOne(&source, h, 0).empty());
   // A step the sources before it covered (the cascade's refresh unset).
   bool called = true;

@@ -32,6 +32,16 @@
 
 namespace lookahead::testing {
 
+// verifysvc flags for a test that counts what draftsvc taught a verifier,
+// not how loaded the machine is (other tests share CI's two cores): each
+// drafted step waits for its own answer, up to 500 ms (an asynchronous one
+// lands a step late or not at all under load), and a slow round trip does
+// not stop a sequence asking.
+inline std::vector<std::string> WaitForDraftsFlags() {
+  return {"--draft_sync", "--draft_deadline_ms=500",
+          "--charge_draft_calls=false"};
+}
+
 struct PairOptions {
   // Subdirectory of $TEST_TMPDIR for this pair's db, port files and logs;
   // a fresh name gives a fresh (empty) draftsvc database.

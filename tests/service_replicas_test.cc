@@ -58,11 +58,8 @@ TEST_P(ServiceReplicasTest, ReplicaBDraftsFromReplicaAInItsNamespaceOnly) {
   const std::string name = v1::DraftSource_Name(source);
   PairOptions options;
   options.name = absl::StrCat("replicas-", name);
-  // What B accepts must measure what A taught draftsvc, not the machine's
-  // load (other tests share CI's two cores): each drafted step waits for
-  // its answer, and a slow round trip does not stop a sequence asking.
-  options.verifysvc_flags = {"--draft_sync", "--draft_deadline_ms=500",
-                             "--charge_draft_calls=false"};
+  // What B accepts must measure what A taught draftsvc.
+  options.verifysvc_flags = WaitForDraftsFlags();
   absl::StatusOr<std::unique_ptr<ServicePair>> pair =
       ServicePair::Start(options);
   ASSERT_TRUE(pair.ok()) << pair.status();

@@ -61,19 +61,15 @@ class ServiceShardsTest : public ::testing::Test {
     PairOptions options;
     options.name = "shards";
     options.draftsvc_shards = 2;
-    // Four servers and other tests share two cores in CI, so (b) must not
-    // measure the machine's load instead of what replica A taught the
-    // shard: each drafted step waits for its own answer (--draft_sync; an
-    // asynchronous answer lands a step late or not at all under load, and
-    // CI once saw EDL 1.42 from 10 of 10 accepted tokens), up to 500 ms
-    // rather than the default 20, and a slow round trip does not stop a
-    // sequence asking (--charge_draft_calls=false). A dead shard still
-    // fails its calls at once (connection refused), so (c) is unchanged.
-    // The drafts measured are the shards' alone (--local_drafts=false): a
-    // sequence's own text would draft for a namespace whose shard is down.
-    options.verifysvc_flags = {"--draft_deadline_ms=500", "--draft_sync",
-                               "--charge_draft_calls=false",
-                               "--local_drafts=false"};
+    // Four servers and other tests share two cores in CI, so (b) must
+    // measure what replica A taught the shard, not the machine's load (CI
+    // once saw EDL 1.42 from 10 of 10 accepted tokens with asynchronous
+    // answers). A dead shard still fails its calls at once (connection
+    // refused), so (c) is unchanged. The drafts measured are the shards'
+    // alone (--local_drafts=false): a sequence's own text would draft for a
+    // namespace whose shard is down.
+    options.verifysvc_flags = WaitForDraftsFlags();
+    options.verifysvc_flags.push_back("--local_drafts=false");
     absl::StatusOr<std::unique_ptr<ServicePair>> pair =
         ServicePair::Start(options);
     ASSERT_TRUE(pair.ok()) << pair.status();
@@ -186,7 +182,8 @@ TEST_F(ServiceShardsTest, NamespacesSpreadOverBothShards) {
     ASSERT_TRUE(got.status.ok()) << got.status.error_message();
   }
   for (const std::string& ns : names) {
-    ASSERT_TRUE(pair_->WaitForOutputNodes(ns).ok()) << ns << " never reached a shard";
+    ASSERT_TRUE(pair_->WaitForOutputNodes(ns).ok())
+        << ns << " never reached a shard";
   }
   std::set<std::string> on[2] = {KnownTo(0), KnownTo(1)};
   for (const std::string& ns : names) {
@@ -219,7 +216,7 @@ TEST_F(ServiceShardsTest, ReplicaBDraftsFromReplicaAsOutputs) {
       (long long)on_b.usage.draft_tokens(), shared.c_str(), ShardOf(shared),
       cold.usage.edl(), (long long)cold.usage.accepted_draft_tokens(),
       (long long)cold.usage.draft_tokens(), fresh.c_str(), ShardOf(fresh));
-  // Each step waits for its draft (--draft_sync above), so what B drafts
+  // Each step waits for its draft (WaitForDraftsFlags above), so what B drafts
   // is what the shard learned from A. What shows it is the margin over the
   // untouched namespace.
   EXPECT_GT(on_b.usage.edl(), 2.0);

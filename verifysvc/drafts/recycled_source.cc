@@ -104,48 +104,42 @@ std::vector<engine::DraftTree> RecycledSource::Propose(
     }
     Sequence& sequence = it->second;
     // The chain of top-1 successors, judged as far as the depth allows
-    // whatever the budget, then the tree: the chain and the second-best
-    // first node, best first.
+    // whatever the budget, and the second-best first node.
+    const std::array<int32_t, kKeep> first = Successors(sequence.last);
     sequence.chain.clear();
-    int32_t token = sequence.last;
-    for (int d = 0; d < sequence.depth; ++d) {
-      token = Successors(token)[0];
-      if (token == kNone) break;
+    for (int32_t token = first[0];
+         token != kNone &&
+         static_cast<int>(sequence.chain.size()) < sequence.depth;
+         token = Successors(token)[0]) {
       sequence.chain.push_back(token);
     }
-    const std::array<int32_t, kKeep> first = Successors(sequence.last);
     sequence.second =
         sequence.chain.empty() || first[1] == first[0] ? kNone : first[1];
-    struct Node {
-      int32_t token;
-      int32_t parent;
-      double score;
+    // Best first within the budget: the chain's scores fall with depth, so
+    // the second-best node goes before the first chain node scoring below
+    // it, and the order stays topological.
+    engine::DraftTree& tree = trees[i];
+    auto add = [&](int32_t token, int32_t parent, double score) {
+      if (tree.size() == asks[i].budget) return;
+      tree.tokens.push_back(token);
+      tree.parents.push_back(parent);
+      tree.sources.push_back(engine::DraftSourceTag::kNgram);
+      tree.scores.push_back(static_cast<float>(score));
     };
-    std::vector<Node> nodes;
+    const double second = Rate(1, 1);
+    bool second_added = sequence.second == kNone;
+    int32_t parent = -1;
     double score = 1;
     for (size_t d = 0; d < sequence.chain.size(); ++d) {
       score *= Rate(static_cast<int>(d) + 1);
-      nodes.push_back({sequence.chain[d], static_cast<int32_t>(d) - 1, score});
-    }
-    if (sequence.second != kNone) {
-      const double second = Rate(1, 1);
-      // After the chain's nodes that score higher (a child never above its
-      // parent, so the order stays topological).
-      size_t at = 0;
-      while (at < nodes.size() && nodes[at].score >= second) ++at;
-      for (size_t j = at; j < nodes.size(); ++j) {
-        if (nodes[j].parent >= static_cast<int32_t>(at)) ++nodes[j].parent;
+      if (!second_added && score < second) {
+        add(sequence.second, -1, second);
+        second_added = true;
       }
-      nodes.insert(nodes.begin() + at, {sequence.second, -1, second});
+      add(sequence.chain[d], parent, score);
+      parent = tree.size() - 1;
     }
-    engine::DraftTree& tree = trees[i];
-    for (const Node& node : nodes) {
-      if (tree.size() == asks[i].budget) break;
-      tree.tokens.push_back(node.token);
-      tree.parents.push_back(node.parent);
-      tree.sources.push_back(engine::DraftSourceTag::kNgram);
-      tree.scores.push_back(static_cast<float>(node.score));
-    }
+    if (!second_added) add(sequence.second, -1, second);
   }
   return trees;
 }

@@ -58,8 +58,10 @@ TEST_P(ServiceReplicasTest, ReplicaBDraftsFromReplicaAInItsNamespaceOnly) {
   const std::string name = v1::DraftSource_Name(source);
   PairOptions options;
   options.name = absl::StrCat("replicas-", name);
-  // What B accepts must measure what A taught draftsvc.
+  // What B accepts must measure what A taught draftsvc, not the model's
+  // predictions B recycled in process from its own earlier requests.
   options.verifysvc_flags = WaitForDraftsFlags();
+  options.verifysvc_flags.push_back("--recycled_drafts=false");
   absl::StatusOr<std::unique_ptr<ServicePair>> pair =
       ServicePair::Start(options);
   ASSERT_TRUE(pair.ok()) << pair.status();

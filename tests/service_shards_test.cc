@@ -66,10 +66,12 @@ class ServiceShardsTest : public ::testing::Test {
     // once saw EDL 1.42 from 10 of 10 accepted tokens with asynchronous
     // answers). A dead shard still fails its calls at once (connection
     // refused), so (c) is unchanged. The drafts measured are the shards'
-    // alone (--local_drafts=false): a sequence's own text would draft for a
-    // namespace whose shard is down.
+    // alone (--local_drafts=false, --recycled_drafts=false): a sequence's
+    // own text, or the model's predictions the replica recycled from its
+    // earlier requests, would draft for a namespace whose shard is down.
     options.verifysvc_flags = WaitForDraftsFlags();
     options.verifysvc_flags.push_back("--local_drafts=false");
+    options.verifysvc_flags.push_back("--recycled_drafts=false");
     absl::StatusOr<std::unique_ptr<ServicePair>> pair =
         ServicePair::Start(options);
     ASSERT_TRUE(pair.ok()) << pair.status();

@@ -146,15 +146,14 @@ ABSL_FLAG(bool, local_drafts, true,
           "Draft from each sequence's own prompt and output in this process "
           "(no round trip), beside draftsvc's trees; with no --draftsvc, "
           "the only drafts.");
-ABSL_FLAG(bool, recycled_drafts, false,
+ABSL_FLAG(bool, recycled_drafts, true,
           "Token Recycling in this process: draft the chain of the model's "
-          "top-1 predictions last seen after each token (every verify "
-          "pass's top-k at every row it verified), fresh for the token the "
-          "last pass emitted, where --local_drafts and draftsvc had no tree "
-          "for the step; for requests that may use the ngram source. Needs "
-          "--prediction_k >= 1 (bench/results/recycled_drafts: chat 1.13x -> "
-          "1.18x, code 1.18x -> 1.22x decode phase; adversarial 0.98x -> "
-          "0.97x).");
+          "top-1 predictions last seen after each pair of tokens (or token) "
+          "(every verify pass's top-k at every row it verified), fresh for "
+          "the token the last pass emitted, where --local_drafts and "
+          "draftsvc had no first node it rates higher; for requests that "
+          "may use the ngram source. Needs --prediction_k >= 1 "
+          "(bench/results/recycled_drafts).");
 ABSL_FLAG(bool, draft_cascade, true,
           "Ask draftsvc only for the steps where --local_drafts found nothing "
           "in the sequence's own text (its round trips cost the pass CPU "

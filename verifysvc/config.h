@@ -41,7 +41,7 @@ struct VerifysvcConfig {
   bool local_drafts = true;
   // Draft from the model's recycled predictions in process
   // (RecycledSource), beside the other sources' trees.
-  bool recycled_drafts = false;
+  bool recycled_drafts = true;
   // draftsvc is asked only for steps the local source left without a tree
   // (DraftFanout's cascade).
   bool draft_cascade = true;

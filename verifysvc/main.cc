@@ -66,8 +66,8 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
   ASSIGN_OR_RETURN(std::unique_ptr<ShardedDraftSource> trie_source,
                    ConnectDraftsvcShards(c.draftsvc_shards, probe.vocab_size,
                                          c.draft_client, c.draft_sessions));
-  LocalSource local_source;  // first: free, fresh every step
-  RecycledSource recycled_source;  // last: draftsvc's cascade ignores it
+  LocalSource local_source;        // first: free, fresh every step
+  RecycledSource recycled_source;  // last: fills where the others are weak
   std::vector<DraftSource*> sources;
   if (c.local_drafts) sources.push_back(&local_source);
   if (trie_source != nullptr) sources.push_back(trie_source.get());

@@ -208,8 +208,18 @@ std::vector<engine::DraftTree> DraftFanout::Propose(
       ask.handle = it->second[s];
       if (cascade_ && s > 0 && ask.budget > 0) {
         bool covered = false;
-        for (size_t before = 0; before < s && !covered; ++before) {
-          covered = !per_source[before][i].empty();
+        ask.covered_score = 0;
+        for (size_t before = 0; before < s; ++before) {
+          const engine::DraftTree& tree = per_source[before][i];
+          if (tree.empty()) continue;
+          covered = true;
+          const bool scored = tree.scores.size() == tree.tokens.size();
+          for (size_t n = 0; n < tree.tokens.size(); ++n) {
+            if (tree.parents[n] < 0) {
+              ask.covered_score =
+                  std::max(ask.covered_score, scored ? tree.scores[n] : 1.0f);
+            }
+          }
         }
         ask.refresh = !covered || steps_of[i] % kCascadeRefresh == 0;
       }

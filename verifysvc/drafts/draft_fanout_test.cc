@@ -723,7 +723,8 @@ namespace {
 
 // Cascade: the second source gets a fresh request only where the first had
 // nothing, or every kCascadeRefresh-th step; its budget stands either way
-// (what it already has is used).
+// (what it already has is used), and it learns how well the first covered
+// the step (DraftAsk::covered_score).
 TEST(DraftFanoutCascadeTest, LaterSourcesRefreshOnlyWhereEarlierOnesHadNothing) {
   FakeSource local("local");
   FakeSource remote("remote");
@@ -739,6 +740,18 @@ TEST(DraftFanoutCascadeTest, LaterSourcesRefreshOnlyWhereEarlierOnesHadNothing) 
     EXPECT_EQ(asks[0].budget, 4);
     EXPECT_EQ(asks[0].refresh, step % 4 == 0) << "step " << step;
     EXPECT_TRUE(asks[1].refresh) << "step " << step;
+    // An unscored tree covers its sequence fully; none, not at all.
+    EXPECT_EQ(asks[0].covered_score, 1.0f);
+    EXPECT_EQ(asks[1].covered_score, 0.0f);
+  }
+  // A scored tree: its best first node's score.
+  DraftTree scored = Tree({{7, -1}, {9, -1}, {8, 0}}, DraftSourceTag::kTrie);
+  scored.scores = {0.3f, 0.6f, 0.9f};  // a child's score is not the cover
+  local.set_tree(1, scored);
+  {
+    bool called = false;
+    fanout.Propose({Ask(covered, 4)}, &called);
+    EXPECT_FLOAT_EQ(remote.proposed.back().asks.at(0).covered_score, 0.6f);
   }
   // Without the cascade every ask refreshes.
   DraftFanout both({&local, &remote}, /*vocab_size=*/50);

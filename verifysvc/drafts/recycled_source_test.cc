@@ -1,9 +1,11 @@
 // RecycledSource: the verify pass's top-k predictions become a table of
-// successors per token; a sequence drafts the chain of top-1 successors
-// after its last token, with the second-best beside the first node, best
-// first within the budget; rates learn from the emitted tokens; policies
-// that exclude the n-gram source get no handle; a withheld kNgram, or a step
-// the sources before it covered, drafts nothing.
+// successors per token and per pair of tokens; a sequence drafts the chain
+// of top-1 successors after its last token (by the pair where it was seen),
+// with the second-best beside the first node, best first within the budget;
+// rates learn from the emitted tokens, process-wide and per sequence;
+// policies that exclude the n-gram source get no handle; a withheld kNgram,
+// or a step the sources before it covered with a first node rated at least
+// as high, drafts nothing.
 
 #include "verifysvc/drafts/recycled_source.h"
 
@@ -102,8 +104,11 @@ TEST(RecycledSourceTest, RatesLearnFromEmittedTokens) {
   // with 9 beside 6; the model emits 6 then 1.
   ASSERT_THAT(ProposeOne(&source, h, 8).tokens, ElementsAre(6, 9, 7, 5, 6));
   source.Observe(h, {6, 1});
-  EXPECT_GT(source.Rate(1), prior1);           // 6 held
-  EXPECT_LT(source.Rate(2), prior2);           // 7 did not
+  // 6 was found by the token 5 alone (the pair (7, 5) was never seen),
+  // 7 by the pair (5, 6).
+  EXPECT_GT(source.Rate(1), prior1);                              // 6 held
+  EXPECT_LT(source.Rate(2, 0, RecycledSource::kByPair), prior2);  // 7 did not
+  EXPECT_EQ(source.Rate(2), prior2);
   EXPECT_LT(source.Rate(1, 1), prior_second);  // 9 did not
   EXPECT_EQ(source.Rate(3), RecycledSource::kPriorHits /
                                 RecycledSource::kPriorTries);  // not reached
@@ -127,14 +132,64 @@ TEST(RecycledSourceTest, PolicyAndWithheldSourceDraftNothing) {
                          engine::SourceBit(engine::DraftSourceTag::kNgram))
                   .empty());
   EXPECT_TRUE(ProposeOne(&source, h, 0).empty());
-  // A step the sources before it covered (the cascade's refresh unset).
+  // A step the sources before it covered (the cascade's refresh unset)
+  // with a first node rated at least as high as its own: nothing; rated
+  // lower: its tree.
   bool called = true;
   DraftAsk covered{h, 4};
   covered.refresh = false;
   EXPECT_TRUE(source.Propose({covered}, &called).at(0).empty());
+  covered.covered_score = 0.05f;
+  EXPECT_FALSE(source.Propose({covered}, &called).at(0).empty());
   source.Close(h);
   EXPECT_FALSE(source.WantsPredictions(h));
   EXPECT_TRUE(ProposeOne(&source, h, 4).empty());
+}
+
+TEST(RecycledSourceTest, ThePairBeforeATokenChoosesItsSuccessor) {
+  RecycledSource source;
+  // After 3, the model predicted 10 where 1 came before it, 20 where 2 did.
+  const int64_t a = source.Open(SourceTestPolicy(), {1, 3});
+  source.ObserveVerified(a, Pass({}, {{10, 11}}));
+  const int64_t b = source.Open(SourceTestPolicy(), {2, 3});
+  source.ObserveVerified(b, Pass({}, {{20, 21}}));
+  EXPECT_THAT(source.Successors(1, 3), ElementsAre(10, 11));
+  EXPECT_THAT(source.Successors(2, 3), ElementsAre(20, 21));
+  EXPECT_THAT(source.Successors(3), ElementsAre(20, 21));  // the latest
+  EXPECT_EQ(ProposeOne(&source, a, 1).tokens.at(0), 10);
+  EXPECT_EQ(ProposeOne(&source, b, 1).tokens.at(0), 20);
+  // A pair never seen: the token's successors.
+  const int64_t c = source.Open(SourceTestPolicy(), {9, 3});
+  EXPECT_EQ(ProposeOne(&source, c, 1).tokens.at(0), 20);
+  // A draft node's context is its parent: node 20 after root 3 recorded
+  // the pair (3, 20).
+  source.ObserveVerified(b, Pass({20}, {{20, 21}, {30, 31}}));
+  EXPECT_THAT(source.Successors(3, 20), ElementsAre(30, 31));
+}
+
+TEST(RecycledSourceTest, ASequenceNothingPredictsStopsScoringHigh) {
+  RecycledSource source;
+  // Another sequence teaches the table that (6, 5) -> 6 holds.
+  const int64_t good = source.Open(SourceTestPolicy(), {6, 5});
+  for (int i = 0; i < 40; ++i) {
+    source.ObserveVerified(good, Pass({}, {{6, 7}}));
+    ASSERT_FALSE(ProposeOne(&source, good, 1).empty());
+    source.Observe(good, {6, 5});  // back to 5: a loop the model keeps
+  }
+  const double process_wide = source.Rate(1, 0, RecycledSource::kByPair);
+  EXPECT_GT(process_wide, 0.8);
+  // A sequence after (6, 5) that never emits what the table says.
+  const int64_t bad = source.Open(SourceTestPolicy(), {6, 5});
+  const float first = ProposeOne(&source, bad, 1).scores.at(0);
+  EXPECT_NEAR(first, process_wide, 0.01);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_FALSE(ProposeOne(&source, bad, 1).empty());
+    source.Observe(bad, {8, 6, 5});  // 6 predicted, 8 emitted; back to 5
+  }
+  const float after = ProposeOne(&source, bad, 1).scores.at(0);
+  EXPECT_LT(after, 0.5 * first);
+  // The other sequence's score barely moved.
+  EXPECT_GT(ProposeOne(&source, good, 1).scores.at(0), 0.75);
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ uint64_t RecycledSource::PairKey(int32_t before, int32_t token) {
          static_cast<uint32_t>(token);
 }
 
-size_t RecycledSource::PairSlotOf(uint64_t key) const {
+size_t RecycledSource::PairSlotOf(uint64_t key) {
   return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - kPairBits));
 }
 
@@ -102,20 +102,23 @@ std::array<int32_t, RecycledSource::kKeep> RecycledSource::Next(
   return next;
 }
 
-int RecycledSource::RateIndex(int depth, int rank, Lookup lookup) const {
+int RecycledSource::RateIndex(int depth, int rank, Lookup lookup) {
   return lookup * (kMaxDepth + 1) +
          (rank > 0 ? kMaxDepth : std::clamp(depth, 1, kMaxDepth) - 1);
 }
 
+double RecycledSource::RateAt(int index) const {
+  return (hits_[index] + kPriorHits) / (tries_[index] + kPriorTries);
+}
+
 double RecycledSource::Rate(int depth, int rank, Lookup lookup) const {
-  const int i = RateIndex(depth, rank, lookup);
-  return (hits_[i] + kPriorHits) / (tries_[i] + kPriorTries);
+  return RateAt(RateIndex(depth, rank, lookup));
 }
 
 double RecycledSource::SequenceRate(const Sequence& sequence, int depth,
                                     int rank, Lookup lookup) const {
   const int i = RateIndex(depth, rank, lookup);
-  return (sequence.hits[i] + kSequencePriorTries * Rate(depth, rank, lookup)) /
+  return (sequence.hits[i] + kSequencePriorTries * RateAt(i)) /
          (sequence.tries[i] + kSequencePriorTries);
 }
 

@@ -108,7 +108,7 @@ class RecycledSource : public DraftSource {
   };
 
   static uint64_t PairKey(int32_t before, int32_t token);
-  size_t PairSlotOf(uint64_t key) const;
+  static size_t PairSlotOf(uint64_t key);
   // The best successors of (`before`, `token`): the pair's where recorded,
   // else the token's.
   std::array<int32_t, kKeep> Next(int32_t before, int32_t token,
@@ -116,7 +116,9 @@ class RecycledSource : public DraftSource {
   void Record(int32_t before, int32_t token, const int32_t* top, int k);
   void Judge(Sequence& sequence, absl::Span<const int32_t> emitted);
   void Tally(Sequence& sequence, int index, bool hit);
-  int RateIndex(int depth, int rank, Lookup lookup) const;
+  static int RateIndex(int depth, int rank, Lookup lookup);
+  // The process-wide rate at RateIndex `index`.
+  double RateAt(int index) const;
   // The sequence's rate: its own tally, with the process-wide rate as the
   // prior (so a sequence nothing predicts stops drafting within a few
   // steps, whatever the workloads before it taught the table).

@@ -163,6 +163,7 @@ inline void HalfRows32(const uint8_t* xq, int64_t r0, int64_t k,
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = tile + b * kL.bytes;
+    PrefetchSlice<kL.bytes, 1>(blk + Int8PrefetchBlocks(kType) * kL.bytes, 0);
     __m256i w[8];
     DecodeSub<kL.bits>(blk, h, w);
     const __m256 dw = Halves8(blk + kL.d_at + 16 * h);
@@ -234,6 +235,7 @@ inline void HalfRowsK(const uint8_t* xq, int64_t r0, int64_t k,
       t[r] = _mm256_setzero_si256();
     }
     for (int j = 0; j < 8; ++j) {
+      PrefetchSlice<kL.bytes, 8>(blk + Int8PrefetchBlocks(kType) * kL.bytes, j);
       __m256i w[8];
       DecodeSub<kL.bits>(blk + j * kL.sub_bytes, h, w);
       if constexpr (kL.groups == 16) {  // two groups of 16 a sub-block

@@ -141,6 +141,7 @@ inline void TileRows32(const uint8_t* xq, int64_t r0, int64_t k,
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = tile + b * kL.bytes;
+    PrefetchSlice<kL.bytes, 1>(blk + Int8PrefetchBlocks(kType) * kL.bytes, 0);
     __m512i w[8];
     DecodeSub<kL.bits>(blk, w);
     const __m512 dw = Halves16(blk + kL.d_at);
@@ -201,6 +202,7 @@ inline void TileRowsK(const uint8_t* xq, int64_t r0, int64_t k,
       t[r] = _mm512_setzero_si512();
     }
     for (int j = 0; j < 8; ++j) {
+      PrefetchSlice<kL.bytes, 8>(blk + Int8PrefetchBlocks(kType) * kL.bytes, j);
       __m512i w[8];
       DecodeSub<kL.bits>(blk + j * kL.sub_bytes, w);
       if constexpr (kL.groups == 16) {  // two groups of 16 a sub-block

@@ -4,6 +4,8 @@
 // the best one below it) on Q4_1 and Q8_0; then QuantMatmul on every
 // quantized type at 1 and 16 rows (the K types only where k is a multiple
 // of 256); then Q4_K and Q6_K, in both forms, on Qwen2.5-1.5B's shapes.
+// "rows" prints only Int8Matmul's cost per extra row of x (m = 1..8) on
+// Qwen2.5-1.5B's shapes: the cost of each verified draft row.
 // Prints ms per call (the median call's thread CPU time) and the
 // weight bytes streamed per second; asserts nothing.
 //
@@ -11,8 +13,9 @@
 // 96 MiB (more than the L3), as in a decode pass that streams the whole
 // model once.
 //
-//   bazel run -c opt //kernels/cpu:quant_matmul_bench [-- ISA] [qwen]
-// (ISA: scalar, avx2 or avx512; qwen: only the Qwen2.5-1.5B table)
+//   bazel run -c opt //kernels/cpu:quant_matmul_bench [-- ISA] [qwen|rows]
+// (ISA: scalar, avx2 or avx512; qwen: only the Qwen2.5-1.5B table; rows:
+// only the draft-row table)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -248,12 +251,14 @@ const char* IsaName(QuantIsa isa) {
 
 void AllTypes(QuantIsa isa, Int8Isa int8_isa);
 void QwenTable(QuantIsa isa, Int8Isa int8_isa);
+void RowsTable(Int8Isa int8_isa);
 
 int Main(int argc, char** argv) {
   QuantIsa isa = BestQuantIsa();
   // "qwen" (last): only the Qwen2.5-1.5B table.
-  const bool qwen_only = argc > 1 && std::string(argv[argc - 1]) == "qwen";
-  if (qwen_only) --argc;
+  const std::string last = argc > 1 ? argv[argc - 1] : "";
+  const bool qwen_only = last == "qwen", rows_only = last == "rows";
+  if (qwen_only || rows_only) --argc;
   if (argc > 1) {
     const std::string want = argv[1];
     bool found = false;
@@ -264,10 +269,11 @@ int Main(int argc, char** argv) {
       }
     }
     if (!found) {
-      std::fprintf(stderr,
-                   "usage: %s [scalar|avx2|avx512] [qwen] (this CPU: up to "
-                   "%s)\n",
-                   argv[0], IsaName(BestQuantIsa()));
+      std::fprintf(
+          stderr,
+          "usage: %s [scalar|avx2|avx512] [qwen|rows] (this CPU: up to "
+          "%s)\n",
+          argv[0], IsaName(BestQuantIsa()));
       return 2;
     }
   }
@@ -276,6 +282,10 @@ int Main(int argc, char** argv) {
       BestInt8Isa(), isa == QuantIsa::kScalar ? Int8Isa::kScalar
                      : isa == QuantIsa::kAvx2 ? Int8Isa::kAvx2
                                               : Int8Isa::kAvx512Vnni);
+  if (rows_only) {
+    RowsTable(int8_isa);
+    return 0;
+  }
   if (!qwen_only) AllTypes(isa, int8_isa);
   QwenTable(isa, int8_isa);
   return 0;
@@ -355,6 +365,33 @@ void QwenTable(QuantIsa isa, Int8Isa int8_isa) {
       for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K}) {
         const Result r = BenchInt8(int8_isa, type, s, m, rng);
         std::printf(" | %7.3f (%5.1f) ", r.ms, r.gbs);
+        std::fflush(stdout);
+      }
+      std::printf("\n");
+    }
+  }
+}
+
+// What each further row of x adds to an Int8Matmul call: the cost of one
+// more verified draft token, against the one-row call that streams the
+// weight.
+void RowsTable(Int8Isa int8_isa) {
+  std::mt19937 rng(3);
+  std::printf(
+      "\nQwen2.5-1.5B's shapes, Int8Matmul %s, 1 thread: ms per call at m "
+      "rows\n\n%-22s %-5s",
+      Int8IsaName(int8_isa), "shape", "type");
+  constexpr int64_t kMaxRows = 8;
+  for (int64_t m = 1; m <= kMaxRows; ++m) {
+    std::printf(" | m=%-5ld", static_cast<long>(m));
+  }
+  std::printf("\n");
+  for (const Shape& s : kQwenShapes) {
+    for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K}) {
+      std::printf("%-22s %-5s", s.name,
+                  type == QuantType::kQ4_K ? "Q4_K" : "Q6_K");
+      for (int64_t m = 1; m <= kMaxRows; ++m) {
+        std::printf(" | %7.3f", BenchInt8(int8_isa, type, s, m, rng).ms);
         std::fflush(stdout);
       }
       std::printf("\n");

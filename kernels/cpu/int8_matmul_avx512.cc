@@ -195,76 +195,87 @@ inline void TileRowsK(const uint8_t* xq, int64_t r0, int64_t k,
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = tile + b * kL.bytes;
-    __m512i s[kRows], t[kRows];
+    // s: each row's scaled sums. The mins' sums (Q4_K, Q5_K, Q2_K) and the
+    // offset's (Q3_K, Q6_K) depend on the scales and x alone, so they are
+    // added after the sub-blocks, from the scale vectors in `other`: the
+    // loop over sub-blocks then holds 8 weight registers and 2 per row,
+    // and 8 rows fit the 32 registers.
+    __m512i s[kRows];
 #pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      s[r] = _mm512_setzero_si512();
-      t[r] = _mm512_setzero_si512();
-    }
+    for (int r = 0; r < kRows; ++r) s[r] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       PrefetchSlice<kL.bytes, 8>(blk + Int8PrefetchBlocks(kType) * kL.bytes, j);
       __m512i w[8];
       DecodeSub<kL.bits>(blk + j * kL.sub_bytes, w);
       if constexpr (kL.groups == 16) {  // two groups of 16 a sub-block
-        __m512i sc[2], mn[2];
+        __m512i sc[2];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           const __m128i bytes = Bytes16(blk + kL.sc_at + 16 * (2 * j + h));
-          if constexpr (kQ2) {
-            const __m512i v = _mm512_cvtepu8_epi32(bytes);
-            sc[h] = _mm512_and_si512(v, _mm512_set1_epi32(15));
-            mn[h] = _mm512_srli_epi32(v, 4);
-          } else {
-            sc[h] = _mm512_cvtepi8_epi32(bytes);
-          }
+          sc[h] = kQ2 ? _mm512_and_si512(_mm512_cvtepu8_epi32(bytes),
+                                         _mm512_set1_epi32(15))
+                      : _mm512_cvtepi8_epi32(bytes);
         }
 #pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) {
           const uint8_t* a =
               reinterpret_cast<const uint8_t*>(x[r].q) + 256 * b + 32 * j;
-          const int32_t* sum16 = x[r].sum16 + 16 * b + 2 * j;
-          __m512i p[2] = {Dot<0, 4, kChains / 2, false>(w, a),
-                          Dot<4, 4, kChains / 2, false>(w, a)};
-#pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h) {
-            if constexpr (kQ2) {
-              t[r] = _mm512_add_epi32(
-                  t[r], _mm512_mullo_epi32(mn[h], _mm512_set1_epi32(sum16[h])));
-            } else {
-              p[h] =
-                  _mm512_sub_epi32(p[h], _mm512_set1_epi32(kOffset * sum16[h]));
-            }
-            s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(p[h], sc[h]));
-          }
+          const __m512i p0 = Dot<0, 4, kChains / 2, false>(w, a);
+          const __m512i p1 = Dot<4, 4, kChains / 2, false>(w, a);
+          s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(p0, sc[0]));
+          s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(p1, sc[1]));
         }
       } else {  // Q4_K, Q5_K: one group of 32, with a min
         const __m512i sc =
             _mm512_cvtepu8_epi32(Bytes16(blk + kL.sc_at + 16 * j));
-        const __m512i mn =
-            _mm512_cvtepu8_epi32(Bytes16(blk + kL.mn_at + 16 * j));
 #pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) {
           const uint8_t* a =
               reinterpret_cast<const uint8_t*>(x[r].q) + 256 * b + 32 * j;
-          const int32_t* sum16 = x[r].sum16 + 16 * b + 2 * j;
           const __m512i p = Dot<0, 8, kChains, false>(w, a);
           s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(p, sc));
-          t[r] = _mm512_add_epi32(
-              t[r],
-              _mm512_mullo_epi32(mn, _mm512_set1_epi32(sum16[0] + sum16[1])));
         }
+      }
+    }
+    // other[g]: group g's min (Q4_K, Q5_K, Q2_K) or kOffset * its scale
+    // (Q3_K, Q6_K), times the sum of x over the group: t = sum_g mn_g *
+    // sum_g(q_x), or kOffset * sum_g sc_g * sum_g(q_x) taken off s.
+    __m512i other[kL.groups];
+#pragma GCC unroll 16
+    for (int g = 0; g < kL.groups; ++g) {
+      const __m128i bytes =
+          Bytes16(blk + (kL.groups == 8 ? kL.mn_at : kL.sc_at) + 16 * g);
+      if constexpr (kL.groups == 8) {
+        other[g] = _mm512_cvtepu8_epi32(bytes);
+      } else if constexpr (kQ2) {
+        other[g] = _mm512_srli_epi32(_mm512_cvtepu8_epi32(bytes), 4);
+      } else {
+        other[g] = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(bytes),
+                                      _mm512_set1_epi32(kOffset));
       }
     }
     const __m512 dw = Halves16(blk + kL.d_at);
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
+      const int32_t* sum16 = x[r].sum16 + 16 * b;
+      __m512i t = _mm512_setzero_si512();
+#pragma GCC unroll 16
+      for (int g = 0; g < kL.groups; ++g) {
+        const int32_t sum =
+            kL.groups == 8 ? sum16[2 * g] + sum16[2 * g + 1] : sum16[g];
+        t = _mm512_add_epi32(
+            t, _mm512_mullo_epi32(other[g], _mm512_set1_epi32(sum)));
+      }
       const __m512 dx = _mm512_set1_ps(x[r].d[b]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]), _mm512_mul_ps(dw, dx),
-                               acc[r]);
       if constexpr (kL.mins) {
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]),
+                                 _mm512_mul_ps(dw, dx), acc[r]);
         const __m512 dmin = Halves16(blk + kL.m_at);
-        acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(t[r]),
+        acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(t),
                                   _mm512_mul_ps(dmin, dx), acc[r]);
+      } else {
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[r], t)),
+                                 _mm512_mul_ps(dw, dx), acc[r]);
       }
     }
   }
@@ -288,7 +299,9 @@ inline void TileRows(const uint8_t* xq, int64_t r0, int64_t k,
 template <QuantType kType>
 void Run(const uint8_t* xq, int64_t m, int64_t k, const uint8_t* packed,
          int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
-  constexpr int kRows = 4;
+  // Up to 8 rows share each decoded weight register (the verified rows of
+  // a draft tree; more rows take more passes over the tile, from cache).
+  constexpr int kRows = 8;
   constexpr Int8Layout kL = LayoutOf(kType);
   const int64_t tile_bytes = (k / kL.block) * kL.bytes;
   for (int64_t t = n_begin / kInt8Tile; t * kInt8Tile < n_end; ++t) {
@@ -304,6 +317,18 @@ void Run(const uint8_t* xq, int64_t m, int64_t k, const uint8_t* packed,
       TileRows<kType, kRows>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
     }
     switch (m - r) {
+      case 7:
+        TileRows<kType, 7>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
+        break;
+      case 6:
+        TileRows<kType, 6>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
+        break;
+      case 5:
+        TileRows<kType, 5>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
+        break;
+      case 4:
+        TileRows<kType, 4>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
+        break;
       case 3:
         TileRows<kType, 3>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
         break;

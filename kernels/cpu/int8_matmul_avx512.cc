@@ -296,6 +296,20 @@ inline void TileRows(const uint8_t* xq, int64_t r0, int64_t k,
   }
 }
 
+// TileRows for the last `rows` (< kMax + 1) rows of a tile.
+template <QuantType kType, int kMax>
+inline void TileRowsTail(int64_t rows, const uint8_t* xq, int64_t r0, int64_t k,
+                         const uint8_t* tile, float* y, int64_t ldy,
+                         __mmask16 mask) {
+  if constexpr (kMax > 0) {
+    if (rows == kMax) {
+      TileRows<kType, kMax>(xq, r0, k, tile, y, ldy, mask);
+    } else {
+      TileRowsTail<kType, kMax - 1>(rows, xq, r0, k, tile, y, ldy, mask);
+    }
+  }
+}
+
 template <QuantType kType>
 void Run(const uint8_t* xq, int64_t m, int64_t k, const uint8_t* packed,
          int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
@@ -316,31 +330,8 @@ void Run(const uint8_t* xq, int64_t m, int64_t k, const uint8_t* packed,
     for (; r + kRows <= m; r += kRows) {
       TileRows<kType, kRows>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
     }
-    switch (m - r) {
-      case 7:
-        TileRows<kType, 7>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
-        break;
-      case 6:
-        TileRows<kType, 6>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
-        break;
-      case 5:
-        TileRows<kType, 5>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
-        break;
-      case 4:
-        TileRows<kType, 4>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
-        break;
-      case 3:
-        TileRows<kType, 3>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
-        break;
-      case 2:
-        TileRows<kType, 2>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
-        break;
-      case 1:
-        TileRows<kType, 1>(xq, r, k, tile, y + r * ldy + col0, ldy, mask);
-        break;
-      default:
-        break;
-    }
+    TileRowsTail<kType, kRows - 1>(m - r, xq, r, k, tile, y + r * ldy + col0,
+                                   ldy, mask);
   }
 }
 

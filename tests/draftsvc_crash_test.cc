@@ -643,7 +643,15 @@ TEST(DraftsvcCrashTest, AcknowledgedStepsSurviveSigkill) {
       });
     }
     if (kill < kKills) {
-      // Let writes flow, then kill at a random moment mid-traffic.
+      // Let writes flow until one is acknowledged (a loaded machine can
+      // take longer than the random delay to start them), then kill at a
+      // random moment mid-traffic.
+      const auto flowing_by =
+          std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (acks.load() == 0 &&
+             std::chrono::steady_clock::now() < flowing_by) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng() % 650));
       ExpectKilledByUs(server.Kill(SIGKILL), server.Log(), kill);
     } else {

@@ -12,6 +12,12 @@ from typing import (Callable, Iterable, Iterator, List, Mapping, Optional,
                     Sequence, Tuple, Union)
 
 import grpc
+# grpc imports its channel module (through grpc.experimental) lazily, on
+# the first insecure_channel/secure_channel call; that import once failed
+# there with a KeyError inside importlib's module lock (Python 3.11,
+# tests/openai_test.py's first Client, grpc's own threads running). Import
+# it while this module loads instead.
+import grpc.experimental  # noqa: F401,E402
 
 try:
     from .proto import draft_pb2, generation_pb2, generation_pb2_grpc

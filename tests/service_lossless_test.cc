@@ -184,6 +184,26 @@ TEST_F(ServiceRecycledLosslessTest, GoldenPromptsMatchPlainDecoding) {
       << "no recycled draft was accepted: the comparisons prove little";
 }
 
+// Free asks (--free_ask_min_pass_ms; on by default only where a pass takes
+// 20 ms, so SmolLM2 never reaches them otherwise): every step whose pacer
+// gives no draft still asks and verifies what the cut keeps.
+class ServiceFreeAskLosslessTest
+    : public SharedPairTest<ServiceFreeAskLosslessTest> {
+ public:  // Read by SharedPairTest.
+  static PairOptions Options() {
+    PairOptions options;
+    options.name = "free_ask";
+    options.verifysvc_flags = {"--free_ask_min_pass_ms=0.001"};
+    return options;
+  }
+};
+
+TEST_F(ServiceFreeAskLosslessTest, GoldenPromptsMatchPlainDecoding) {
+  GoldenTally tally;
+  RunGoldenPrompts(pair_, &tally);
+  EXPECT_GT(tally.accepted, 0);
+}
+
 // A passage from a real document and two questions whose answers quote it.
 struct RagCase {
   const char* name;

@@ -87,6 +87,12 @@ ABSL_FLAG(int, draft_ask_tokens, 8,
           "tree that comes back is cut to the prefix whose nodes' own "
           "acceptance estimates pay for their rows. 0 = ask exactly the "
           "budget and verify the whole tree.");
+ABSL_FLAG(double, free_ask_min_pass_ms, 20,
+          "A sequence the step budget gives no draft still asks its text "
+          "sources and draftsvc (never the assistant) for --draft_ask_tokens, "
+          "cut by score as any tree, while a one-token pass takes at least "
+          "this many ms: an ask costs ~0.5 ms of the cores, little next to "
+          "such a pass. 0 = never.");
 ABSL_FLAG(bool, cost_gates, true,
           "Run the draft mechanisms that cost time of their own (the Jacobi "
           "window's rows, the assistant's passes) for a sequence only while "
@@ -465,6 +471,12 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
         absl::StrCat("--draft_ask_tokens=", c.scheduler.draft_ask_tokens,
                      " is outside [0, 256]"));
   }
+  const double free_ask_ms = absl::GetFlag(FLAGS_free_ask_min_pass_ms);
+  if (!(free_ask_ms >= 0 && free_ask_ms <= 60000)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--free_ask_min_pass_ms=", free_ask_ms, " is outside [0, 60000]"));
+  }
+  c.scheduler.free_ask_min_pass_seconds = free_ask_ms / 1000;
   c.scheduler.gate.enabled = absl::GetFlag(FLAGS_cost_gates);
   c.scheduler.pace_repeats = absl::GetFlag(FLAGS_pace_repeats);
   c.scheduler.charge_draft_calls = absl::GetFlag(FLAGS_charge_draft_calls);

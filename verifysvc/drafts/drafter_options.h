@@ -44,6 +44,15 @@ struct DrafterOptions {
   // whose nodes' own estimates pay for their rows. 0 = ask exactly the
   // budget and keep the whole tree.
   int draft_ask_tokens = 8;
+  // A sequence its pacer gives no draft this step still asks for
+  // draft_ask_tokens (its own text's sources and draftsvc; never the
+  // assistant) while a one-token pass takes at least this long, and its
+  // tree is cut by score as any other. An ask costs about half a
+  // millisecond of the shared cores (the sources, the top-k, draftsvc's
+  // round trip): under 2% of such a pass, while on a model whose pass is a
+  // few milliseconds it cost the adversarial workload 11%
+  // (bench/results/free_asks). 0 = never: the pacer alone decides.
+  double free_ask_min_pass_seconds = 0.020;
   // The gates of the mechanisms that cost time of their own (the Jacobi
   // window's rows, the assistant's passes): each runs for a sequence only
   // while what it adds pays for what it costs (verifysvc/drafts/cost_gate.h).

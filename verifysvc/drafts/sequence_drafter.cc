@@ -121,13 +121,17 @@ bool SequenceDrafter::MakeWindow() {
 DraftAsk SequenceDrafter::Ask(int budget, int cap, const TokenPrice& price) {
   // A sequence the budget gives drafts asks for a scored tree of
   // draft_ask_tokens, cut once its nodes' estimates are known; one it gives
-  // none asks for none (no round trip), a probe for its probe.
+  // none asks for none (no round trip), a probe for its probe, unless
+  // asking is cheap next to the pass (a free ask, without the assistant).
+  const double free_from = context_->options.free_ask_min_pass_seconds;
+  const bool free_ask = budget == 0 && !pacer().probing() && free_from > 0 &&
+                        context_->cost->Seconds(1) >= free_from;
   const int ask =
-      budget == 0 || pacer().probing()
+      (budget == 0 && !free_ask) || pacer().probing()
           ? budget
           : std::max(budget, std::min(cap, context_->options.draft_ask_tokens));
   DraftAsk a{handle_, ask, policy_.mode};
-  if (!AssistantRuns(ask, cap, price)) {
+  if (!AssistantRuns(free_ask ? 0 : ask, cap, price)) {
     a.withheld = engine::SourceBit(engine::DraftSourceTag::kAssistant);
   }
   asked_ = ask;

@@ -125,6 +125,9 @@ DrafterOptions Options() {
   DrafterOptions options;
   options.charge_draft_calls = false;  // the fake's calls take no time
   options.pace_repeats = false;
+  // These curves take 10-20 ms a pass: asks follow the pacer alone unless
+  // a test says otherwise (SlowPassesAskFreelyWhereThePacerGivesNone).
+  options.free_ask_min_pass_seconds = 0;
   return options;
 }
 
@@ -239,6 +242,47 @@ TEST_F(SequenceDrafterTest, PacingStopsAskingAfterMissesThenProbes) {
     most = std::max(most, Step(drafter.get(), 8).asked);
   EXPECT_GT(most, 1);
   planner_->Close(drafter.get());
+}
+
+TEST_F(SequenceDrafterTest, SlowPassesAskFreelyWhereThePacerGivesNone) {
+  // CpuCost's one-token pass takes 20 ms: at or past the threshold a
+  // sequence whose misses stopped its budget still asks every step (never
+  // the assistant), and the cut keeps what pays; below it, only probes.
+  for (const double from : {0.020, 0.021, 0.0}) {
+    DrafterOptions options = Options();
+    options.free_ask_min_pass_seconds = from;
+    options.pacing.probe_interval = 4;
+    options.pacing.max_probe_interval = 16;
+    NewPlanner(CpuCost(), options);
+    source_.proposes = false;
+    std::unique_ptr<SequenceDrafter> drafter = Open(Policy(8));  // any source
+    ASSERT_NE(drafter, nullptr);
+    int zero_asks = 0;
+    for (int i = 0; i < 100; ++i) {
+      const size_t before = source_.asks.size();
+      Step(drafter.get(), 0);
+      ASSERT_EQ(source_.asks.size(), before + 1);
+      const DraftAsk& ask = source_.asks.back();
+      if (ask.budget == 0) ++zero_asks;
+      if (i >= 20 && ask.budget > 1) {
+        EXPECT_NE(ask.withheld & engine::SourceBit(DraftSourceTag::kAssistant),
+                  0)
+            << "a free ask runs no assistant pass; step " << i;
+      }
+    }
+    if (from == 0.020) {
+      EXPECT_EQ(zero_asks, 0) << "at the threshold every step asks";
+    } else {
+      EXPECT_GT(zero_asks, 60) << "threshold " << from;
+    }
+    // A hit from a free ask is verified and accepted as any other.
+    if (from == 0.020) {
+      source_.proposes = true;
+      SequenceDraft draft = Step(drafter.get(), 8);
+      EXPECT_GT(draft.tree.size(), 0);
+    }
+    planner_->Close(drafter.get());
+  }
 }
 
 TEST_F(SequenceDrafterTest, HopelessPacingCarriesOverInItsNamespaceOnly) {

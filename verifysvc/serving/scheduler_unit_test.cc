@@ -474,10 +474,13 @@ class SchedulerUnitTest : public ::testing::Test {
     ASSERT_EQ(model_->config().vocab_size, tokenizer_->vocab_size());
   }
 
-  // `model` null: the suite's model.
+  // `model` null: the suite's model. The curves above are in made-up units
+  // (a pass "costs" a second), so free asks, which weigh a real ask against
+  // a pass's seconds, stay off here (sequence_drafter_test covers them).
   static std::unique_ptr<Scheduler> NewScheduler(
       DraftFanout* drafts, StepCostModel cost, SchedulerOptions options,
       const engine::LlamaModel* model = nullptr) {
+    options.free_ask_min_pass_seconds = 0;
     auto scheduler =
         Scheduler::Create(model != nullptr ? model : model_.get(),
                           tokenizer_.get(), drafts, std::move(cost), options);

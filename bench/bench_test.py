@@ -594,6 +594,68 @@ class ReportSectionsTest(unittest.TestCase):
         self.assertEqual(code["ours plain"]["requests"], 1)
 
 
+class ModeConnectionsTest(unittest.TestCase):
+    """Each drafted mode on a verifier process of its own (Token Recycling's
+    table would carry one mode's predictions for a prompt into the next)."""
+
+    class FakeService:
+        def __init__(self, name="verifysvc"):
+            self.name, self.stopped, self.siblings = name, False, []
+
+        def sibling(self, name):
+            child = ModeConnectionsTest.FakeService(name)
+            self.siblings.append(child)
+            return child
+
+        def wait_address(self):
+            return f"address of {self.name}"
+
+        def stop(self):
+            self.stopped = True
+
+    class FakeClientConnection(FakeConnection):
+        def __init__(self, address):
+            super().__init__()
+            self.address = address
+            self.client = types.SimpleNamespace(wait_ready=lambda timeout: None)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def test_drafted_modes_get_a_verifier_each_plain_the_main_one(self):
+        main = FakeConnection()
+        service = self.FakeService()
+        args = types.SimpleNamespace(max_new_tokens=4, timeout=5)
+        with contextlib.ExitStack() as stack, mock.patch.object(
+                harness, "Connection", self.FakeClientConnection):
+            connect = run.ModeConnections(stack, main, service, args)
+            self.assertFalse(connect.shared)
+            self.assertIs(connect("plain"), main)
+            hierarchical = connect("trie-hierarchical")
+            parallel = connect("trie-parallel")
+            self.assertIsNot(hierarchical, main)
+            self.assertIsNot(hierarchical, parallel)
+            self.assertIs(connect("trie-hierarchical"), hierarchical)
+            self.assertEqual(hierarchical.address,
+                             "address of verifysvc-trie-hierarchical")
+            self.assertEqual([s.name for s in service.siblings],
+                             ["verifysvc-trie-hierarchical",
+                              "verifysvc-trie-parallel"])
+            # Each new verifier answered a throwaway request first.
+            self.assertEqual(len(hierarchical.calls), 1)
+        self.assertTrue(all(s.stopped for s in service.siblings))
+
+    def test_given_services_are_shared(self):
+        main = FakeConnection()
+        connect = run.ModeConnections(None, main, None,
+                                      types.SimpleNamespace())
+        self.assertTrue(connect.shared)
+        self.assertIs(connect("trie-parallel"), main)
+
+
 class RunArgsTest(unittest.TestCase):
     def test_llamacpp_peer_raises_the_context_limit(self):
         def flags(*argv):

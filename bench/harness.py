@@ -96,6 +96,8 @@ class Service:
 
     def __init__(self, name, argv, work):
         self.name = name
+        self.base_argv = argv
+        self.work = work
         self.log_path = os.path.join(work, f"{name}.log")
         self.port_file = os.path.join(work, f"{name}.port")
         argv = argv + ["--host=127.0.0.1", "--port=0",
@@ -119,6 +121,11 @@ class Service:
             time.sleep(0.1)
         raise RuntimeError(f"{self.name} did not start (exit "
                            f"{self.process.poll()}):\n{self.log()}")
+
+    def sibling(self, name):
+        """Another process of the same command line (binary, peers, flags),
+        with ports and a log of its own."""
+        return Service(name, self.base_argv, self.work)
 
     def log(self):
         with open(self.log_path, errors="replace") as f:

@@ -14,8 +14,9 @@ GGUF path; default: its own, the embedded SmolLM2-135M), and the peers run
 the same file. Each workload's prompts run at batch 1 in three modes:
 plain (drafts off), trie-hierarchical and trie-parallel, in an order that
 rotates per prompt so no mode always goes first. Each drafted mode has its
-own draftsvc namespace per workload, filled by the warm-up split first, so
-no mode ever sees another mode's output of the same prompt.
+own draftsvc namespace per workload, filled by the warm-up split first, and
+its own verifysvc process (ModeConnections; Token Recycling's table is the
+process's), so no mode ever sees another mode's output of the same prompt.
 
 More, each behind its flags and with its own section in report.md:
 
@@ -343,11 +344,50 @@ def parse_args(argv):
     return args
 
 
-def run_workload(connection, workload, namespace_prefix, args):
-    """Warm-up, then the measured prompts in every mode; their records."""
+class ModeConnections:
+    """The verifysvc connection of each mode: plain decoding on the main one,
+    each drafted mode on a process of its own, started on first use as a
+    sibling of the main verifysvc (same flags and draftsvc). A verifier
+    learns from what it verifies (Token Recycling keeps one table per
+    process, across namespaces), so a mode that ran the same prompt right
+    after another would draft from the other's predictions for it: on the
+    2-core machine the second of two drafted modes on a prompt reached chat
+    EDL 1.63-1.87 where the first reached 1.25-1.37
+    (bench/results/mode_isolation). With services given by --verifysvc
+    (`service` None) every mode shares that one."""
+
+    def __init__(self, stack, connection, service, args):
+        self.stack, self.main, self.service = stack, connection, service
+        self.args = args
+        self.by_mode = {}
+
+    @property
+    def shared(self):
+        return self.service is None
+
+    def __call__(self, mode):
+        if mode == "plain" or self.service is None:
+            return self.main
+        if mode not in self.by_mode:
+            sibling = self.service.sibling(f"verifysvc-{mode}")
+            self.stack.callback(sibling.stop)
+            connection = self.stack.enter_context(
+                harness.Connection(sibling.wait_address()))
+            connection.client.wait_ready(timeout=30)
+            harness.measure(connection,
+                            workloads.Prompt("warm", {"prompt": "Hello"}),
+                            "off", "", self.args.max_new_tokens,
+                            self.args.timeout)
+            self.by_mode[mode] = connection
+        return self.by_mode[mode]
+
+
+def run_workload(connect, workload, namespace_prefix, args):
+    """Warm-up, then the measured prompts in every mode (each on
+    connect(mode)); their records."""
     namespace = {m: f"{namespace_prefix}-{workload.name}-{m}" for m in DRAFTED}
     measure = lambda prompt, mode: harness.measure(  # noqa: E731
-        connection, prompt, MODES[mode], namespace.get(mode, ""),
+        connect(mode), prompt, MODES[mode], namespace.get(mode, ""),
         args.max_new_tokens, args.timeout)
     for prompt in workload.warmup:
         for mode in DRAFTED:
@@ -394,14 +434,15 @@ def run_split_cores(args, selected, prefix):
     print("draft sources, split cores: draftsvc on CPU 0, verifysvc on CPU 1",
           flush=True)
     with contextlib.ExitStack() as stack:
-        address, _ = harness.start_services(
+        address, verifysvc = harness.start_services(
             stack, args.bin_dir, args.draftsvc_flag,
             args.verifysvc_flag + SPLIT_VERIFYSVC_FLAGS,
             draftsvc_cpus="0", verifysvc_cpus="1")
         connection = stack.enter_context(harness.Connection(address))
         connection.client.wait_ready(timeout=30)
+        connect = ModeConnections(stack, connection, verifysvc, args)
         for workload in selected:
-            records, errors = run_source_ablation(connection, workload,
+            records, errors = run_source_ablation(connect, workload,
                                                   prefix, split_args)
             section["records"] += records
             if errors:
@@ -410,10 +451,11 @@ def run_split_cores(args, selected, prefix):
     return section
 
 
-def run_source_ablation(connection, workload, namespace_prefix, args):
+def run_source_ablation(connect, workload, namespace_prefix, args):
     """The draft-source ablation on one workload: warm-up, then every
     measured prompt in each of args.source_modes (order rotating per
-    prompt), each drafted mode in its own namespace. Returns (records,
+    prompt), each drafted mode in its own namespace on connect(mode)
+    (ModeConnections). Returns (records,
     {mode: error}) where a mode that failed (e.g. FAILED_PRECONDITION: its
     source is not served) is left out of the records after its error."""
     import grpc
@@ -426,7 +468,8 @@ def run_source_ablation(connection, workload, namespace_prefix, args):
         spec = harness.SOURCE_MODES[mode]
         try:
             return harness.measure(
-                connection, prompt, spec["draft_mode"], namespace.get(mode, ""),
+                connect(mode), prompt, spec["draft_mode"],
+                namespace.get(mode, ""),
                 args.max_new_tokens, args.timeout,
                 sources=spec.get("sources", ()),
                 lookahead=spec["lookahead"])
@@ -717,12 +760,16 @@ def run_all(stack, args, results, started_services):
     harness.measure(connection, workloads.Prompt("warm", {"prompt": "Hello"}),
                     "off", "", args.max_new_tokens, args.timeout)
     prefix = "bench-" + results["started"][:19].replace("-", "").replace(":", "")
+    connect = ModeConnections(
+        stack, connection, started_services[0] if started_services else None,
+        args)
+    results["modes_share_a_verifier"] = connect.shared
     results["records"] = []
     if not args.no_main:
         for workload in selected:
             print(f"{workload.name}: {len(workload.warmup)} warm-up, "
                   f"{len(workload.measured)} measured prompts", flush=True)
-            results["records"] += run_workload(connection, workload, prefix, args)
+            results["records"] += run_workload(connect, workload, prefix, args)
     if args.source_modes:
         start = time.perf_counter()
         print(f"draft sources {args.source_modes}", flush=True)
@@ -730,7 +777,7 @@ def run_all(stack, args, results, started_services):
             "modes": args.source_modes, "records": [], "errors": {},
             "jacobi_window": list(harness.JACOBI_WINDOW)}
         for workload in selected:
-            records, errors = run_source_ablation(connection, workload,
+            records, errors = run_source_ablation(connect, workload,
                                                   prefix, args)
             results["source_ablation"]["records"] += records
             if errors:

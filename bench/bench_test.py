@@ -287,12 +287,20 @@ class FakeMessage:
 class FakeConnection:
     """Answers Generate like a lossless server would: the output depends on
     the prompt only. Logs each call's draft settings. `diverge` makes one
-    prompt's drafted output differ (a lossy server)."""
+    prompt's drafted output differ (a lossy server). Also a context manager
+    with a ready client, as harness.Connection."""
 
     def __init__(self, diverge=None):
         self.calls = []
         self.lock = threading.Lock()
         self.diverge = diverge
+        self.client = types.SimpleNamespace(wait_ready=lambda timeout: None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
     def generate(self, request_kwargs, *, branch_length=0, timeout=None,
                  **kwargs):
@@ -384,9 +392,13 @@ class ConcurrencyTest(unittest.TestCase):
 
 class AblationsTest(unittest.TestCase):
     def make(self, fake, pairs):
+        # Every cell's pair answers as `fake` does, and logs into it.
         def start_pair(stack, flags):
             pairs.append(flags)
             return "fake:1"
+        patch = mock.patch.object(harness, "Connection", lambda address: fake)
+        patch.start()
+        self.addCleanup(patch.stop)
         ablations = sweeps.Ablations(fake, jobs("a", "bb"), jobs("w"), "p",
                                      SETTINGS, start_pair)
         return ablations
@@ -410,7 +422,8 @@ class AblationsTest(unittest.TestCase):
                          ["p-ablation3-0", "p-ablation3-1"])  # No warm-up.
         namespaces = [c["namespace"] for c in fake.calls if c["draft_mode"] != "off"]
         self.assertEqual(len(set(namespaces)), 5)  # 3 warm cells + 2 cold.
-        self.assertEqual(pairs, [])
+        # Each cell on a pair of its own (none learns from another's run).
+        self.assertEqual(pairs, [[]] * 4)
         self.assertTrue(all(r["identical"] for t in tables.values()
                             for c in t["cells"] for r in c["records"]))
 
@@ -508,7 +521,11 @@ class ReportSectionsTest(unittest.TestCase):
         concurrency = sweeps.run_concurrency(fake, [1], jobs("a"), [], "p",
                                              SETTINGS)
         concurrency.update(max_new_tokens=4, seconds=1.0)
-        ablations = sweeps.Ablations(fake, jobs("a"), [], "p", SETTINGS, None)
+        ablations = sweeps.Ablations(fake, jobs("a"), [], "p", SETTINGS,
+                                     lambda stack, flags: "fake:1")
+        patch = mock.patch.object(harness, "Connection", lambda address: fake)
+        patch.start()
+        self.addCleanup(patch.stop)
         options = types.SimpleNamespace(grid_decoding=[32], grid_branch=[8],
                                         capacity=[], prompt_boost=[])
         defaults = {"capacity_nodes": "9", "prompt_boost": "4",

@@ -129,8 +129,9 @@ def effective_flag(flags, name, default):
 class Ablations:
     """Runs ablation cells; each cell = a draftsvc flag set, a per-request
     decoding_length and branch_length (0 = the server's), and whether the
-    namespace is shared (warm) or fresh per request (cold). Cells with the
-    same settings run once."""
+    namespace is shared (warm) or fresh per request (cold), on a fresh
+    draftsvc and verifysvc of its own. Cells with the same settings run
+    once; plain decoding (the baseline) runs on `connection`."""
 
     def __init__(self, connection, jobs, warmup, prefix, settings, start_pair):
         self.connection = connection
@@ -171,11 +172,13 @@ class Ablations:
                  "branch_length": branch_length}
         start = time.perf_counter()
         with contextlib.ExitStack() as stack:
-            connection = self.connection
-            if draftsvc_flags:
-                address = self.start_pair(stack, list(draftsvc_flags))
-                connection = stack.enter_context(harness.Connection(address))
-                connection.client.wait_ready(timeout=30)
+            # A pair of its own, whatever its flags: a verifier learns from
+            # what it verifies (Token Recycling's table is the process's),
+            # so a cell after another on the same prompts would draft from
+            # the other's predictions for them (bench/results/mode_isolation).
+            address = self.start_pair(stack, list(draftsvc_flags))
+            connection = stack.enter_context(harness.Connection(address))
+            connection.client.wait_ready(timeout=30)
             name = f"{self.prefix}-ablation{len(self._cells)}"
             if shared:
                 namespaces = [name] * len(self.jobs)

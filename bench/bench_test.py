@@ -634,13 +634,6 @@ class ModeConnectionsTest(unittest.TestCase):
         def __init__(self, address):
             super().__init__()
             self.address = address
-            self.client = types.SimpleNamespace(wait_ready=lambda timeout: None)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
 
     def test_drafted_modes_get_a_verifier_each_plain_the_main_one(self):
         main = FakeConnection()

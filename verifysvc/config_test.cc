@@ -1,8 +1,10 @@
 // ConfigFromFlags: how --activations resolves against the weights and the
 // device (auto: int8 wherever our own CPU kernels run, the exact f32 form
-// elsewhere), and its error for an unknown value.
+// elsewhere), and its error for an unknown value; --free_ask_min_pass_ms's
+// range.
 #include "verifysvc/config.h"
 
+#include <cmath>
 #include <string>
 
 #include "absl/flags/declare.h"
@@ -15,6 +17,7 @@ ABSL_DECLARE_FLAG(std::string, activations);
 ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(std::string, dtype);
 ABSL_DECLARE_FLAG(std::string, kv_cache);
+ABSL_DECLARE_FLAG(double, free_ask_min_pass_ms);
 
 namespace lookahead::verifysvc {
 namespace {
@@ -72,6 +75,23 @@ TEST_F(ActivationsFlagTest, ExplicitFormsAndBadValues) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("--activations"));
   EXPECT_THAT(bad.status().message(), HasSubstr("or auto"));
+}
+
+TEST_F(ActivationsFlagTest, FreeAskThresholdInMillisecondsWithinRange) {
+  auto config = ConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_DOUBLE_EQ(config->scheduler.free_ask_min_pass_seconds, 0.020);
+  absl::SetFlag(&FLAGS_free_ask_min_pass_ms, 0.0);
+  config = ConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->scheduler.free_ask_min_pass_seconds, 0);
+  for (double bad : {-1.0, 60001.0, std::nan("")}) {
+    absl::SetFlag(&FLAGS_free_ask_min_pass_ms, bad);
+    config = ConfigFromFlags();
+    ASSERT_FALSE(config.ok()) << bad;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(config.status().message(), HasSubstr("--free_ask_min_pass_ms"));
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 # both services' metrics. Run from the repository root after tools/bench.sh
 # built the binaries and tools/setup.sh fetched both models:
 #   MODES="default assistant jacobi mixed" OUT=/tmp/diag1 diag.sh
+# DRAFTSVC_EXTRA adds draftsvc flags (the assistant's chain, deadline...).
 # Every mode in one call shares the services: later modes see a namespace
 # that already holds the earlier modes' outputs of the same prompts.
 set -u
@@ -13,7 +14,7 @@ W=${OUT:-/tmp/diag}
 rm -rf "$W"; mkdir -p "$W"
 B=.bazel/bin
 $B/draftsvc/draftsvc --port=50161 --metrics_port=9193 --db_path="$W/db" \
-  --assistant_model=$M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --assistant_threads=2 \
+  --assistant_model=$M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --assistant_threads=2 ${DRAFTSVC_EXTRA:-} \
   --draft_sources=${SOURCES:-trie,ngram,assistant} > "$W/draftsvc.log" 2>&1 &
 DP=$!
 sleep 3

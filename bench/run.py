@@ -344,6 +344,13 @@ def parse_args(argv):
     return args
 
 
+def throwaway_request(connection, args):
+    """One plain request on a new verifier: first-call costs stay out of
+    the numbers."""
+    harness.measure(connection, workloads.Prompt("warm", {"prompt": "Hello"}),
+                    "off", "", args.max_new_tokens, args.timeout)
+
+
 class ModeConnections:
     """The verifysvc connection of each mode: plain decoding on the main one,
     each drafted mode on a process of its own, started on first use as a
@@ -374,10 +381,7 @@ class ModeConnections:
             connection = self.stack.enter_context(
                 harness.Connection(sibling.wait_address()))
             connection.client.wait_ready(timeout=30)
-            harness.measure(connection,
-                            workloads.Prompt("warm", {"prompt": "Hello"}),
-                            "off", "", self.args.max_new_tokens,
-                            self.args.timeout)
+            throwaway_request(connection, self.args)
             self.by_mode[mode] = connection
         return self.by_mode[mode]
 
@@ -756,9 +760,7 @@ def run_all(stack, args, results, started_services):
     results["workloads"] = {w.name: {"description": w.description,
                                      "warmup": len(w.warmup),
                                      "measured": len(w.measured)} for w in selected}
-    # One throwaway request: first-call costs stay out of the numbers.
-    harness.measure(connection, workloads.Prompt("warm", {"prompt": "Hello"}),
-                    "off", "", args.max_new_tokens, args.timeout)
+    throwaway_request(connection, args)
     prefix = "bench-" + results["started"][:19].replace("-", "").replace(":", "")
     connect = ModeConnections(
         stack, connection, started_services[0] if started_services else None,

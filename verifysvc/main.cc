@@ -59,7 +59,7 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
   shutdown->SetPhase("measuring the step cost");
   ASSIGN_OR_RETURN(StepCostModel cost,
                    MeasureStepCost(*model, {1, 2, 3, 4, 8, 16, 32, 64},
-                                   /*context=*/128, /*repeats=*/2));
+                                   /*context=*/128, /*repeats=*/5));
   std::printf("verifysvc: forward ms by tokens %s\n",
               DescribeStepCost(cost).c_str());
 

@@ -23,6 +23,26 @@ absl::StatusOr<StepCostModel> StepCostModel::Create(
           " s) must have tokens >= 1, increasing, and seconds > 0"));
     }
   }
+  // A pass over more tokens never costs less: a measured dip is noise.
+  // Adjacent points out of order are pooled into their mean (isotonic
+  // regression), so no size looks cheaper than a smaller one.
+  std::vector<std::pair<double, int>> pools;  // (mean, points pooled)
+  for (const auto& [tokens, seconds] : points) {
+    pools.emplace_back(seconds, 1);
+    while (pools.size() > 1 &&
+           pools[pools.size() - 2].first > pools.back().first) {
+      const auto [mean, count] = pools.back();
+      pools.pop_back();
+      auto& [prev_mean, prev_count] = pools.back();
+      prev_mean =
+          (prev_mean * prev_count + mean * count) / (prev_count + count);
+      prev_count += count;
+    }
+  }
+  size_t i = 0;
+  for (const auto& [mean, count] : pools) {
+    for (int c = 0; c < count; ++c) points[i++].second = mean;
+  }
   return StepCostModel(std::move(points));
 }
 
@@ -52,6 +72,38 @@ void StepCostModel::Observe(int tokens, double seconds, double weight) {
   const double change = std::clamp(seconds - nearest->second,
                                    -nearest->second / 2, nearest->second / 2);
   nearest->second += weight * change;
+  seen_[nearest - points_.begin()] = true;
+  // The sizes not seen since the start: their start-up values may be off
+  // (start-up passes run at another speed than served ones), and a size
+  // the budget then avoids as too dear would never be seen to correct it.
+  // Between two seen sizes one follows the line between them; beyond the
+  // seen ones it keeps its start-up value scaled as the nearest seen one's.
+  const int n = static_cast<int>(points_.size());
+  std::vector<int> seen;
+  for (int i = 0; i < n; ++i) {
+    if (seen_[i]) seen.push_back(i);
+  }
+  for (int i = 0, k = 0; i < n; ++i) {  // seen[k] is the first seen >= i
+    if (k < static_cast<int>(seen.size()) && seen[k] < i) ++k;
+    if (seen_[i]) continue;
+    if (k > 0 && k < static_cast<int>(seen.size())) {
+      const auto& [x0, y0] = points_[seen[k - 1]];
+      const auto& [x1, y1] = points_[seen[k]];
+      points_[i].second = y0 + (y1 - y0) * (points_[i].first - x0) / (x1 - x0);
+    } else {
+      const int near = seen[k > 0 ? k - 1 : k];
+      points_[i].second = start_[i] * points_[near].second / start_[near];
+    }
+  }
+  // The curve stays non-decreasing: a size seen costing this much bounds
+  // the sizes below it from above and those above it from below.
+  const double moved = nearest->second;
+  for (auto p = points_.begin(); p != nearest; ++p) {
+    p->second = std::min(p->second, moved);
+  }
+  for (auto p = nearest + 1; p != points_.end(); ++p) {
+    p->second = std::max(p->second, moved);
+  }
 }
 
 double ExpectedAccepted(const DraftCandidate& candidate, int tokens) {

@@ -23,7 +23,8 @@ namespace lookahead::verifysvc {
 class StepCostModel {
  public:
   // `points`: (tokens in the pass, seconds), tokens >= 1 and strictly
-  // increasing, seconds > 0. INVALID_ARGUMENT otherwise.
+  // increasing, seconds > 0. INVALID_ARGUMENT otherwise. Seconds that dip
+  // as tokens grow are pooled to their mean: the model is non-decreasing.
   static absl::StatusOr<StepCostModel> Create(
       std::vector<std::pair<int, double>> points);
 
@@ -33,15 +34,23 @@ class StepCostModel {
   // Folds in a pass just timed: the point nearest `tokens` (within a
   // quarter of its token count) moves `weight` of the way to `seconds`
   // (the step clipped to half the point's value, so one outlier cannot
-  // swing it), so the model follows the machine's load. Thread-compatible.
+  // swing it), so the model follows the machine's load. A point never
+  // observed follows the observed ones: on the line between two of them,
+  // beyond them its start value scaled as the nearest one's was; the
+  // points on either side are clamped to keep the model non-decreasing.
+  // Thread-compatible.
   void Observe(int tokens, double seconds, double weight = 0.1);
   const std::vector<std::pair<int, double>>& points() const { return points_; }
 
  private:
   explicit StepCostModel(std::vector<std::pair<int, double>> points)
-      : points_(std::move(points)) {}
+      : points_(std::move(points)), seen_(points_.size(), false) {
+    for (const auto& point : points_) start_.push_back(point.second);
+  }
 
   std::vector<std::pair<int, double>> points_;
+  std::vector<double> start_;  // Per point: its value at Create.
+  std::vector<bool> seen_;     // Per point: Observe moved it.
 };
 
 // What the allocator knows of one decoding sequence.

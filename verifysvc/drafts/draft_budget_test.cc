@@ -34,15 +34,74 @@ TEST(StepCostModelTest, InterpolatesAndExtrapolates) {
   EXPECT_NEAR(cost.Seconds(128), 0.15 + 0.095 * 64 / 48, 1e-12);
 }
 
-TEST(StepCostModelTest, ObserveMovesTheNearestPointOnly) {
+TEST(StepCostModelTest, ObserveMovesTheNearestPointAndScalesTheUnseen) {
   StepCostModel cost = CpuCost();
   cost.Observe(16, 0.065, 0.5);
   EXPECT_NEAR(cost.Seconds(16), 0.060, 1e-12);
+  // The machine runs 60/55 as slow as at start: so do the unseen sizes.
+  EXPECT_NEAR(cost.Seconds(1), 0.020 * 0.060 / 0.055, 1e-12);
+  EXPECT_NEAR(cost.Seconds(64), 0.15 * 0.060 / 0.055, 1e-12);
   cost.Observe(16, 10.0, 0.5);  // An outlier moves it by at most w / 2.
   EXPECT_NEAR(cost.Seconds(16), 0.060 * 1.25, 1e-12);
-  EXPECT_DOUBLE_EQ(cost.Seconds(1), 0.020);
+  cost.Observe(1, 0.020, 0.5);
   cost.Observe(40, 1.0, 0.5);  // 24 tokens from 16 and 64: no point is near.
-  EXPECT_NEAR(cost.Seconds(64), 0.15, 1e-12);
+  EXPECT_NEAR(cost.Seconds(64), 0.15 * 0.075 / 0.055, 1e-12);
+  // 2 and 3 lie between the seen 1 and 16: on the line between them.
+  const double one = cost.Seconds(1);
+  EXPECT_NEAR(cost.Seconds(2), one + (0.075 - one) / 15, 1e-12);
+}
+
+TEST(StepCostModelTest, PoolsPointsThatDipAsTokensGrow) {
+  // A start-up where the 1-token pass ran slow: no size may look cheaper
+  // than a smaller one, so a draft row never looks free.
+  StepCostModel cost =
+      StepCostModel::Create({{1, 0.010}, {2, 0.008}, {3, 0.012}}).value();
+  EXPECT_NEAR(cost.Seconds(1), 0.009, 1e-12);
+  EXPECT_NEAR(cost.Seconds(2), 0.009, 1e-12);
+  EXPECT_NEAR(cost.Seconds(3), 0.012, 1e-12);
+  cost = StepCostModel::Create({{1, 0.012}, {2, 0.009}, {4, 0.006}}).value();
+  EXPECT_NEAR(cost.Seconds(4), 0.009, 1e-12);  // all three pooled
+}
+
+TEST(StepCostModelTest, ObservedPointsBoundTheOthersAndLineUpTheUnseen) {
+  // Start-up passes ran three times slower than served ones (a hiccup
+  // while it measured): after the sizes served are seen, the sizes between
+  // them must not stay dearer than larger ones, or the budget would never
+  // pick them and never see them.
+  StepCostModel cost =
+      StepCostModel::Create({{1, 0.010}, {2, 0.030}, {3, 0.030}, {4, 0.031}})
+          .value();
+  cost.Observe(4, 0.020, 1.0);
+  EXPECT_NEAR(cost.Seconds(4), 0.020, 1e-12);
+  // Below the one seen size, the start-up values scaled as it was.
+  EXPECT_NEAR(cost.Seconds(3), 0.030 * 0.020 / 0.031, 1e-12);
+  EXPECT_NEAR(cost.Seconds(2), 0.030 * 0.020 / 0.031, 1e-12);
+  EXPECT_NEAR(cost.Seconds(1), 0.010 * 0.020 / 0.031, 1e-12);
+  cost.Observe(1, 0.008, 1.0);
+  EXPECT_NEAR(cost.Seconds(1), 0.008, 1e-12);
+  EXPECT_NEAR(cost.Seconds(2), 0.012, 1e-12);  // on the line from 1 to 4
+  EXPECT_NEAR(cost.Seconds(3), 0.016, 1e-12);
+  // A seen point keeps its own value; a larger one seen costing less pulls
+  // it down, never the other way round.
+  cost.Observe(2, 0.010, 1.0);
+  EXPECT_NEAR(cost.Seconds(2), 0.010, 1e-12);
+  EXPECT_NEAR(cost.Seconds(3), 0.015, 1e-12);  // now between 2 and 4
+  cost.Observe(1, 0.012, 1.0);
+  EXPECT_NEAR(cost.Seconds(1), 0.012, 1e-12);
+  EXPECT_NEAR(cost.Seconds(2), 0.012, 1e-12);  // raised to stay monotone
+  EXPECT_NEAR(cost.Seconds(4), 0.020, 1e-12);
+}
+
+TEST(StepCostModelTest, UnseenSizesFollowTheServedLevel) {
+  // Start-up passes ran slow at every size; served 1-token passes are
+  // seen at 60% of it. The larger sizes, not yet seen, scale with it, so a
+  // draft row costs what the start-up shape says, not a stale 67% more.
+  StepCostModel cost =
+      StepCostModel::Create({{1, 0.0045}, {2, 0.0046}, {4, 0.0051}}).value();
+  for (int i = 0; i < 200; ++i) cost.Observe(1, 0.0027);
+  EXPECT_NEAR(cost.Seconds(1), 0.0027, 1e-7);
+  EXPECT_NEAR(cost.Seconds(2) / cost.Seconds(1), 0.0046 / 0.0045, 1e-3);
+  EXPECT_NEAR(cost.Seconds(4) / cost.Seconds(1), 0.0051 / 0.0045, 1e-3);
 }
 
 TEST(StepCostModelTest, RejectsBadPoints) {

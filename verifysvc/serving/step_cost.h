@@ -14,8 +14,9 @@
 namespace lookahead::verifysvc {
 
 // Times one forward pass of a chain of n tokens after `context` cached
-// tokens, for each n in `sizes` (ascending), best of `repeats` after a
-// warm-up. Errors: the model's (e.g. RESOURCE_EXHAUSTED past its context).
+// tokens, for each n in `sizes` (ascending): the median of `repeats` passes
+// after a warm-up one. Errors: the model's (e.g. RESOURCE_EXHAUSTED past its
+// context).
 absl::StatusOr<StepCostModel> MeasureStepCost(const engine::LlamaModel& model,
                                               const std::vector<int>& sizes,
                                               int context, int repeats);

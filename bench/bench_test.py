@@ -158,6 +158,29 @@ class CeilingTest(unittest.TestCase):
             {"max_draft": 16, "records": []}, {"verifysvc_log": []})
         self.assertIn("No cost curve", " ".join(lines))
 
+    def test_cut_by_score_on_the_startup_and_the_served_curve(self):
+        # Startup: a row looked free; served: it costs half a pass. The
+        # same replayed steps (accepted, kept) are charged by each.
+        section = {"max_draft": 16, "records": [
+            {"workload": "code", "phase": "measured", "pairs_session": [1],
+             "copy_session": [1], "suffix_session": [1],
+             "pairs_namespace": [1], "copy_namespace": [1],
+             "suffix_namespace": [1]}],
+            "trimmed": {"code": {"8": [[[1, 1], [0, 1]]]}},
+            "trimmed_served": {"code": {"8": [[[1, 1], [0, 0]]]}}}
+        results = {"verifysvc_log": [
+            "verifysvc: forward ms by tokens 1:4.0 2:4.0 4:5.0"],
+            "served_cost_curves": {"trie-hierarchical": {1: 2.0, 2: 3.0,
+                                                         4: 5.0}}}
+        text = "\n".join(report.ceiling_lines(section, results))
+        # 3 tokens in 2 passes of 2 tokens at 4.0 ms: 3 * 4 / 8.
+        self.assertIn("| replay | 8 nodes cut by score | 2 | 1.50 | 1.50x "
+                      "(1.0 kept a step) |", text)
+        # 3 tokens, one 2-token pass (3 ms) and one 1-token (2 ms).
+        self.assertIn("| replay | 8 nodes cut by score, served curve | 2 | "
+                      "1.50 | 1.20x (0.5 kept a step) |", text)
+        self.assertIn("1:2.0 2:3.0 4:5.0 ms", text)
+
 
 class SalientPhraseTest(unittest.TestCase):
     def test_picks_the_rare_repeated_pair_as_spelled(self):
@@ -627,6 +650,16 @@ class ModeConnectionsTest(unittest.TestCase):
         def wait_address(self):
             return f"address of {self.name}"
 
+        def metrics(self):
+            if self.name == "verifysvc-trie-parallel":
+                raise OSError("connection refused")
+            return ("# HELP lookahead_step_cost_seconds x\n"
+                    f'lookahead_step_cost_seconds{{model="{self.name}",'
+                    'tokens="2"} 0.0037\n'
+                    f'lookahead_step_cost_seconds{{model="{self.name}",'
+                    'tokens="1"} 0.0027\n'
+                    'lookahead_draftsvc_up{model="m"} 1\n')
+
         def stop(self):
             self.stopped = True
 
@@ -656,6 +689,11 @@ class ModeConnectionsTest(unittest.TestCase):
                               "verifysvc-trie-parallel"])
             # Each new verifier answered a throwaway request first.
             self.assertEqual(len(hierarchical.calls), 1)
+            # Each verifier's cost model as it serves; one that cannot be
+            # scraped is left out, not fatal.
+            self.assertEqual(connect.cost_curves(),
+                             {"plain": {1: 2.7, 2: 3.7},
+                              "trie-hierarchical": {1: 2.7, 2: 3.7}})
         self.assertTrue(all(s.stopped for s in service.siblings))
 
     def test_given_services_are_shared(self):
@@ -664,6 +702,7 @@ class ModeConnectionsTest(unittest.TestCase):
                                       types.SimpleNamespace())
         self.assertTrue(connect.shared)
         self.assertIs(connect("trie-parallel"), main)
+        self.assertEqual(connect.cost_curves(), {})
 
 
 class RunArgsTest(unittest.TestCase):

@@ -131,6 +131,25 @@ def cost_curve(verifysvc_log):
     return {}
 
 
+# The mode whose verifier's served cost curve the ceiling study charges
+# beside the startup one: the service's default tree.
+SERVED_CURVE_MODE = "trie-hierarchical"
+
+
+def served_cost_curve(metrics_text):
+    """{tokens: ms} of a verifier's cost model as it serves (the
+    lookahead_step_cost_seconds gauges of its metrics page): the start-up
+    curve kept current from the passes it ran. Empty before its first
+    step."""
+    curve = {}
+    for line in metrics_text.splitlines():
+        if line.startswith("lookahead_step_cost_seconds{"):
+            labels, value = line.rsplit(" ", 1)
+            tokens = labels.split('tokens="', 1)[1].split('"', 1)[0]
+            curve[int(tokens)] = float(value) * 1e3
+    return dict(sorted(curve.items()))
+
+
 def forward_ms(curve, tokens):
     """The curve's cost of a pass over `tokens`, linear between points."""
     points = sorted(curve)

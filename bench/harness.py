@@ -100,8 +100,10 @@ class Service:
         self.work = work
         self.log_path = os.path.join(work, f"{name}.log")
         self.port_file = os.path.join(work, f"{name}.port")
+        self.metrics_port_file = os.path.join(work, f"{name}.metrics_port")
         argv = argv + ["--host=127.0.0.1", "--port=0",
-                       f"--port_file={self.port_file}", "--metrics_port=0"]
+                       f"--port_file={self.port_file}", "--metrics_port=0",
+                       f"--metrics_port_file={self.metrics_port_file}"]
         if name.startswith("verifysvc"):  # its HTTP front: a free port
             argv = argv + ["--http_port=0"]
         with open(self.log_path, "w") as log:
@@ -130,6 +132,15 @@ class Service:
     def log(self):
         with open(self.log_path, errors="replace") as f:
             return f.read()
+
+    def metrics(self, timeout=10.0):
+        """Its Prometheus exposition text, scraped now."""
+        import urllib.request
+        with open(self.metrics_port_file) as f:
+            port = f.read().strip()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                    timeout=timeout) as response:
+            return response.read().decode()
 
     def stop(self):
         if self.process.poll() is None:

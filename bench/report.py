@@ -55,7 +55,7 @@ Other sections, when results.json has them (run.py --concurrency,
                              in the context, and that / the 1-token pass:
                              ours = verifysvc's start-up measure of one
                              tree-verify pass (every node's logits; its
-                             "forward ms by tokens" line, fastest of 2),
+                             "forward ms by tokens" line, median of 5),
                              llama.cpp = N / tok/s of llama-bench pp N at
                              depth 128 (one batch, the last token's logits;
                              fastest repetition)
@@ -280,6 +280,11 @@ def header_lines(results):
     ]
     for line in results.get("verifysvc_log", []):
         lines.append(f"- `{line}`")
+    for mode, curve in results.get("served_cost_curves", {}).items():
+        lines.append(f"- {mode}'s verifier after the main run, its cost "
+                     "model's forward ms by tokens: `"
+                     + " ".join(f"{t}:{ms:.1f}" for t, ms in curve.items())
+                     + "`")
     if "error" in results:
         lines.append(f"- **run failed: {results['error']}**; only the sections "
                      "finished before it are here")
@@ -677,7 +682,7 @@ def llamacpp_forward_lines(section):
         "step verifies that many tree tokens in one pass). Ours: one "
         f"tree-verify forward pass of N tokens after {context} cached "
         "tokens, every node's logits, measured by verifysvc at start (its "
-        "`forward ms by tokens` line: fastest of 2 after a warm-up, before "
+        "`forward ms by tokens` line: median of 5 after a warm-up, before "
         "any request). llama.cpp: one batch of N prompt tokens after "
         f"{context} in the context (llama-bench pp N -d {context}; only the "
         "last token's logits), ms = N / tok/s of the fastest repetition"
@@ -866,6 +871,8 @@ def ceiling_lines(section, results):
     reach at best (ceiling.py), beside the source ablation's measured EDL
     of the trie and default modes when the same run has it."""
     curve = ceiling.cost_curve(results.get("verifysvc_log"))
+    served = results.get("served_cost_curves", {}).get(
+        ceiling.SERVED_CURVE_MODE, {})
     lines = ["## EDL ceilings of drafts made of seen text", "",
              "Plain decoding's outputs, drafted by a simulated drafter that "
              "knows them, at most "
@@ -889,7 +896,13 @@ def ceiling_lines(section, results):
              "verifier's own rule), charged for what it keeps: the value of "
              "the scores, without the round trip and the pacing. measured: "
              "the source "
-             "ablation's EDL on the same prompts." + ("" if curve else " (No cost curve in this run.)"), ""]
+             "ablation's EDL on the same prompts." + ("" if curve else " (No cost curve in this run.)")
+             + (" served curve: the same cut and charge on the cost model "
+                f"the {ceiling.SERVED_CURVE_MODE} mode's verifier held after "
+                "the main run (its startup curve kept current from the "
+                "passes it served, the lookahead_step_cost_seconds gauges): "
+                + " ".join(f"{t}:{ms:.1f}" for t, ms in served.items())
+                + " ms." if served else ""), ""]
     measured = defaultdict(dict)
     for r in results.get("source_ablation", {}).get("records", []):
         cell = measured[r["workload"]].setdefault(r["mode"], [0, 0])
@@ -923,15 +936,19 @@ def ceiling_lines(section, results):
                 f"{tokens / len(accepted):.2f} | "
                 + (f"{bound:.2f}x ({whole:.2f}x verifying whole trees) |"
                    if bound is not None else "- |"))
-        trimmed = section.get("trimmed", {}).get(workload, {})
-        for budget, lengths in trimmed.items():
-            steps = [tuple(s) for per_prompt in lengths for s in per_prompt]
-            if not steps or not curve:
-                continue
-            edl, kept, speedup = ceiling.trimmed_summary(steps, curve)
-            lines.append(
-                f"| replay | {budget} nodes cut by score | {len(steps)} | "
-                f"{edl:.2f} | {speedup:.2f}x ({kept:.1f} kept a step) |")
+        for key, cut_curve, how in (
+                ("trimmed", curve, "cut by score"),
+                ("trimmed_served", served, "cut by score, served curve")):
+            trimmed = section.get(key, {}).get(workload, {})
+            for budget, lengths in trimmed.items():
+                steps = [tuple(s) for per_prompt in lengths
+                         for s in per_prompt]
+                if not steps or not cut_curve:
+                    continue
+                edl, kept, speedup = ceiling.trimmed_summary(steps, cut_curve)
+                lines.append(
+                    f"| replay | {budget} nodes {how} | {len(steps)} | "
+                    f"{edl:.2f} | {speedup:.2f}x ({kept:.1f} kept a step) |")
         for mode in ("trie", "default", "mixed"):
             tokens, steps = measured[workload].get(mode, (0, 0))
             if steps:

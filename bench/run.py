@@ -367,6 +367,22 @@ class ModeConnections:
         self.stack, self.main, self.service = stack, connection, service
         self.args = args
         self.by_mode = {}
+        self.services = {}  # drafted mode: its verifysvc
+
+    def cost_curves(self):
+        """{mode: {tokens: ms}}: each started verifier's cost model now
+        (plain: the main one), as the draft budget and the cut charge rows
+        after the passes it served; none with services given."""
+        services = dict(self.services)
+        if self.service is not None:
+            services["plain"] = self.service
+        curves = {}
+        for mode, service in services.items():
+            try:
+                curves[mode] = ceiling.served_cost_curve(service.metrics())
+            except OSError as e:
+                print(f"{mode}: no cost model scraped: {e}", flush=True)
+        return curves
 
     @property
     def shared(self):
@@ -378,6 +394,7 @@ class ModeConnections:
         if mode not in self.by_mode:
             sibling = self.service.sibling(f"verifysvc-{mode}")
             self.stack.callback(sibling.stop)
+            self.services[mode] = sibling
             connection = self.stack.enter_context(
                 harness.Connection(sibling.wait_address()))
             connection.client.wait_ready(timeout=30)
@@ -772,6 +789,8 @@ def run_all(stack, args, results, started_services):
             print(f"{workload.name}: {len(workload.warmup)} warm-up, "
                   f"{len(workload.measured)} measured prompts", flush=True)
             results["records"] += run_workload(connect, workload, prefix, args)
+        # What each mode's verifier came to charge a pass by tokens.
+        results["served_cost_curves"] = connect.cost_curves()
     if args.source_modes:
         start = time.perf_counter()
         print(f"draft sources {args.source_modes}", flush=True)
@@ -803,17 +822,23 @@ def run_all(stack, args, results, started_services):
             results["ceiling"]["replay"] = {
                 w: {str(b): lengths for b, lengths in by_budget.items()}
                 for w, by_budget in replayed.items()}
-            # The verifier's draft_ask_tokens tree, cut by its scores on
-            # the startup cost curve, as the verifier cuts it.
-            curve = ceiling.cost_curve(results.get("verifysvc_log"))
+            # The verifier's draft_ask_tokens tree, cut by its scores as
+            # the verifier cuts it: on the startup cost curve, and on the
+            # curve the default mode's verifier served with.
             ask = sweeps.effective_flag(args.verifysvc_flag,
                                         "draft_ask_tokens", 8)
-            if curve:
+            curves = {"trimmed": ceiling.cost_curve(
+                results.get("verifysvc_log"))}
+            curves["trimmed_served"] = results.get(
+                "served_cost_curves", {}).get(ceiling.SERVED_CURVE_MODE)
+            for key, curve in curves.items():
+                if not curve:
+                    continue
                 trimmed = ceiling.replay(
                     start_draftsvc(stack, args),
                     results["ceiling"]["records"], [int(ask)],
                     info.vocab_size, curve=curve)
-                results["ceiling"]["trimmed"] = {
+                results["ceiling"][key] = {
                     w: {str(b): lengths for b, lengths in by_budget.items()}
                     for w, by_budget in trimmed.items()}
             results["ceiling"]["seconds"] = time.perf_counter() - start

@@ -191,6 +191,16 @@ absl::Status AddGaugeSeries(const Series& s, VerifierMetrics* m) {
   ASSIGN_OR_RETURN(m->draftsvc_up,
                    s.Gauge("lookahead_draftsvc_up",
                            "1 if the last draftsvc call succeeded, else 0."));
+  ASSIGN_OR_RETURN(
+      m->step_cost_seconds,
+      s.registry->AddGauge(
+          "lookahead_step_cost_seconds",
+          "The verifier's cost model: seconds of a forward pass over "
+          "`tokens` tokens, measured at start and kept current from the "
+          "passes served. The draft budget and the cut charge draft rows "
+          "by it.",
+          {"model", "tokens"}));
+  m->model = s.model;
   return absl::OkStatus();
 }
 
@@ -303,6 +313,16 @@ void PrometheusObserver::OnStep(const StepReport& step) {
     m_->decode_seconds->Increment(step.forward_seconds);
   }
   m_->step_seconds->Observe(step.step_seconds);
+  if (step_cost_.size() != step.step_cost.size()) {
+    step_cost_.clear();
+    for (const auto& [tokens, seconds] : step.step_cost) {
+      step_cost_.emplace_back(tokens, m_->step_cost_seconds->WithLabels(
+                                          {m_->model, absl::StrCat(tokens)}));
+    }
+  }
+  for (size_t i = 0; i < step_cost_.size(); ++i) {
+    step_cost_[i].second->Set(step.step_cost[i].second);
+  }
 }
 
 void PrometheusObserver::OnOccupancy(int running, int queued,

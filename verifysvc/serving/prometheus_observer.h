@@ -19,6 +19,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -68,6 +69,9 @@ struct VerifierMetrics {
   metrics::Histogram* request_tokens_per_second = nullptr;
   metrics::Counter* plain_equivalent_seconds = nullptr;
   metrics::Counter* decode_seconds = nullptr;
+  // lookahead_step_cost_seconds{tokens}: the cost model's points.
+  metrics::GaugeFamily* step_cost_seconds = nullptr;
+  std::string model;
 
   metrics::Gauge* running = nullptr;
   metrics::Gauge* waiting = nullptr;
@@ -107,6 +111,8 @@ class PrometheusObserver : public SchedulerObserver {
 
  private:
   VerifierMetrics* const m_;
+  // step_cost_seconds by the points' token counts, made at the first step.
+  std::vector<std::pair<int, metrics::Gauge*>> step_cost_;
 };
 
 }  // namespace lookahead::verifysvc

@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/metrics.h"
 #include "gmock/gmock.h"
@@ -67,6 +69,24 @@ TEST(PrometheusObserverTest, ExportsDraftTokensPerSource) {
   EXPECT_THAT(text, HasSubstr("lookahead_spec_decode_num_accepted_tokens_per_"
                               "source_total{model=\"m\",source=\"assistant"
                               "\"} 0\n"));
+}
+
+TEST(PrometheusObserverTest, ExportsTheCostModelAfterEachStep) {
+  metrics::Registry registry;
+  auto m = VerifierMetrics::Create(&registry, "m", 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  PrometheusObserver observer(m->get());
+  std::vector<std::pair<int, double>> cost = {{1, 0.0027}, {2, 0.0037}};
+  StepReport step;
+  step.step_cost = cost;
+  observer.OnStep(step);
+  cost[1].second = 0.0035;  // the model moved after the next pass
+  observer.OnStep(step);
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("lookahead_step_cost_seconds{model=\"m\","
+                              "tokens=\"1\"} 0.0027\n"));
+  EXPECT_THAT(text, HasSubstr("lookahead_step_cost_seconds{model=\"m\","
+                              "tokens=\"2\"} 0.0035\n"));
 }
 
 TEST(PrometheusObserverTest, ExportsCostGateDecisions) {

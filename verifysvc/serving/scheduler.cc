@@ -647,6 +647,7 @@ void Scheduler::Record(const StepPlan& plan, const StepTally& tally) {
                                       plan.decoding.size();
   }
   report.step_seconds = absl::ToDoubleSeconds(absl::Now() - plan.start);
+  report.step_cost = cost_.points();
   observer_->OnStep(report);
   // The gates' price of a token: decoding steps only (a prefill chunk's
   // time buys no output tokens).

@@ -9,7 +9,9 @@
 #define LOOKAHEAD_VERIFYSVC_SERVING_SCHEDULER_OBSERVER_H_
 
 #include <cstdint>
+#include <utility>
 
+#include "absl/types/span.h"
 #include "verifysvc/drafts/draft_observer.h"
 #include "verifysvc/serving/output.h"
 
@@ -28,6 +30,9 @@ struct StepReport {
   // sequences emitted (each token at the cost of a one-token-per-sequence
   // step): the speedup estimate's numerator. 0 without decoding sequences.
   double plain_equivalent_seconds = 0;
+  // The cost model after this pass: (tokens in a pass, seconds), what the
+  // draft budget and the cut charge a step (StepCostModel::points()).
+  absl::Span<const std::pair<int, double>> step_cost;
 };
 
 class SchedulerObserver : public DraftObserver {

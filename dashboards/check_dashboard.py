@@ -68,7 +68,7 @@ _VERIFYSVC_GAUGES = [
     "lookahead_num_requests_running", "lookahead_num_requests_waiting",
     "lookahead_kv_cache_tokens", "lookahead_kv_cache_capacity_tokens",
     "lookahead_draftsvc_up", "lookahead_prefix_cache_bytes",
-    "lookahead_prefix_cache_capacity_bytes",
+    "lookahead_prefix_cache_capacity_bytes", "lookahead_step_cost_seconds",
 ]
 _VERIFYSVC_HISTOGRAMS = [
     "lookahead_accepted_tokens_per_step", "lookahead_step_duration_seconds",

@@ -79,19 +79,17 @@ void StepCostModel::Observe(int tokens, double seconds, double weight) {
   // Between two seen sizes one follows the line between them; beyond the
   // seen ones it keeps its start-up value scaled as the nearest seen one's.
   const int n = static_cast<int>(points_.size());
-  std::vector<int> seen;
   for (int i = 0; i < n; ++i) {
-    if (seen_[i]) seen.push_back(i);
-  }
-  for (int i = 0, k = 0; i < n; ++i) {  // seen[k] is the first seen >= i
-    if (k < static_cast<int>(seen.size()) && seen[k] < i) ++k;
     if (seen_[i]) continue;
-    if (k > 0 && k < static_cast<int>(seen.size())) {
-      const auto& [x0, y0] = points_[seen[k - 1]];
-      const auto& [x1, y1] = points_[seen[k]];
+    int lo = i - 1, hi = i + 1;  // the nearest seen points on either side
+    while (lo >= 0 && !seen_[lo]) --lo;
+    while (hi < n && !seen_[hi]) ++hi;
+    if (lo >= 0 && hi < n) {
+      const auto& [x0, y0] = points_[lo];
+      const auto& [x1, y1] = points_[hi];
       points_[i].second = y0 + (y1 - y0) * (points_[i].first - x0) / (x1 - x0);
     } else {
-      const int near = seen[k > 0 ? k - 1 : k];
+      const int near = lo >= 0 ? lo : hi;
       points_[i].second = start_[i] * points_[near].second / start_[near];
     }
   }

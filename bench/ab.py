@@ -24,9 +24,7 @@ import datetime
 import json
 import os
 import sys
-import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -73,12 +71,10 @@ def parse_args(argv):
     return args
 
 
-def scrape(port):
+def scrape(service):
     """The verifier's draftsvc round trips so far: (count, seconds)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
-                                  timeout=10).read().decode()
     count = total = 0.0
-    for line in text.splitlines():
+    for line in service.metrics().splitlines():
         if line.startswith(RPC + "_count"):
             count = float(line.split()[-1])
         elif line.startswith(RPC + "_sum"):
@@ -86,21 +82,13 @@ def scrape(port):
     return count, total
 
 
-def start_side(stack, args, name, flags, work):
-    port_file = os.path.join(work, f"{name}.metrics_port")
+def start_side(stack, args, name, flags):
+    """Side `name`'s service pair: (its connection, its verifysvc)."""
     bin_dir = getattr(args, f"{name.lower()}_bin_dir") or args.bin_dir
-    # Listed after start_services' --metrics_port=0, so this file names it.
-    address, _ = harness.start_services(
+    address, verifysvc = harness.start_services(
         stack, bin_dir, draftsvc_flags=args.draftsvc_flag,
-        verifysvc_flags=[*args.common_flag, *flags,
-                         f"--metrics_port_file={port_file}"])
-    deadline = time.monotonic() + 60
-    while not (os.path.exists(port_file) and os.path.getsize(port_file)):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"side {name}: no metrics port")
-        time.sleep(0.1)
-    with open(port_file) as f:
-        return harness.Connection(address), f.read().strip()
+        verifysvc_flags=[*args.common_flag, *flags])
+    return harness.Connection(address), verifysvc
 
 
 def main(argv):
@@ -114,9 +102,8 @@ def main(argv):
                "draftsvc_flags": args.draftsvc_flag, "records": []}
     mismatches = 0
     with contextlib.ExitStack() as stack:
-        work = stack.enter_context(tempfile.TemporaryDirectory(prefix="ab."))
-        sides = {"A": start_side(stack, args, "A", args.a_flag, work),
-                 "B": start_side(stack, args, "B", args.b_flag, work)}
+        sides = {"A": start_side(stack, args, "A", args.a_flag),
+                 "B": start_side(stack, args, "B", args.b_flag)}
         for connection, _ in sides.values():
             connection.client.wait_ready(timeout=60)
         info = sides["A"][0].client.model_info()
@@ -125,15 +112,15 @@ def main(argv):
 
         def run(side, mode, prompt, namespace):
             spec = harness.SOURCE_MODES[mode]
-            connection, port = sides[side]
-            before = scrape(port)
+            connection, verifysvc = sides[side]
+            before = scrape(verifysvc)
             start = time.perf_counter()
             usage, ids, _ = harness.measure(
                 connection, prompt, spec["draft_mode"], namespace,
                 args.max_new_tokens, args.timeout,
                 sources=spec.get("sources", ()), lookahead=spec["lookahead"])
             seconds = time.perf_counter() - start
-            after = scrape(port)
+            after = scrape(verifysvc)
             return {"seconds": seconds, "tokens": len(ids), "ids": ids,
                     "edl": usage.edl, "rpc": after[0] - before[0],
                     "rpc_seconds": after[1] - before[1]}

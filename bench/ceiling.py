@@ -150,6 +150,11 @@ def served_cost_curve(metrics_text):
     return dict(sorted(curve.items()))
 
 
+def describe_curve(curve):
+    """"1:2.9 2:4.5 ...": ms by tokens, as verifysvc logs its curve."""
+    return " ".join(f"{t}:{ms:.1f}" for t, ms in curve.items())
+
+
 def forward_ms(curve, tokens):
     """The curve's cost of a pass over `tokens`, linear between points."""
     points = sorted(curve)

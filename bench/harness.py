@@ -113,11 +113,15 @@ class Service:
                                             start_new_session=True)
 
     def wait_address(self, timeout=300.0):
+        return f"127.0.0.1:{self._wait_port(self.port_file, timeout)}"
+
+    def _wait_port(self, port_file, timeout):
+        """The port the process wrote to `port_file`, once it has."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if os.path.exists(self.port_file) and os.path.getsize(self.port_file):
-                with open(self.port_file) as f:
-                    return f"127.0.0.1:{f.read().strip()}"
+            if os.path.exists(port_file) and os.path.getsize(port_file):
+                with open(port_file) as f:
+                    return f.read().strip()
             if self.process.poll() is not None:
                 break
             time.sleep(0.1)
@@ -136,8 +140,7 @@ class Service:
     def metrics(self, timeout=10.0):
         """Its Prometheus exposition text, scraped now."""
         import urllib.request
-        with open(self.metrics_port_file) as f:
-            port = f.read().strip()
+        port = self._wait_port(self.metrics_port_file, 60.0)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
                                     timeout=timeout) as response:
             return response.read().decode()

@@ -283,8 +283,7 @@ def header_lines(results):
     for mode, curve in results.get("served_cost_curves", {}).items():
         lines.append(f"- {mode}'s verifier after the main run, its cost "
                      "model's forward ms by tokens: `"
-                     + " ".join(f"{t}:{ms:.1f}" for t, ms in curve.items())
-                     + "`")
+                     + ceiling.describe_curve(curve) + "`")
     if "error" in results:
         lines.append(f"- **run failed: {results['error']}**; only the sections "
                      "finished before it are here")
@@ -901,7 +900,7 @@ def ceiling_lines(section, results):
                 f"the {ceiling.SERVED_CURVE_MODE} mode's verifier held after "
                 "the main run (its startup curve kept current from the "
                 "passes it served, the lookahead_step_cost_seconds gauges): "
-                + " ".join(f"{t}:{ms:.1f}" for t, ms in served.items())
+                + ceiling.describe_curve(served)
                 + " ms." if served else ""), ""]
     measured = defaultdict(dict)
     for r in results.get("source_ablation", {}).get("records", []):

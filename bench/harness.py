@@ -49,6 +49,11 @@ SOURCE_MODES = {
     # mix that costs no model work beyond the verify pass.
     "default": {"draft_mode": "hierarchical", "sources": ("trie", "ngram"),
                 "lookahead": NO_WINDOW},
+    # Every source but the Jacobi window: the text sources with the
+    # assistant among them.
+    "all": {"draft_mode": "hierarchical",
+            "sources": ("trie", "ngram", "assistant"),
+            "lookahead": NO_WINDOW},
     "mixed": {"draft_mode": "hierarchical",
               "sources": ("trie", "ngram", "assistant"),
               "lookahead": JACOBI_WINDOW},

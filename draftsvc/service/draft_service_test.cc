@@ -1336,6 +1336,30 @@ TEST_F(AssistantServiceTest, AnotherVocabularyCannotAskForTheAssistant) {
   EXPECT_TRUE(assistant_node);
 }
 
+// --assistant_head_tokens: the assistant scores only the ids below it, so
+// it drafts no other (its cut logits are -infinity), and still drafts.
+TEST_F(AssistantServiceTest, ACutHeadDraftsOnlyTheIdsBelowIt) {
+  constexpr int kHead = 64;
+  DraftServerOptions options = AssistantOptions("assistant_head");
+  options.assistant.model.head_tokens = kHead;
+  auto h = StartOrDie(options);
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->Open("c", "ns", {5, 17, 250, 999, 3, 42}).ok());
+  int drafted = 0;
+  for (int round = 0; round < 3; ++round) {
+    const v1::SessionDraft d =
+        StepSources(*h, "c", {700 + round, 900}, {v1::DRAFT_SOURCE_ASSISTANT});
+    ASSERT_EQ(d.code(), 0) << d.message();
+    ExpectWellFormed(d.tree(), 6);
+    for (int i = 0; i < d.tree().tokens_size(); ++i) {
+      EXPECT_LT(d.tree().tokens(i), kHead)
+          << "round " << round << " node " << i;
+    }
+    drafted += d.tree().tokens_size();
+  }
+  EXPECT_GT(drafted, 0);
+}
+
 TEST_F(AssistantServiceTest, BadAssistantFilesFailTheStartNamingThePath) {
   engine::TinyModelSpec gpt2;
   gpt2.architecture = "gpt2";  // Llama-shaped tensors, unsupported name.
@@ -1377,6 +1401,16 @@ TEST_F(AssistantServiceTest, BadAssistantFilesFailTheStartNamingThePath) {
   const absl::Status drafter = DraftServer::Open(options).status();
   EXPECT_EQ(drafter.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(drafter.message()), HasSubstr("max_cached_tokens"));
+  options = AssistantOptions("bad_assistant_options");
+  options.assistant.model.head_tokens = -1;
+  const absl::Status negative_head = DraftServer::Open(options).status();
+  EXPECT_EQ(negative_head.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(negative_head.message()),
+              HasSubstr("--assistant_head_tokens=-1"));
+  options.assistant.model.head_tokens = kVocab + 1;
+  const absl::Status long_head = DraftServer::Open(options).status();
+  EXPECT_EQ(long_head.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(long_head.message()), HasSubstr("head tokens"));
   options = AssistantOptions("bad_assistant_options");
   options.assistant.step_deadline = absl::Milliseconds(-1);
   EXPECT_THAT(std::string(DraftServer::Open(options).status().message()),

@@ -50,6 +50,9 @@ ABSL_FLAG(std::string, activations, "f32",
           "f32 or int8 (ModelOptions::activations, native weights only)");
 ABSL_FLAG(bool, kv_f16, false,
           "float16 KV cache (ModelOptions::kv_f16, native weights only)");
+ABSL_FLAG(int64_t, head_tokens, 0,
+          "LM head over ids below this only (ModelOptions::head_tokens, "
+          "native weights only; an assistant's form); 0: every id");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
 ABSL_FLAG(bool, cuda_kernels, true,
@@ -119,6 +122,7 @@ int Run() {
     return 1;
   }
   model_options.kv_f16 = absl::GetFlag(FLAGS_kv_f16);
+  model_options.head_tokens = absl::GetFlag(FLAGS_head_tokens);
   if (absl::Status s =
           ParseDeviceOptions(absl::GetFlag(FLAGS_device),
                              absl::GetFlag(FLAGS_dtype), &model_options);

@@ -167,10 +167,20 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
         "int8 activations need native weights on the CPU in float32 "
         "(--weights=native, no CUDA device, float32 dtype)");
   }
+  if (options.head_tokens < 0 || options.head_tokens > c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head tokens ", options.head_tokens, ": want 0 (every id) to ",
+        c.vocab_size, " (the vocabulary)"));
+  }
+  if (options.head_tokens > 0 && !native_path) {
+    return absl::InvalidArgumentError(
+        "a truncated LM head (head tokens) needs native weights on the CPU "
+        "in float32 (--weights=native, no CUDA device, float32 dtype)");
+  }
   if (native_path) {
     ASSIGN_OR_RETURN(
         native, NativeForward::Load(file, c, inv_freq, options.keep_layers,
-                                    options.activations));
+                                    options.activations, options.head_tokens));
   } else {
     RETURN_IF_ERROR(LoadTorchWeights(file, c, options, &w));
   }

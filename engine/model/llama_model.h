@@ -98,6 +98,13 @@ struct ModelOptions {
   // different model than the float32 cache (false, the default and the
   // exact form's).
   bool kv_f16 = false;
+  // With kNative weights on the CPU in float32: if in (0, vocab_size), the
+  // LM head scores only the ids below it and every other logit is
+  // -infinity. A lossy, draft-only form for an assistant (draftsvc's
+  // --assistant_head_tokens): BPE vocabularies put frequent tokens at low
+  // ids, and a head of 151936 rows is over a third of a small model's
+  // bytes. 0 (default): every id. Never set it for the verifier.
+  int64_t head_tokens = 0;
 };
 
 // Float weights of one layer. Matmul weights are input-major, (in, out)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -62,7 +63,7 @@ void RunOn(kernels::PanelPool* pool, int64_t n, int64_t chunk, const F& fn) {
 absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
     const GgufFile& file, const ModelConfig& c,
     std::vector<double> rope_inv_freq, absl::Span<const int> file_layers,
-    LinearActivations activations) {
+    LinearActivations activations, int64_t head_tokens) {
   std::unique_ptr<NativeForward> f(
       new NativeForward(c, std::move(rope_inv_freq)));
   const int64_t d = c.embedding_length, qd = c.q_dim(), kvd = c.kv_dim();
@@ -75,14 +76,16 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
                    NativeLinear::Create(file, {{"token_embd.weight", v}}, d,
                                         LinearActivations::kF32, a));
   ASSIGN_OR_RETURN(f->output_norm_, LoadVector(file, "output_norm.weight", d));
-  if (c.tied_output && activations == LinearActivations::kF32) {
+  const bool whole_head = head_tokens <= 0 || head_tokens >= v;
+  if (c.tied_output && activations == LinearActivations::kF32 && whole_head) {
     f->output_ = f->token_embd_;  // shares the bytes
   } else {
     ASSIGN_OR_RETURN(
-        f->output_,
-        NativeLinear::Create(
-            file, {{c.tied_output ? "token_embd.weight" : "output.weight", v}},
-            d, activations, a));
+        f->output_, NativeLinear::Create(
+                        file,
+                        {{c.tied_output ? "token_embd.weight" : "output.weight",
+                          v, whole_head ? -1 : head_tokens}},
+                        d, activations, a));
   }
   for (int l = 0; l < c.block_count; ++l) {
     const std::string p =
@@ -126,7 +129,8 @@ absl::StatusOr<std::unique_ptr<NativeForward>> NativeForward::Load(
 }
 
 int64_t NativeForward::weight_bytes() const {
-  const bool shared_head = config_.tied_output && !output_.int8();
+  const bool shared_head = config_.tied_output && !output_.int8() &&
+                           output_.out() == config_.vocab_size;
   int64_t total = token_embd_.bytes() + (shared_head ? 0 : output_.bytes()) +
                   4 * static_cast<int64_t>(output_norm_.size());
   for (const NativeLayer& l : layers_) {
@@ -400,6 +404,10 @@ std::vector<torch::Tensor> NativeForward::Forward(
   torch::Tensor logits = torch::empty({picked, c.vocab_size}, torch::kFloat);
   output_.Apply(isa_, ws->h.data(), picked, logits.data_ptr<float>(),
                 c.vocab_size, pool);
+  if (output_.out() < c.vocab_size) {  // head_tokens: the rest never wins
+    logits.narrow(1, output_.out(), c.vocab_size - output_.out())
+        .fill_(-std::numeric_limits<float>::infinity());
+  }
   ReturnWorkspace(std::move(ws));
   std::vector<torch::Tensor> result;
   int64_t row = 0;

@@ -59,11 +59,14 @@ class NativeForward {
   // NativeLinear::Create, and INVALID_ARGUMENT for a norm of the wrong size.
   // `file_layers` (empty: 0, 1, ...): layer l of the pass reads the file's
   // blk.file_layers[l]; REQUIRES: empty or config.block_count entries.
-  // `activations`: every matmul's (the LM head's included).
+  // `activations`: every matmul's (the LM head's included). `head_tokens`
+  // in (0, vocab_size): the LM head scores only ids below it and the
+  // others' logits are -infinity (ModelOptions::head_tokens); 0: all.
   static absl::StatusOr<std::unique_ptr<NativeForward>> Load(
       const GgufFile& file, const ModelConfig& config,
       std::vector<double> rope_inv_freq, absl::Span<const int> file_layers = {},
-      LinearActivations activations = LinearActivations::kF32);
+      LinearActivations activations = LinearActivations::kF32,
+      int64_t head_tokens = 0);
 
   // The pass of LlamaModel::ForwardRows on CPU float32 caches: returns per
   // sequence float32 logits (n, vocab), or (1, vocab) if last_logits_only;
@@ -121,8 +124,9 @@ class NativeForward {
   NativeLinear token_embd_;  // out V rows of D: the embedding lookup
   std::vector<NativeLayer> layers_;
   std::vector<float> output_norm_;
-  // out V; if tied, a copy of token_embd_ (shared bytes), or with int8
-  // activations the same tensor packed for them.
+  // out V (or head_tokens); if tied, a copy of token_embd_ (shared bytes),
+  // or with int8 activations or head_tokens the same tensor (its first
+  // rows) packed for them.
   NativeLinear output_;
   // The mapping the weights live in (null: they are on the heap), kept for
   // Describe; the weights hold it alive themselves.

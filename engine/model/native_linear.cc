@@ -28,7 +28,7 @@ absl::StatusOr<NativeLinear> NativeLinear::Create(
     LinearActivations activations, WeightArena* arena) {
   NativeLinear w;
   w.in_ = in;
-  for (const auto& [name, rows] : parts) {
+  for (const auto& [name, rows, keep] : parts) {
     const GgufTensorInfo* info = file.FindTensor(name);
     if (info == nullptr) {
       return absl::NotFoundError(absl::StrCat("tensor ", name, " is missing"));
@@ -44,16 +44,25 @@ absl::StatusOr<NativeLinear> NativeLinear::Create(
           "tensor ", name, " is ", engine::TypeName(info->type),
           ", which --weights=native does not compute (use --weights=f32)"));
     }
+    if (keep != -1 && (keep < 1 || keep > rows)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("keeping ", keep, " rows of tensor ", name, " (", rows,
+                       " rows): keep 1 to ", rows, ", or -1 for all"));
+    }
     Block part;
     part.type = static_cast<kernels::QuantType>(id);
     part.first = w.out_;
     part.rows = info->dims[1];
     part.row_bytes = kernels::QuantRowBytes(part.type, in);
-    const absl::Span<const uint8_t> bytes = file.TensorData(*info);
+    absl::Span<const uint8_t> bytes = file.TensorData(*info);
     if (static_cast<int64_t>(bytes.size()) != part.rows * part.row_bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor ", name, " holds ", bytes.size(),
                        " bytes, expected ", part.rows * part.row_bytes));
+    }
+    if (keep != -1) {
+      part.rows = keep;
+      bytes = bytes.subspan(0, keep * part.row_bytes);
     }
     part.int8 = activations == LinearActivations::kInt8 &&
                 kernels::Int8Computes(part.type) && in % 32 == 0 && in > 0;

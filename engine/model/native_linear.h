@@ -54,14 +54,18 @@ class NativeLinear {
  public:
   NativeLinear() = default;  // Empty: in() == out() == 0.
 
-  // A tensor of ggml dims [in, rows]: `rows` output rows of `in` values.
+  // A tensor of ggml dims [in, rows]: `rows` output rows of `in` values,
+  // of which the first `keep` are used (-1: all). Keeping a prefix of an
+  // LM head's rows scores only the low vocabulary ids (a draft-only form).
   struct Part {
     std::string name;
     int64_t rows;
+    int64_t keep = -1;
   };
   // The tensors `parts` of `file`, stacked along the output in that order;
-  // out() is the sum of their rows. NOT_FOUND naming a missing tensor;
-  // INVALID_ARGUMENT naming a tensor of the wrong shape; UNIMPLEMENTED
+  // out() is the sum of their kept rows. NOT_FOUND naming a missing tensor;
+  // INVALID_ARGUMENT naming a tensor of the wrong shape or a `keep` outside
+  // [1, rows]; UNIMPLEMENTED
   // naming a tensor whose type quant_matmul does not compute.
   // The weights go into `arena` while it has room (null: the heap).
   static absl::StatusOr<NativeLinear> Create(

@@ -91,7 +91,8 @@ struct AssistantDrafterStats {
 };
 
 // How the assistant model runs (flags --assistant_layers,
-// --assistant_activations, --assistant_threads); AssistantOptions in
+// --assistant_activations, --assistant_threads,
+// --assistant_head_tokens); AssistantOptions in
 // assistant_model.h has the measurements behind the defaults.
 struct AssistantModelOptions {
   // ParseAssistantLayers text: "all", first:N, every:S, skip:A-B.
@@ -101,6 +102,9 @@ struct AssistantModelOptions {
   std::string activations = "int8";
   // Matmul threads; one, because draftsvc shares the CPU with the verifier.
   int threads = 1;
+  // The LM head scores only ids below this (engine::ModelOptions::
+  // head_tokens); 0: every id.
+  int64_t head_tokens = 0;
 };
 
 class AssistantEngine {

@@ -77,6 +77,12 @@ absl::StatusOr<std::unique_ptr<AssistantEngine>> CreateAssistantEngine(
         absl::StrCat("--assistant_threads=", model.threads, " must be >= 1"));
   }
   options.model.matmul_threads = model.threads;
+  if (model.head_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--assistant_head_tokens=", model.head_tokens,
+                     " must be >= 0 (0: every id)"));
+  }
+  options.model.head_tokens = model.head_tokens;
   ASSIGN_OR_RETURN(std::unique_ptr<AssistantModel> loaded,
                    AssistantModel::Load(model_path, /*vocab_size=*/0, options));
   absl::StatusOr<std::unique_ptr<AssistantDrafter>> created =

@@ -23,16 +23,6 @@ using ::testing::HasSubstr;
 
 constexpr int kVocab = 101;
 
-torch::Tensor Logits(const LlamaModel& model,
-                     const std::vector<int32_t>& tokens) {
-  auto cache = model.NewCache(64);
-  EXPECT_TRUE(cache.ok()) << cache.status();
-  TreeInput in = ChainInput(cache->get(), tokens);
-  auto rows = model.Forward(absl::MakeConstSpan(&in, 1));
-  EXPECT_TRUE(rows.ok()) << rows.status();
-  return (*rows)[0];
-}
-
 struct HeadCase {
   LinearActivations activations;
   bool tied;
@@ -54,7 +44,7 @@ TEST_P(HeadTokensTest, ScoresTheLowIdsAsTheWholeHeadAndNoOthers) {
   auto whole = LlamaModel::Load(**file, options);
   ASSERT_TRUE(whole.ok()) << whole.status();
   const std::vector<int32_t> tokens = {3, 14, 15, 92, 65, 35};
-  const torch::Tensor all = Logits(**whole, tokens);
+  const torch::Tensor all = ChainLogits(**whole, tokens);
   // Cut at the highest id some row's argmax takes, so that row's winner is
   // among the ids cut off.
   const int64_t head = all.argmax(1).max().item<int64_t>();
@@ -63,7 +53,7 @@ TEST_P(HeadTokensTest, ScoresTheLowIdsAsTheWholeHeadAndNoOthers) {
   auto cut = LlamaModel::Load(**file, options);
   ASSERT_TRUE(cut.ok()) << cut.status();
 
-  const torch::Tensor low = Logits(**cut, tokens);
+  const torch::Tensor low = ChainLogits(**cut, tokens);
   ASSERT_EQ(low.sizes(), all.sizes());
   EXPECT_TRUE(torch::equal(low.narrow(1, 0, head), all.narrow(1, 0, head)));
   const torch::Tensor rest = low.narrow(1, head, kVocab - head);
@@ -75,7 +65,7 @@ TEST_P(HeadTokensTest, ScoresTheLowIdsAsTheWholeHeadAndNoOthers) {
   options.head_tokens = kVocab;
   auto every = LlamaModel::Load(**file, options);
   ASSERT_TRUE(every.ok()) << every.status();
-  EXPECT_TRUE(torch::equal(Logits(**every, tokens), all));
+  EXPECT_TRUE(torch::equal(ChainLogits(**every, tokens), all));
 }
 
 INSTANTIATE_TEST_SUITE_P(

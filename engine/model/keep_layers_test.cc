@@ -59,16 +59,6 @@ std::string KeepOnly(const GgufFile& file, const std::vector<int>& keep) {
   return w.WriteToString();
 }
 
-torch::Tensor Logits(const LlamaModel& model,
-                     const std::vector<int32_t>& tokens) {
-  auto cache = model.NewCache(64);
-  EXPECT_TRUE(cache.ok()) << cache.status();
-  TreeInput in = ChainInput(cache->get(), tokens);
-  auto rows = model.Forward(absl::MakeConstSpan(&in, 1));
-  EXPECT_TRUE(rows.ok()) << rows.status();
-  return (*rows)[0];
-}
-
 class KeepLayersTest : public ::testing::TestWithParam<WeightFormat> {};
 
 TEST_P(KeepLayersTest, SubsetEqualsAFileOfOnlyThoseLayers) {
@@ -91,8 +81,8 @@ TEST_P(KeepLayersTest, SubsetEqualsAFileOfOnlyThoseLayers) {
     ASSERT_TRUE(oracle_file.ok()) << oracle_file.status();
     auto oracle = LlamaModel::Load(**oracle_file, options);
     ASSERT_TRUE(oracle.ok()) << oracle.status();
-    EXPECT_TRUE(
-        torch::equal(Logits(**skipping, tokens), Logits(**oracle, tokens)));
+    EXPECT_TRUE(torch::equal(ChainLogits(**skipping, tokens),
+                             ChainLogits(**oracle, tokens)));
   }
   // Every layer is the plain model; a real subset is not.
   ModelOptions all = options;
@@ -103,8 +93,10 @@ TEST_P(KeepLayersTest, SubsetEqualsAFileOfOnlyThoseLayers) {
   two.keep_layers = {0, 1};
   auto half = LlamaModel::Load(**file, two);
   ASSERT_TRUE(full.ok() && kept.ok() && half.ok());
-  EXPECT_TRUE(torch::equal(Logits(**full, tokens), Logits(**kept, tokens)));
-  EXPECT_FALSE(torch::equal(Logits(**full, tokens), Logits(**half, tokens)));
+  EXPECT_TRUE(
+      torch::equal(ChainLogits(**full, tokens), ChainLogits(**kept, tokens)));
+  EXPECT_FALSE(
+      torch::equal(ChainLogits(**full, tokens), ChainLogits(**half, tokens)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, KeepLayersTest,

@@ -14,6 +14,7 @@
 #include "engine/model/device_options.h"
 #include "engine/model/threading.h"
 #include "engine/testing/gguf_writer.h"
+#include "gtest/gtest.h"
 
 namespace lookahead::engine {
 namespace {
@@ -175,6 +176,23 @@ absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options) {
   ASSIGN_OR_RETURN(real.model, LlamaModel::Load(*real.file, options));
   ASSIGN_OR_RETURN(real.tokenizer, Tokenizer::FromGguf(*real.file));
   return real;
+}
+
+torch::Tensor ChainLogits(const LlamaModel& model,
+                          const std::vector<int32_t>& tokens) {
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = model.NewCache(64);
+  if (!cache.ok()) {
+    ADD_FAILURE() << cache.status();
+    return {};
+  }
+  TreeInput in = ChainInput(cache->get(), tokens);
+  absl::StatusOr<std::vector<torch::Tensor>> rows =
+      model.Forward(absl::MakeConstSpan(&in, 1));
+  if (!rows.ok()) {
+    ADD_FAILURE() << rows.status();
+    return {};
+  }
+  return (*rows)[0];
 }
 
 torch::Tensor ReferenceCausalLogits(const LlamaModel& model,

@@ -84,6 +84,11 @@ absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options = {});
 torch::Tensor ReferenceCausalLogits(const LlamaModel& model,
                                     absl::Span<const int32_t> tokens);
 
+// Logits (n, vocab) of one Forward of `tokens` as a chain in a fresh cache
+// of 64 slots; a test failure (and an undefined tensor) on any error.
+torch::Tensor ChainLogits(const LlamaModel& model,
+                          const std::vector<int32_t>& tokens);
+
 // Max |a - b| (float64), or +inf if shapes differ.
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b);
 

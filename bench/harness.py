@@ -49,11 +49,14 @@ SOURCE_MODES = {
     # mix that costs no model work beyond the verify pass.
     "default": {"draft_mode": "hierarchical", "sources": ("trie", "ngram"),
                 "lookahead": NO_WINDOW},
+    # The server's default sources: with verifysvc --draftsvc= (no draft
+    # service), only the sequence's own text and recycled predictions.
+    "local": {"draft_mode": "hierarchical", "lookahead": NO_WINDOW},
     # Every source but the Jacobi window: the text sources with the
     # assistant among them.
-    "all": {"draft_mode": "hierarchical",
-            "sources": ("trie", "ngram", "assistant"),
-            "lookahead": NO_WINDOW},
+    "assisted": {"draft_mode": "hierarchical",
+                 "sources": ("trie", "ngram", "assistant"),
+                 "lookahead": NO_WINDOW},
     "mixed": {"draft_mode": "hierarchical",
               "sources": ("trie", "ngram", "assistant"),
               "lookahead": JACOBI_WINDOW},

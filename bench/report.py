@@ -829,8 +829,11 @@ def source_ablation_lines(section):
              "n-gram pool from recycled predictions, jacobi = the pool with a "
              f"Jacobi window W={w} N={n} G={g}, assistant = draftsvc's "
              "assistant model, default = trie and ngram (draftsvc's default "
-             "sources), mixed = all of them; only jacobi and mixed run the "
-             "window, the others ask for none (W=0). Speedup: plain's summed "
+             "sources), local = the verifier's defaults (with no draftsvc: "
+             "the sequence's own text and recycled predictions), assisted = "
+             "trie, ngram and assistant, mixed = all of them; only jacobi and "
+             "mixed run the window, the others ask for none (W=0). Speedup: "
+             "plain's summed "
              "seconds over the mode's on the same prompts.", ""]
     groups = defaultdict(lambda: defaultdict(list))
     for r in section.get("records", []):

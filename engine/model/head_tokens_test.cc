@@ -4,11 +4,11 @@
 // in both activation forms and with a tied or separate output matrix. Out
 // of range values, and weights other than native ones, are
 // INVALID_ARGUMENT.
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/native_linear.h"
@@ -20,6 +20,7 @@ namespace lookahead::engine {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kVocab = 101;
 
@@ -52,6 +53,10 @@ TEST_P(HeadTokensTest, ScoresTheLowIdsAsTheWholeHeadAndNoOthers) {
   options.head_tokens = head;
   auto cut = LlamaModel::Load(**file, options);
   ASSERT_TRUE(cut.ok()) << cut.status();
+
+  EXPECT_THAT((*cut)->DescribeWeights(),
+              HasSubstr(absl::StrCat("LM head ", head, " of 101 ids")));
+  EXPECT_THAT((*whole)->DescribeWeights(), Not(HasSubstr("LM head")));
 
   const torch::Tensor low = ChainLogits(**cut, tokens);
   ASSERT_EQ(low.sizes(), all.sizes());

@@ -143,20 +143,22 @@ int64_t NativeForward::weight_bytes() const {
 }
 
 std::string NativeForward::Describe() const {
-  return absl::StrCat("native ",
-                      layers_.empty() ? "" : layers_[0].wqkv.TypeName(),
-                      " (embedding ", token_embd_.TypeName(), "), ",
-                      weight_bytes() / (1 << 20), " MiB, kernels ",
-                      isa_ == kernels::QuantIsa::kAvx512 ? "AVX-512"
-                      : isa_ == kernels::QuantIsa::kAvx2 ? "AVX2"
-                                                         : "scalar",
-                      !output_.int8()
-                          ? ""
-                          : absl::StrCat(", int8 activations (",
-                                         kernels::Int8IsaName(
-                                             kernels::BestInt8Isa()),
-                                         ")"),
-                      ", ", HugePageMiB(), " MiB in 2 MiB pages");
+  return absl::StrCat(
+      "native ", layers_.empty() ? "" : layers_[0].wqkv.TypeName(),
+      " (embedding ", token_embd_.TypeName(), "), ", weight_bytes() / (1 << 20),
+      " MiB, kernels ",
+      isa_ == kernels::QuantIsa::kAvx512 ? "AVX-512"
+      : isa_ == kernels::QuantIsa::kAvx2 ? "AVX2"
+                                         : "scalar",
+      !output_.int8()
+          ? ""
+          : absl::StrCat(", int8 activations (",
+                         kernels::Int8IsaName(kernels::BestInt8Isa()), ")"),
+      output_.out() == config_.vocab_size
+          ? ""
+          : absl::StrCat(", LM head ", output_.out(), " of ",
+                         config_.vocab_size, " ids"),
+      ", ", HugePageMiB(), " MiB in 2 MiB pages");
 }
 
 int64_t NativeForward::HugePageMiB() const {

@@ -8,13 +8,19 @@
 //   * Usage.sources shows the assistant's drafts, and for the greedy
 //     assistant-only request accepted assistant tokens.
 //   * draftsvc exports the assistant's series.
+//   * The verifier's in-process assistant (--assistant_model, here the
+//     target's own file: it drafts the target's greedy tokens) gives
+//     exactly plain decoding's tokens too, greedy and seeded.
+#include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/gguf/model_files.h"
 #include "gtest/gtest.h"
 #include "tests/service_pair.h"
 #include "tests/service_session_probe.h"
@@ -25,6 +31,31 @@ namespace {
 namespace v1 = ::lookahead::v1;
 
 constexpr int kNewTokens = 24;
+
+// (draft, accepted) tokens Usage.sources reports for `source`.
+std::pair<int64_t, int64_t> SourceUsage(const v1::Usage& usage,
+                                        v1::DraftSource source) {
+  for (const v1::SourceUsage& s : usage.sources()) {
+    if (s.source() == source) {
+      return {s.draft_tokens(), s.accepted_draft_tokens()};
+    }
+  }
+  return {0, 0};
+}
+
+// The suite's chat request, hierarchical drafts from `sources` (none: the
+// server's defaults) in `name_space`.
+v1::GenerateRequest Request(std::vector<v1::DraftSource> sources,
+                            const std::string& name_space) {
+  v1::GenerateRequest request = ChatRequest(
+      "Write three short sentences about the sea and the sky.", kNewTokens);
+  SetDraftMode(&request, v1::DRAFT_MODE_TRIE_HIERARCHICAL);
+  for (v1::DraftSource source : sources) {
+    request.mutable_draft()->add_sources(source);
+  }
+  request.mutable_draft()->set_namespace_(name_space);
+  return request;
+}
 
 class ServiceAssistantTest : public SharedPairTest<ServiceAssistantTest> {
  public:  // Read by SharedPairTest.
@@ -48,29 +79,6 @@ class ServiceAssistantTest : public SharedPairTest<ServiceAssistantTest> {
     options.verifysvc_flags = {"--draft_deadline_ms=10000",
                                "--cost_gates=false", "--draft_sync"};
     return options;
-  }
-
- protected:
-  static v1::GenerateRequest Request(std::vector<v1::DraftSource> sources,
-                                     const std::string& name_space) {
-    v1::GenerateRequest request = ChatRequest(
-        "Write three short sentences about the sea and the sky.", kNewTokens);
-    SetDraftMode(&request, v1::DRAFT_MODE_TRIE_HIERARCHICAL);
-    for (v1::DraftSource source : sources) {
-      request.mutable_draft()->add_sources(source);
-    }
-    request.mutable_draft()->set_namespace_(name_space);
-    return request;
-  }
-  // (draft, accepted) tokens Usage.sources reports for `source`.
-  static std::pair<int64_t, int64_t> SourceUsage(const v1::Usage& usage,
-                                                 v1::DraftSource source) {
-    for (const v1::SourceUsage& s : usage.sources()) {
-      if (s.source() == source) {
-        return {s.draft_tokens(), s.accepted_draft_tokens()};
-      }
-    }
-    return {0, 0};
   }
 };
 
@@ -228,6 +236,50 @@ TEST_F(ServiceCostGateTest, GatedMixIsLosslessAndCountsEveryDecision) {
   }
   EXPECT_GT(decisions[0], 0);
   EXPECT_EQ(decisions[0], decisions[1]);
+}
+
+// The verifier's own assistant (verifysvc/drafts/assistant_source.h): the
+// target's file as its assistant, its gate off and every step asking for
+// drafts (a free ask at any pass cost), so that it drafts every step where
+// the other sources are weak, whatever this machine's costs.
+class ServiceLocalAssistantTest
+    : public SharedPairTest<ServiceLocalAssistantTest> {
+ public:  // Read by SharedPairTest.
+  static PairOptions Options() {
+    PairOptions options;
+    options.name = "local-assistant";
+    options.verifysvc_flags = {
+        absl::StrCat("--assistant_model=", engine::DefaultModelPath()),
+        "--cost_gates=false", "--free_ask_min_pass_ms=0.001"};
+    return options;
+  }
+};
+
+TEST_F(ServiceLocalAssistantTest, DraftsAreLosslessGreedyAndSeeded) {
+  for (bool sampled : {false, true}) {
+    SCOPED_TRACE(sampled ? "sampled" : "greedy");
+    v1::GenerateRequest request = Request({}, "local-assistant");
+    if (sampled) SetSeededSampling(&request, 99);
+    const Generation plain = pair_->Reference(request);
+    const Generation fast = pair_->Generate(request);
+    ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+    ASSERT_TRUE(fast.status.ok()) << fast.status.error_message();
+    ASSERT_GE(plain.tokens.size(), static_cast<size_t>(kNewTokens) / 2);
+    EXPECT_EQ(fast.tokens, plain.tokens)
+        << "drafts: " << TokensToString(fast.tokens)
+        << "\ndrafts off: " << TokensToString(plain.tokens);
+    ASSERT_TRUE(fast.has_usage);
+    const auto [drafted, accepted] =
+        SourceUsage(fast.usage, v1::DRAFT_SOURCE_ASSISTANT);
+    std::printf("local assistant %s: edl %.2f, %lld/%lld accepted\n",
+                sampled ? "sampled" : "greedy ", fast.usage.edl(),
+                static_cast<long long>(accepted),
+                static_cast<long long>(drafted));
+    EXPECT_LE(accepted, drafted);
+    EXPECT_GT(drafted, 0) << pair_->Logs();
+    // The target drafting for itself: its greedy drafts are its tokens.
+    if (!sampled) EXPECT_GT(accepted, 0);
+  }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
@@ -15,6 +17,7 @@
 #include "common/tls_files.h"
 #include "engine/gguf/model_files.h"
 #include "engine/model/device_options.h"
+#include "verifysvc/serving/step_cost.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address to listen on (gRPC, HTTP and /metrics). A non-loopback "
@@ -89,7 +92,8 @@ ABSL_FLAG(int, draft_ask_tokens, 8,
           "budget and verify the whole tree.");
 ABSL_FLAG(double, free_ask_min_pass_ms, 20,
           "A sequence the step budget gives no draft still asks its text "
-          "sources and draftsvc (never the assistant) for --draft_ask_tokens, "
+          "sources and draftsvc (never draftsvc's assistant) for "
+          "--draft_ask_tokens, "
           "cut by score as any tree, while a one-token pass takes at least "
           "this many ms: an ask costs ~0.5 ms of the cores, little next to "
           "such a pass. 0 = never.");
@@ -164,6 +168,22 @@ ABSL_FLAG(bool, draft_cascade, true,
           "Ask draftsvc only for the steps where --local_drafts found nothing "
           "in the sequence's own text (its round trips cost the pass CPU "
           "time on shared cores); false: ask both every drafted step.");
+ABSL_FLAG(std::string, assistant_model, "",
+          "A GGUF model with the target's vocabulary (e.g. "
+          "Qwen2.5-Coder-0.5B for the 1.5B) drafting in process, in series "
+          "with the verify pass, where the other sources proposed no first "
+          "node scored 0.3 or more and its measured acceptance pays for its "
+          "pass (docs/drafting.md). It serves the assistant source, which "
+          "draftsvc is then not asked for. Empty: none.");
+ABSL_FLAG(int, assistant_prompt_tokens, 64,
+          "The prompt's last tokens --assistant_model reads (its prefill "
+          "costs about a pass per 4-5 tokens).");
+ABSL_FLAG(int, assistant_max_chain, 3,
+          "Longest chain --assistant_model drafts a step.");
+ABSL_FLAG(int64_t, assistant_head_tokens, 0,
+          "--assistant_model's LM head scores ids below this only (BPE "
+          "vocabularies put frequent tokens first; 32768 cuts the 0.5B "
+          "Qwen's pass by ~30%). 0: every id.");
 ABSL_FLAG(bool, draft_sync, false,
           "Each drafted step waits for draftsvc's answer (up to "
           "--draft_deadline_ms) instead of drafting from the answer that "
@@ -398,6 +418,17 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.local_drafts = absl::GetFlag(FLAGS_local_drafts);
   c.recycled_drafts = absl::GetFlag(FLAGS_recycled_drafts);
   c.draft_cascade = absl::GetFlag(FLAGS_draft_cascade);
+  c.assistant_model = absl::GetFlag(FLAGS_assistant_model);
+  c.assistant.prompt_tokens = absl::GetFlag(FLAGS_assistant_prompt_tokens);
+  c.assistant.max_chain = absl::GetFlag(FLAGS_assistant_max_chain);
+  if (c.assistant.prompt_tokens < 1 || c.assistant.max_chain < 1 ||
+      absl::GetFlag(FLAGS_assistant_head_tokens) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--assistant_prompt_tokens (", c.assistant.prompt_tokens,
+        ") and --assistant_max_chain (", c.assistant.max_chain,
+        ") must be at least 1, --assistant_head_tokens (",
+        absl::GetFlag(FLAGS_assistant_head_tokens), ") at least 0"));
+  }
   c.draft_sessions.replica_id = absl::GetFlag(FLAGS_replica_id);
   if (c.draft_sessions.replica_id.empty()) {
     c.draft_sessions.replica_id = DefaultReplicaId();
@@ -445,6 +476,9 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv_cache: unknown \"", kv_cache, "\"; use auto, f32 or f16"));
   }
+  // The assistant: the target's compute form, its own LM head cut.
+  c.assistant_engine = c.model;
+  c.assistant_engine.head_tokens = absl::GetFlag(FLAGS_assistant_head_tokens);
   c.limits = LimitsFromFlags();
   ASSIGN_OR_RETURN(c.limits.default_draft_sources,
                    ParseDraftSources(absl::GetFlag(FLAGS_draft_sources)));
@@ -478,6 +512,7 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   }
   c.scheduler.free_ask_min_pass_seconds = free_ask_ms / 1000;
   c.scheduler.gate.enabled = absl::GetFlag(FLAGS_cost_gates);
+  c.assistant.gate = c.scheduler.gate.enabled;
   c.scheduler.pace_repeats = absl::GetFlag(FLAGS_pace_repeats);
   c.scheduler.charge_draft_calls = absl::GetFlag(FLAGS_charge_draft_calls);
   c.scheduler.inherit_pacing = absl::GetFlag(FLAGS_inherit_draft_pacing);
@@ -555,6 +590,55 @@ std::string DescribeSecurity(const VerifysvcConfig& c) {
       !d.enabled()           ? "plaintext"
       : !d.cert.path.empty() ? "over mutual TLS"
                              : "over TLS");
+}
+
+absl::StatusOr<DraftSources> MakeDraftSources(const VerifysvcConfig& c,
+                                              int32_t vocab_size) {
+  DraftSources d;
+  ASSIGN_OR_RETURN(d.draftsvc,
+                   ConnectDraftsvcShards(c.draftsvc_shards, vocab_size,
+                                         c.draft_client, c.draft_sessions));
+  if (c.local_drafts) {  // first: free, fresh every step
+    d.local = std::make_unique<LocalSource>();
+    d.ordered.push_back(d.local.get());
+  }
+  if (d.draftsvc != nullptr) d.ordered.push_back(d.draftsvc.get());
+  if (c.recycled_drafts) {  // fills where the others are weak
+    d.recycled = std::make_unique<RecycledSource>();
+    d.ordered.push_back(d.recycled.get());
+  }
+  const std::string& path = c.assistant_model;
+  if (path.empty()) return d;
+  // The assistant, last: it drafts where the free sources are weak.
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> file,
+                   engine::OpenModelFile(path));
+  ASSIGN_OR_RETURN(engine::ModelConfig config,
+                   engine::ModelConfig::FromGguf(*file));
+  if (config.vocab_size != vocab_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--assistant_model ", path, " has ", config.vocab_size,
+                     " token ids; the model has ", vocab_size,
+                     ": an assistant must share the model's vocabulary"));
+  }
+  engine::ModelOptions options = c.assistant_engine;
+  options.max_cache_tokens = c.limits.max_context_tokens;
+  ASSIGN_OR_RETURN(d.assistant_model, engine::LlamaModel::Load(*file, options));
+  file->ReleaseMappedPages();  // the model holds its own copy
+  d.assistant =
+      std::make_unique<AssistantSource>(d.assistant_model.get(), c.assistant);
+  ASSIGN_OR_RETURN(StepCostModel cost, MeasureStepCost(*d.assistant_model, {1},
+                                                       /*context=*/128,
+                                                       /*repeats=*/5));
+  d.assistant->set_seconds_per_pass(cost.Seconds(1));
+  std::printf("verifysvc: assistant %s, weights %s, one-token pass %.1f ms\n",
+              path.c_str(), d.assistant_model->DescribeWeights().c_str(),
+              cost.Seconds(1) * 1e3);
+  d.ordered.push_back(d.assistant.get());
+  if (d.draftsvc != nullptr) {
+    d.draftsvc->ServeInProcess(
+        engine::SourceBit(engine::DraftSourceTag::kAssistant));
+  }
+  return d;
 }
 
 void FitLimitsToModel(const engine::ModelConfig& model, RequestLimits* limits) {

@@ -20,6 +20,9 @@
 #include "engine/text/tokenizer.h"
 #include "verifysvc/api/api_keys.h"
 #include "verifysvc/api/http_front.h"
+#include "verifysvc/drafts/assistant_source.h"
+#include "verifysvc/drafts/local_source.h"
+#include "verifysvc/drafts/recycled_source.h"
 #include "verifysvc/draftsvc_client/draftsvc_client.h"
 #include "verifysvc/draftsvc_client/draftsvc_sessions.h"
 #include "verifysvc/draftsvc_client/sharded_draft_source.h"
@@ -45,6 +48,11 @@ struct VerifysvcConfig {
   // draftsvc is asked only for steps the local source left without a tree
   // (DraftFanout's cascade).
   bool draft_cascade = true;
+  // A small model with the target's vocabulary drafting in process
+  // (AssistantSource); empty = none.
+  std::string assistant_model;
+  AssistantSourceOptions assistant;
+  engine::ModelOptions assistant_engine;
   DraftClientOptions draft_client;
   DraftSessionsOptions draft_sessions;
   engine::ThreadOptions threads;
@@ -115,6 +123,27 @@ absl::StatusOr<std::unique_ptr<HttpFront>> StartHttpFront(
 // address printed; null iff --metrics_port=-1.
 absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetricsServer(
     const VerifysvcConfig& config, const metrics::Registry* registry);
+
+// The draft sources a config runs, in the fanout's order (`ordered`): the
+// sequence's own text (--local_drafts), draftsvc's shards, recycled
+// predictions (--recycled_drafts), the assistant (--assistant_model).
+struct DraftSources {
+  std::unique_ptr<ShardedDraftSource> draftsvc;  // null: no --draftsvc
+  std::unique_ptr<LocalSource> local;
+  std::unique_ptr<RecycledSource> recycled;
+  std::unique_ptr<engine::LlamaModel> assistant_model;  // null: none
+  std::unique_ptr<AssistantSource> assistant;
+  std::vector<DraftSource*> ordered;
+};
+
+// Connects draftsvc (ConnectDraftsvcShards) and loads --assistant_model:
+// its context capped at the target's, FAILED_PRECONDITION naming both sizes
+// unless its vocabulary has `vocab_size` ids, its one-token pass timed as
+// the target's is (so the source's gate compares like with like), and the
+// assistant source served in process rather than asked of draftsvc. Errors
+// of the connection and the load as is.
+absl::StatusOr<DraftSources> MakeDraftSources(const VerifysvcConfig& config,
+                                              int32_t vocab_size);
 
 // Caps the context at the model's, defaults the prompt limit to the context
 // less one, and sets the vocabulary size.

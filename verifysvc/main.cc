@@ -24,8 +24,6 @@
 #include "verifysvc/api/model_info.h"
 #include "verifysvc/config.h"
 #include "verifysvc/draftsvc_client/sharded_draft_source.h"
-#include "verifysvc/drafts/local_source.h"
-#include "verifysvc/drafts/recycled_source.h"
 #include "verifysvc/serving/prometheus_observer.h"
 #include "verifysvc/serving/step_cost.h"
 
@@ -63,16 +61,10 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
   std::printf("verifysvc: forward ms by tokens %s\n",
               DescribeStepCost(cost).c_str());
 
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardedDraftSource> trie_source,
-                   ConnectDraftsvcShards(c.draftsvc_shards, probe.vocab_size,
-                                         c.draft_client, c.draft_sessions));
-  LocalSource local_source;        // first: free, fresh every step
-  RecycledSource recycled_source;  // last: fills where the others are weak
-  std::vector<DraftSource*> sources;
-  if (c.local_drafts) sources.push_back(&local_source);
-  if (trie_source != nullptr) sources.push_back(trie_source.get());
-  if (c.recycled_drafts) sources.push_back(&recycled_source);
-  DraftFanout fanout(sources, probe.vocab_size, c.draft_cascade);
+  // The draft sources, the assistant's load among them.
+  shutdown->SetPhase("loading the draft sources");
+  ASSIGN_OR_RETURN(DraftSources drafts, MakeDraftSources(c, probe.vocab_size));
+  DraftFanout fanout(drafts.ordered, probe.vocab_size, c.draft_cascade);
 
   // Metrics, labelled with the model's name.
   metrics::Registry registry;
@@ -81,8 +73,8 @@ absl::Status Run(VerifysvcConfig c, ShutdownSignal* shutdown) {
       VerifierMetrics::Create(&registry, ModelName(*file, c.model_path), 32));
   verifier_metrics->kv_cache_capacity_tokens->Set(
       double(c.scheduler.max_running) * c.limits.max_context_tokens);
-  if (trie_source != nullptr) {
-    RETURN_IF_ERROR(AddDraftShardMetrics(&registry, trie_source.get()));
+  if (drafts.draftsvc != nullptr) {
+    RETURN_IF_ERROR(AddDraftShardMetrics(&registry, drafts.draftsvc.get()));
   }
   PrometheusObserver observer(verifier_metrics.get());
   c.scheduler.observer = &observer;

@@ -178,6 +178,24 @@ absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options) {
   return real;
 }
 
+const RealModel* SharedRealModel() {
+  static const RealModel* const shared = []() -> const RealModel* {
+    absl::StatusOr<ModelOptions> options = TestDeviceOptions();
+    if (!options.ok()) {
+      ADD_FAILURE() << options.status();
+      return nullptr;
+    }
+    absl::StatusOr<RealModel> real = LoadRealModel(*options);
+    if (!real.ok()) {
+      ADD_FAILURE() << real.status();
+      return nullptr;
+    }
+    return new RealModel(*std::move(real));  // lives as long as the process
+  }();
+  if (shared == nullptr) ADD_FAILURE() << "the real model did not load";
+  return shared;
+}
+
 torch::Tensor ChainLogits(const LlamaModel& model,
                           const std::vector<int32_t>& tokens) {
   absl::StatusOr<std::unique_ptr<KvCache>> cache = model.NewCache(64);

@@ -77,6 +77,11 @@ absl::StatusOr<ModelOptions> TestDeviceOptions();
 
 absl::StatusOr<RealModel> LoadRealModel(const ModelOptions& options = {});
 
+// LoadRealModel(*TestDeviceOptions()), loaded on the first call and shared
+// by every later one in the process (suites' SetUpTestSuite); a test
+// failure and null on any error.
+const RealModel* SharedRealModel();
+
 // Logits (n, vocab) of plain causal full-sequence attention over `tokens`
 // (no KV cache, no trees), written independently of LlamaModel::Forward:
 // RoPE through complex multiplication, GQA through repeat_interleave, a

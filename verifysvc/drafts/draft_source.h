@@ -79,6 +79,12 @@ struct DraftAsk {
   // score of a first node (a child of the root) in the trees the sources
   // before it proposed this step; 1 where one of those trees is unscored.
   float covered_score = 1;
+  // What an accepted draft token saves now (the cheaper of a one-token
+  // pass and a token's price at the step's throughput) and what one more
+  // draft row costs, in seconds (0 = unknown): for sources that run model
+  // passes of their own.
+  double token_seconds = 0;
+  double row_seconds = 0;
 };
 
 // What the verify pass computed at a verified tree (Token Recycling): the

@@ -25,26 +25,16 @@ constexpr double kTol = 1e-4;
 
 class JacobiWindowRealTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto options = engine::TestDeviceOptions();
-    ASSERT_TRUE(options.ok()) << options.status();
-    auto real = engine::LoadRealModel(*options);
-    ASSERT_TRUE(real.ok()) << real.status();
-    real_ = new engine::RealModel(*std::move(real));
-  }
-  static void TearDownTestSuite() {
-    delete real_;
-    real_ = nullptr;
-  }
+  static void SetUpTestSuite() { real_ = engine::SharedRealModel(); }
   void SetUp() override { ASSERT_NE(real_, nullptr); }
   static std::vector<int32_t> Prompt() {
     std::vector<engine::ChatMessage> chat = {
         {"user", "List three uses of a binary search tree, one line each."}};
     return *real_->tokenizer->EncodeChat(chat, true);
   }
-  static engine::RealModel* real_;  // owned; suite-lifetime
+  static const engine::RealModel* real_;  // process-lifetime
 };
-engine::RealModel* JacobiWindowRealTest::real_ = nullptr;
+const engine::RealModel* JacobiWindowRealTest::real_ = nullptr;
 
 // One verify pass of [root, 3-node draft] + a (4, 4) window: every window
 // row equals the last logits of its own causal context prefilled alone, and

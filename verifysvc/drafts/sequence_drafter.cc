@@ -131,6 +131,9 @@ DraftAsk SequenceDrafter::Ask(int budget, int cap, const TokenPrice& price) {
           ? budget
           : std::max(budget, std::min(cap, context_->options.draft_ask_tokens));
   DraftAsk a{handle_, ask, policy_.mode};
+  const double plain = context_->cost->Seconds(1);
+  a.token_seconds = std::min(plain, price.seconds_per_token);
+  a.row_seconds = std::max(0.0, context_->cost->Seconds(2) - plain);
   if (!AssistantRuns(free_ask ? 0 : ask, cap, price)) {
     a.withheld = engine::SourceBit(engine::DraftSourceTag::kAssistant);
   }

@@ -143,7 +143,12 @@ const ShardedDraftSource::Route* ShardedDraftSource::Find(
 int64_t ShardedDraftSource::Open(const DraftPolicy& policy,
                                  absl::Span<const int32_t> prompt) {
   const int shard = ShardOf(policy.name_space);
-  const int64_t inner = shards_[shard].source->Open(policy, prompt);
+  DraftPolicy asked = policy;
+  if ((asked.sources & in_process_) != 0) {
+    asked.sources &= ~in_process_;
+    if (asked.sources == 0) return 0;  // served in process alone
+  }
+  const int64_t inner = shards_[shard].source->Open(asked, prompt);
   if (inner == 0) return 0;
   const int64_t handle = next_handle_++;
   routes_[handle] = Route{shard, inner};

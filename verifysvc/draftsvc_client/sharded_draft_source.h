@@ -88,6 +88,12 @@ class ShardedDraftSource : public DraftSource {
   // The first shard's name ("trie" for draftsvc): every shard runs the same
   // kind of source.
   std::string name() const override;
+  // Sources the verifier serves in its own process (bits of
+  // engine::DraftSourceTag; --assistant_model: kAssistant): a request that
+  // names them is not asked of draftsvc for them, and one that names only
+  // them opens no draftsvc session.
+  void ServeInProcess(engine::DraftSourceSet sources) { in_process_ = sources; }
+
   int64_t Open(const DraftPolicy& policy,
                absl::Span<const int32_t> prompt) override;
   void Observe(int64_t handle, absl::Span<const int32_t> tokens) override;
@@ -126,6 +132,7 @@ class ShardedDraftSource : public DraftSource {
   const std::vector<std::string> addresses_;  // shards_[i].address
   std::map<int64_t, Route> routes_;           // per open handle
   int64_t next_handle_ = 1;
+  engine::DraftSourceSet in_process_ = 0;
 };
 
 // One DraftsvcSource per address (each with its own channel, sessions and

@@ -174,6 +174,7 @@ class RecordingSource : public DraftSource {
   int64_t Open(const DraftPolicy& policy, absl::Span<const int32_t>) override {
     if (policy.name_space == "refused") return 0;
     opened.push_back(policy.name_space);
+    opened_sources.push_back(policy.sources);
     return next_++;
   }
   void Observe(int64_t handle, absl::Span<const int32_t> tokens) override {
@@ -205,6 +206,7 @@ class RecordingSource : public DraftSource {
   DraftSourceStats Stats() const override { return stats; }
 
   std::vector<std::string> opened;
+  std::vector<engine::DraftSourceSet> opened_sources;
   std::map<int64_t, std::vector<int32_t>> observed;
   std::vector<int64_t> asked;
   std::vector<int64_t> closed;
@@ -327,6 +329,27 @@ TEST_F(ShardedDraftSourceTest, RoutesEachNamespaceToItsShard) {
   EXPECT_THAT(fakes_[1]->closed, ElementsAre(1));
   source_->Observe(a, {1});  // closed: ignored
   EXPECT_EQ(fakes_[0]->observed[1].size(), 2u);
+}
+
+// With the assistant served in the verifier's process, draftsvc is asked
+// for the other sources a request names, and not opened for a request that
+// names the assistant alone; a request that names none gets draftsvc's
+// defaults as before.
+TEST_F(ShardedDraftSourceTest, SourcesServedInProcessAreNotAskedOfDraftsvc) {
+  using engine::DraftSourceTag;
+  using engine::SourceBit;
+  source_->ServeInProcess(SourceBit(DraftSourceTag::kAssistant));
+  const std::string ns = OnePerShard(*source_)[0];
+  DraftPolicy mixed = Policy(ns);
+  mixed.sources =
+      SourceBit(DraftSourceTag::kTrie) | SourceBit(DraftSourceTag::kAssistant);
+  EXPECT_NE(source_->Open(mixed, {1}), 0);
+  DraftPolicy alone = Policy(ns);
+  alone.sources = SourceBit(DraftSourceTag::kAssistant);
+  EXPECT_EQ(source_->Open(alone, {1}), 0);
+  EXPECT_NE(source_->Open(Policy(ns), {1}), 0);
+  EXPECT_THAT(fakes_[0]->opened_sources,
+              ElementsAre(SourceBit(DraftSourceTag::kTrie), 0));
 }
 
 TEST_F(ShardedDraftSourceTest, StatsSumTheShards) {

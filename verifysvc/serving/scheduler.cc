@@ -661,13 +661,13 @@ void Scheduler::Record(const StepPlan& plan, const StepTally& tally) {
     std::printf(
         "verifysvc: step %lld: %zu decoding + %zu prefilling, %lld tokens "
         "(%d prefill), drafts %d requested %lld verified %lld accepted, "
-        "forward %.1f ms, predictions %.3f ms\n",
+        "forward %.1f ms, predictions %.3f ms, step %.1f ms\n",
         static_cast<long long>(steps_run_), plan.decoding.size(),
         plan.prefilling.size(), static_cast<long long>(plan.batch_tokens),
         plan.prefill_tokens, plan.requested_drafts,
         static_cast<long long>(plan.draft_total),
         static_cast<long long>(tally.accepted), plan.forward_seconds * 1e3,
-        plan.prediction_seconds * 1e3);
+        plan.prediction_seconds * 1e3, report.step_seconds * 1e3);
     std::fflush(stdout);
   }
   absl::MutexLock lock(&mu_);

@@ -206,7 +206,7 @@ std::vector<engine::DraftTree> DraftFanout::Propose(
       if (it == handles_.end() || it->second[s] == 0) continue;
       DraftAsk ask = asks[i];
       ask.handle = it->second[s];
-      if (cascade_ && s > 0 && ask.budget > 0) {
+      if (s > 0 && ask.budget > 0) {
         bool covered = false;
         ask.covered_score = 0;
         for (size_t before = 0; before < s; ++before) {
@@ -221,7 +221,9 @@ std::vector<engine::DraftTree> DraftFanout::Propose(
             }
           }
         }
-        ask.refresh = !covered || steps_of[i] % kCascadeRefresh == 0;
+        if (cascade_) {
+          ask.refresh = !covered || steps_of[i] % kCascadeRefresh == 0;
+        }
       }
       mine.push_back(ask);
       which.push_back(i);

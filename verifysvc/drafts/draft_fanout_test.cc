@@ -755,11 +755,16 @@ TEST(DraftFanoutCascadeTest, LaterSourcesRefreshOnlyWhereEarlierOnesHadNothing) 
   }
   // Without the cascade every ask refreshes.
   DraftFanout both({&local, &remote}, /*vocab_size=*/50);
+  local.set_next_handle(10);
+  local.set_tree(10, scored);
   const int64_t handle = both.Open(Hierarchical(8), {1, 2, 3});
   bool called = false;
   both.Propose({Ask(handle, 4)}, &called);
   both.Propose({Ask(handle, 4)}, &called);
   EXPECT_TRUE(remote.proposed.back().asks.at(0).refresh);
+  // ... and still learns how well the sources before it covered the step
+  // (the assistant drafts only where they are weak).
+  EXPECT_FLOAT_EQ(remote.proposed.back().asks.at(0).covered_score, 0.6f);
 }
 
 }  // namespace

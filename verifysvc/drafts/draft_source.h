@@ -75,9 +75,10 @@ struct DraftAsk {
   // Asynchronous sources: also send this step's request for the next one
   // (false: only use what already arrived, with no round trip).
   bool refresh = true;
-  // With refresh false (the cascade's sources after the first): the best
-  // score of a first node (a child of the root) in the trees the sources
-  // before it proposed this step; 1 where one of those trees is unscored.
+  // For every source after the first: the best score of a first node (a
+  // child of the root) in the trees the sources before it proposed this
+  // step; 1 where one of those trees is unscored, 0 where they proposed
+  // none. The first source gets 1.
   float covered_score = 1;
   // What an accepted draft token saves now (the cheaper of a one-token
   // pass and a token's price at the step's throughput) and what one more

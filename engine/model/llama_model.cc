@@ -222,6 +222,23 @@ std::string LlamaModel::DescribeWeights() const {
                       " through LibTorch");
 }
 
+absl::Status LlamaModel::GrowCache(std::unique_ptr<KvCache>* cache,
+                                   int capacity) const {
+  const int length = *cache == nullptr ? 0 : (*cache)->Length();
+  if (capacity < length) {
+    return absl::InvalidArgumentError(absl::StrCat("cache capacity ", capacity,
+                                                   " is below the ", length,
+                                                   " committed tokens"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> grown, NewCache(capacity));
+  if (length > 0) {
+    RETURN_IF_ERROR(grown->AppendCommitted((*cache)->k().narrow(2, 0, length),
+                                           (*cache)->v().narrow(2, 0, length)));
+  }
+  *cache = std::move(grown);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(
     int capacity) const {
   if (capacity < 0) {

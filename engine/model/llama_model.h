@@ -157,6 +157,11 @@ class LlamaModel {
   // A fresh empty cache for one sequence; capacity 0 means the default
   // (ModelOptions::max_cache_tokens).
   absl::StatusOr<std::unique_ptr<KvCache>> NewCache(int capacity = 0) const;
+  // Replaces *cache (null: none yet) with a cache of `capacity` slots that
+  // holds its committed tokens (a copy; any provisional tree is dropped):
+  // how a sequence's cache grows. INVALID_ARGUMENT if capacity is below
+  // the committed length; on error *cache is unchanged.
+  absl::Status GrowCache(std::unique_ptr<KvCache>* cache, int capacity) const;
 
   // Evaluates every sequence's rows in ONE pass (linear layers over all
   // packed rows, attention per sequence against its cache and mask).

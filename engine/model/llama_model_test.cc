@@ -96,6 +96,33 @@ TEST_P(TinyModelTest, ConfigComesFromMetadata) {
   EXPECT_EQ(cache->Capacity(), std::min(s.context, 2048));
 }
 
+// A grown cache holds the committed tokens and decodes on as the old one
+// would have; a capacity below them is refused and changes nothing.
+TEST_P(TinyModelTest, GrowCacheKeepsTheCommittedTokens) {
+  std::mt19937 rng(11);
+  const std::vector<int32_t> prompt = RandomTokens(rng, 9);
+  std::unique_ptr<KvCache> cache;
+  ASSERT_TRUE(model_->GrowCache(&cache, 12).ok());  // from none
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(cache->Capacity(), 12);
+  EXPECT_EQ(cache->Length(), 0);
+  ASSERT_TRUE(model_->Prefill(cache.get(), prompt).ok());
+  auto kept = NewCache(12);
+  ASSERT_TRUE(model_->Prefill(kept.get(), prompt).ok());
+
+  KvCache* before = cache.get();
+  EXPECT_FALSE(model_->GrowCache(&cache, 8).ok());
+  EXPECT_EQ(cache.get(), before);
+  ASSERT_TRUE(model_->GrowCache(&cache, 20).ok());
+  EXPECT_EQ(cache->Capacity(), 20);
+  EXPECT_EQ(cache->Length(), 9);
+  EXPECT_EQ(MaxCommittedCacheDiff(*cache, *kept), 0);
+  auto grown_next = model_->Prefill(cache.get(), {3});
+  auto kept_next = model_->Prefill(kept.get(), {3});
+  ASSERT_TRUE(grown_next.ok() && kept_next.ok());
+  EXPECT_EQ(MaxAbsDiff(*grown_next, *kept_next), 0);
+}
+
 TEST_P(TinyModelTest, PrefillMatchesReferenceInEveryChunking) {
   std::mt19937 rng(7);
   const std::vector<int32_t> prompt = RandomTokens(rng, 37);

@@ -18,11 +18,10 @@ struct AssistantSource::Sequence {
   // every emitted token.
   std::vector<int32_t> context;
   // The tokens whose K/V the cache holds (a prefix of context, then drafted
-  // tokens), and the logits after them (valid iff has_logits).
+  // tokens), and the logits after them (empty: none).
   std::vector<int32_t> cached;
   std::unique_ptr<engine::KvCache> cache;
   std::vector<float> logits;
-  bool has_logits = false;
   // The chain proposed at the last step that drafted (empty: none), judged
   // by the next Observe.
   std::vector<int32_t> chain;
@@ -108,14 +107,7 @@ absl::Status AssistantSource::Run(Sequence* s,
     // Grow by half again: a long sequence reallocates O(log n) times.
     const int64_t capacity = std::max<int64_t>(
         need, s->cache == nullptr ? 2 * need : s->cache->Capacity() * 3 / 2);
-    ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> grown,
-                     model_->NewCache(static_cast<int>(capacity)));
-    if (s->cache != nullptr && length > 0) {
-      RETURN_IF_ERROR(
-          grown->AppendCommitted(s->cache->k().narrow(2, 0, length),
-                                 s->cache->v().narrow(2, 0, length)));
-    }
-    s->cache = std::move(grown);
+    RETURN_IF_ERROR(model_->GrowCache(&s->cache, static_cast<int>(capacity)));
   }
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(torch::Tensor logits,
@@ -129,7 +121,6 @@ absl::Status AssistantSource::Run(Sequence* s,
   torch::Tensor row = logits.to(torch::kCPU).contiguous();
   const float* data = row.data_ptr<float>();
   s->logits.assign(data, data + row.numel());
-  s->has_logits = true;
   s->cached.insert(s->cached.end(), tokens.begin(), tokens.end());
   return absl::OkStatus();
 }
@@ -141,7 +132,7 @@ absl::Status AssistantSource::Sync(Sequence* s) {
          s->cached[common] == s->context[common]) {
     ++common;
   }
-  if (common == n && common == s->cached.size() && s->has_logits) {
+  if (common == n && common == s->cached.size() && !s->logits.empty()) {
     return absl::OkStatus();
   }
   // The last context token runs again if need be: its logits choose the
@@ -151,7 +142,7 @@ absl::Status AssistantSource::Sync(Sequence* s) {
     RETURN_IF_ERROR(s->cache->Truncate(static_cast<int>(common)));
   }
   s->cached.resize(common);
-  s->has_logits = false;
+  s->logits.clear();
   return Run(s, absl::MakeConstSpan(s->context).subspan(common));
 }
 
@@ -201,7 +192,7 @@ engine::DraftTree AssistantSource::Draft(Sequence* s, const DraftAsk& ask) {
     s->failed = true;
     s->cache.reset();
     s->cached.clear();
-    s->has_logits = false;
+    s->logits.clear();
     tree = {};
   }
   s->chain = tree.tokens;

@@ -290,14 +290,7 @@ absl::Status AssistantDrafter::RunTokens(Session* s,
                        " KV slots; --assistant_max_cached_tokens is ",
                        options_.max_cached_tokens));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> grown,
-                     model.NewCache(static_cast<int>(capacity)));
-    if (s->cache != nullptr && length > 0) {
-      RETURN_IF_ERROR(
-          grown->AppendCommitted(s->cache->k().narrow(2, 0, length),
-                                 s->cache->v().narrow(2, 0, length)));
-    }
-    s->cache = std::move(grown);
+    RETURN_IF_ERROR(model.GrowCache(&s->cache, static_cast<int>(capacity)));
   }
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(torch::Tensor logits, model.Prefill(s->cache.get(), tokens));

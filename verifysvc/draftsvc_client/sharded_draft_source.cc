@@ -215,6 +215,9 @@ std::vector<engine::DraftTree> ShardedDraftSource::Propose(
     if (r == nullptr) continue;
     DraftAsk ask = asks[i];
     ask.handle = r->inner;
+    // A request that names no sources opened draftsvc's defaults, which
+    // may hold a source served here too: draftsvc must not also run it.
+    ask.withheld |= in_process_;
     parts[r->shard].asks.push_back(ask);
     parts[r->shard].where.push_back(i);
   }

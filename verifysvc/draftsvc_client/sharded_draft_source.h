@@ -90,8 +90,10 @@ class ShardedDraftSource : public DraftSource {
   std::string name() const override;
   // Sources the verifier serves in its own process (bits of
   // engine::DraftSourceTag; --assistant_model: kAssistant): a request that
-  // names them is not asked of draftsvc for them, and one that names only
-  // them opens no draftsvc session.
+  // names them is not asked of draftsvc for them, one that names only them
+  // opens no draftsvc session, and every step withholds them from draftsvc
+  // (DraftAsk::withheld), so that draftsvc's defaults, which a request
+  // naming no sources gets, never run them twice.
   void ServeInProcess(engine::DraftSourceSet sources) { in_process_ = sources; }
 
   int64_t Open(const DraftPolicy& policy,

@@ -195,6 +195,7 @@ class RecordingSource : public DraftSource {
     std::vector<engine::DraftTree> trees(asks.size());
     for (size_t i = 0; i < asks.size(); ++i) {
       asked.push_back(asks[i].handle);
+      withheld.push_back(asks[i].withheld);
       if (asks[i].budget == 0) continue;
       trees[i].tokens = {static_cast<int32_t>(id_ * 1000 + asks[i].handle)};
       trees[i].parents = {-1};
@@ -207,6 +208,7 @@ class RecordingSource : public DraftSource {
 
   std::vector<std::string> opened;
   std::vector<engine::DraftSourceSet> opened_sources;
+  std::vector<engine::DraftSourceSet> withheld;  // per ask, as asked
   std::map<int64_t, std::vector<int32_t>> observed;
   std::vector<int64_t> asked;
   std::vector<int64_t> closed;
@@ -334,7 +336,8 @@ TEST_F(ShardedDraftSourceTest, RoutesEachNamespaceToItsShard) {
 // With the assistant served in the verifier's process, draftsvc is asked
 // for the other sources a request names, and not opened for a request that
 // names the assistant alone; a request that names none gets draftsvc's
-// defaults as before.
+// defaults as before, with the assistant withheld from every step so that
+// draftsvc's own assistant (if its defaults hold one) never drafts too.
 TEST_F(ShardedDraftSourceTest, SourcesServedInProcessAreNotAskedOfDraftsvc) {
   using engine::DraftSourceTag;
   using engine::SourceBit;
@@ -347,9 +350,17 @@ TEST_F(ShardedDraftSourceTest, SourcesServedInProcessAreNotAskedOfDraftsvc) {
   DraftPolicy alone = Policy(ns);
   alone.sources = SourceBit(DraftSourceTag::kAssistant);
   EXPECT_EQ(source_->Open(alone, {1}), 0);
-  EXPECT_NE(source_->Open(Policy(ns), {1}), 0);
+  const int64_t defaults = source_->Open(Policy(ns), {1});
+  EXPECT_NE(defaults, 0);
   EXPECT_THAT(fakes_[0]->opened_sources,
               ElementsAre(SourceBit(DraftSourceTag::kTrie), 0));
+  DraftAsk ask{defaults, 4, DraftMode::kTrieHierarchical};
+  ask.withheld = SourceBit(DraftSourceTag::kTrie);  // the step's own gate
+  bool called = false;
+  source_->Propose({ask}, &called);
+  EXPECT_THAT(fakes_[0]->withheld,
+              ElementsAre(SourceBit(DraftSourceTag::kTrie) |
+                          SourceBit(DraftSourceTag::kAssistant)));
 }
 
 TEST_F(ShardedDraftSourceTest, StatsSumTheShards) {

@@ -60,6 +60,8 @@ _VERIFYSVC_COUNTERS = [
     "lookahead_draft_rpc_failures_total",
     "lookahead_plain_equivalent_seconds_total",
     "lookahead_decode_seconds_total",
+    "lookahead_assistant_seconds_total",
+    "lookahead_assistant_passes_total",
     "lookahead_prefix_cache_lookup_tokens_total",
     "lookahead_prefix_cache_hit_tokens_total",
     "lookahead_prefix_cache_evictions_total",

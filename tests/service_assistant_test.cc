@@ -280,6 +280,30 @@ TEST_F(ServiceLocalAssistantTest, DraftsAreLosslessGreedyAndSeeded) {
     // The target drafting for itself: its greedy drafts are its tokens.
     if (!sampled) EXPECT_GT(accepted, 0);
   }
+  // Its passes have their own series on the verifier, are part of the
+  // speedup estimate's denominator, and its gate (off: always run)
+  // counted each step it was asked.
+  std::string line;
+  double values[3] = {0, 0, 0};
+  int k = 0;
+  for (const char* series :
+       {"lookahead_assistant_seconds_total", "lookahead_assistant_passes_total",
+        "lookahead_decode_seconds_total"}) {
+    absl::StatusOr<double> value =
+        ScrapeMetricSum(pair_->verifysvc_metrics_port(), series, {});
+    ASSERT_TRUE(value.ok()) << series << ": " << value.status();
+    values[k++] = *value;
+    absl::StrAppend(&line, " ", series, "=", *value);
+  }
+  std::printf("verifysvc:%s\n", line.c_str());
+  EXPECT_GT(values[0], 0);
+  EXPECT_GT(values[1], 0);
+  EXPECT_GT(values[2], values[0]);
+  absl::StatusOr<double> runs = ScrapeMetricSum(
+      pair_->verifysvc_metrics_port(), "lookahead_cost_gate_steps_total",
+      {"mechanism=\"assistant\"", "decision=\"run\""});
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_GT(*runs, 0);
 }
 
 }  // namespace

@@ -95,6 +95,11 @@ DraftSourceStats AssistantSource::Stats() const {
   DraftSourceStats stats;
   stats.failures = failures_.load(std::memory_order_relaxed);
   stats.open_sessions = open_.load(std::memory_order_relaxed);
+  stats.model_seconds =
+      1e-9 * static_cast<double>(pass_nanos_.load(std::memory_order_relaxed));
+  stats.model_passes = passes_.load(std::memory_order_relaxed);
+  stats.model_gate_runs = gate_runs_.load(std::memory_order_relaxed);
+  stats.model_gate_skips = gate_skips_.load(std::memory_order_relaxed);
   return stats;
 }
 
@@ -112,8 +117,12 @@ absl::Status AssistantSource::Run(Sequence* s,
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(torch::Tensor logits,
                    model_->Prefill(s->cache.get(), tokens));
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const absl::Duration took = absl::Now() - start;
+  const double seconds = absl::ToDoubleSeconds(took);
   s->seconds += seconds;
+  pass_nanos_.fetch_add(absl::ToInt64Nanoseconds(took),
+                        std::memory_order_relaxed);
+  passes_.fetch_add(1, std::memory_order_relaxed);
   if (tokens.size() == 1) {
     pass_seconds_ =
         pass_seconds_ == 0 ? seconds : 0.8 * pass_seconds_ + 0.2 * seconds;
@@ -163,7 +172,11 @@ engine::DraftTree AssistantSource::Draft(Sequence* s, const DraftAsk& ask) {
     return !options_.gate || ask.token_seconds <= 0 || pass <= 0 ||
            p * ask.token_seconds > pass + ask.row_seconds;
   };
-  if (!pays(rate)) return tree;
+  if (!pays(rate)) {
+    gate_skips_.fetch_add(1, std::memory_order_relaxed);
+    return tree;
+  }
+  gate_runs_.fetch_add(1, std::memory_order_relaxed);
   absl::Status status = Sync(s);
   double path = 1;
   int32_t parent = -1;
@@ -209,7 +222,6 @@ std::vector<engine::DraftTree> AssistantSource::Propose(
     auto it = sequences_.find(asks[i].handle);
     if (it == sequences_.end()) continue;
     trees[i] = Draft(it->second.get(), asks[i]);
-    *called = *called || trees[i].source_seconds > 0;
   }
   return trees;
 }

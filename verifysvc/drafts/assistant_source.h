@@ -29,6 +29,10 @@
 // A sequence whose assistant pass fails (its KV cache cannot grow) is not
 // drafted by it again; the request goes on with its other sources.
 //
+// Its passes are not draft calls (Propose never sets *called): the gate
+// above charges them to the steps it runs in, and Stats() counts them and
+// its decisions for the metrics (lookahead_assistant_seconds_total).
+//
 // Thread-compatible: used by the scheduler thread, as every DraftSource;
 // Stats() may be called from any thread.
 #ifndef LOOKAHEAD_VERIFYSVC_DRAFTS_ASSISTANT_SOURCE_H_
@@ -113,6 +117,10 @@ class AssistantSource : public DraftSource {
   // For Stats.
   std::atomic<int64_t> open_{0};
   std::atomic<int64_t> failures_{0};
+  std::atomic<int64_t> pass_nanos_{0};
+  std::atomic<int64_t> passes_{0};
+  std::atomic<int64_t> gate_runs_{0};
+  std::atomic<int64_t> gate_skips_{0};
 };
 
 }  // namespace lookahead::verifysvc

@@ -63,7 +63,8 @@ class AssistantSourceTest : public ::testing::Test {
     bool called = false;
     std::vector<engine::DraftTree> trees = source.Propose({ask}, &called);
     EXPECT_EQ(trees.size(), 1u);
-    EXPECT_EQ(called, !trees[0].empty());
+    // Its passes are not draft calls: Stats() counts them instead.
+    EXPECT_FALSE(called);
     return trees.empty() ? engine::DraftTree{} : trees[0];
   }
 
@@ -153,11 +154,23 @@ TEST_F(AssistantSourceTest, TheGateWeighsAPassAgainstWhatItSaves) {
   // Its pass is unknown until one ran: it drafts, and times it.
   ask.token_seconds = 1e-9;
   EXPECT_FALSE(ProposeOne(source, ask).empty());
+  DraftSourceStats stats = source.Stats();
+  EXPECT_EQ(stats.model_gate_runs, 1);
+  EXPECT_EQ(stats.model_gate_skips, 0);
+  EXPECT_GE(stats.model_passes, 1);
+  EXPECT_GT(stats.model_seconds, 0);
   // A token worth a nanosecond never pays for a pass.
   EXPECT_TRUE(ProposeOne(source, ask).empty());
-  // One worth a minute always does, as deep as the chain goes.
+  EXPECT_EQ(source.Stats().model_gate_skips, 1);
+  EXPECT_EQ(source.Stats().model_passes, stats.model_passes);
+  // One worth a minute always does, as deep as the chain goes: one pass
+  // over the last context token (the cache still holds the first chain),
+  // then one for each node after the first.
   ask.token_seconds = 60;
   EXPECT_EQ(ProposeOne(source, ask).size(), AssistantSourceOptions{}.max_chain);
+  EXPECT_EQ(source.Stats().model_gate_runs, 2);
+  EXPECT_EQ(source.Stats().model_passes,
+            stats.model_passes + AssistantSourceOptions{}.max_chain);
   // Misses lower the sequence's rate (from its prior, 0.6) until a token
   // worth 2.5 passes stops paying.
   ask.row_seconds = 0;

@@ -305,6 +305,10 @@ DraftSourceStats DraftFanout::Stats() const {
     total.failures += s.failures;
     total.reopened += s.reopened;
     total.open_sessions += s.open_sessions;
+    total.model_seconds += s.model_seconds;
+    total.model_passes += s.model_passes;
+    total.model_gate_runs += s.model_gate_runs;
+    total.model_gate_skips += s.model_gate_skips;
   }
   return total;
 }

@@ -39,6 +39,9 @@ class DraftObserver {
   // A draft call that did work: its duration, failures it added, health.
   virtual void OnDraftCall(double seconds, int64_t new_failures,
                            bool available) {}
+  // The verifier's own assistant model (--assistant_model) ran `passes`
+  // forward passes taking `seconds` in all during one step's drafting.
+  virtual void OnAssistantPasses(double seconds, int64_t passes) {}
 };
 
 }  // namespace lookahead::verifysvc

@@ -154,24 +154,29 @@ StepDrafts DraftPlanner::Draft(absl::Span<SequenceDrafter* const> drafters,
 
 std::vector<engine::DraftTree> DraftPlanner::Propose(
     absl::Span<const DraftAsk> asks, int* requested) {
-  const int64_t failures = context_.fanout->Stats().failures;
+  const DraftSourceStats before = context_.fanout->Stats();
   const absl::Time start = absl::Now();
   bool called = false;
   std::vector<engine::DraftTree> got = context_.fanout->Propose(asks, &called);
-  // Calls no step waited for (asynchronous sources): their round trips and
-  // failures for the metrics only, never the budget.
-  const std::vector<double> async_calls = context_.fanout->TakeCallSeconds();
-  if (!async_calls.empty()) {
-    const DraftSourceStats now = context_.fanout->Stats();
-    for (size_t i = 0; i < async_calls.size(); ++i) {
-      context_.observer->OnDraftCall(
-          async_calls[i], i == 0 ? now.failures - reported_failures_ : 0,
-          now.available);
-    }
-    reported_failures_ = now.failures;
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const DraftSourceStats after = context_.fanout->Stats();
+  // The verifier's assistant: its passes and its gate, per sequence step.
+  if (after.model_passes > before.model_passes) {
+    context_.observer->OnAssistantPasses(
+        after.model_seconds - before.model_seconds,
+        after.model_passes - before.model_passes);
   }
+  for (int64_t k = before.model_gate_runs; k < after.model_gate_runs; ++k) {
+    context_.observer->OnCostGate(GatedMechanism::kAssistant, true);
+  }
+  for (int64_t k = before.model_gate_skips; k < after.model_gate_skips; ++k) {
+    context_.observer->OnCostGate(GatedMechanism::kAssistant, false);
+  }
+  // Each draft call for the metrics, the sources' new failures with the
+  // first: calls no step waited for (asynchronous sources; their round
+  // trips never reach the budget), then this step's if it waited for one.
+  std::vector<double> calls = context_.fanout->TakeCallSeconds();
   if (called) {
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     // One slow call (a deadline, a busy host) moves the average by at most
     // 10% of itself, so it cannot switch drafts off on its own.
     const double cap =
@@ -180,12 +185,15 @@ std::vector<engine::DraftTree> DraftPlanner::Propose(
     draft_call_seconds_ = draft_call_seconds_ == 0
                               ? sample
                               : 0.9 * draft_call_seconds_ + 0.1 * sample;
-    const DraftSourceStats after = context_.fanout->Stats();
-    context_.observer->OnDraftCall(seconds, after.failures - failures,
-                                   after.available);
-    reported_failures_ = after.failures;
+    calls.push_back(seconds);
     for (const DraftAsk& ask : asks) *requested += ask.budget;
   }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    context_.observer->OnDraftCall(
+        calls[i], i == 0 ? after.failures - reported_failures_ : 0,
+        after.available);
+  }
+  if (!calls.empty()) reported_failures_ = after.failures;
   got.resize(asks.size());
   return got;
 }

@@ -62,6 +62,13 @@ struct DraftSourceStats {
   int64_t failures = 0;   // calls that failed or timed out
   int64_t reopened = 0;   // sessions reopened after the source restarted
   int64_t open_sessions = 0;
+  // A model the source runs in the verifier's process (the verifier's
+  // assistant), cumulative: its passes and their seconds, and its gate's
+  // decisions per sequence step (ran, or skipped as not paying).
+  double model_seconds = 0;
+  int64_t model_passes = 0;
+  int64_t model_gate_runs = 0;
+  int64_t model_gate_skips = 0;
 };
 
 // One sequence's share of a Propose call.
@@ -153,7 +160,9 @@ class DraftSource {
   // Returns one tree per ask (empty when the source has nothing, fails or
   // was not asked for tokens), each of at most ask.budget tokens, to verify
   // after the sequence's last observed token. Sets *called iff it did work
-  // worth timing (an RPC, a model pass).
+  // worth timing as a draft call (an RPC the step waited for); a model run
+  // in process reports its passes in Stats() instead, because its own gate
+  // charges them only to the steps it runs in.
   virtual std::vector<engine::DraftTree> Propose(
       absl::Span<const DraftAsk> asks, bool* called) = 0;
 

@@ -57,6 +57,10 @@ class FakeSource : public DraftSource {
       this->asks.push_back(asks[i]);
       if (asks[i].budget == 0) continue;
       *called = true;
+      // A model run in process: two passes and a gate decision per ask.
+      stats.model_seconds += models ? 0.25 : 0;
+      stats.model_passes += models ? 2 : 0;
+      stats.model_gate_runs += models ? 1 : 0;
       for (int j = 0; proposes && j < asks[i].budget; ++j) {
         trees[i].tokens.push_back(10 + j);
         trees[i].parents.push_back(j - 1);
@@ -67,9 +71,11 @@ class FakeSource : public DraftSource {
   }
   void Close(int64_t handle) override { ++closes; }
   DraftCost cost() const override { return draft_cost; }
-  DraftSourceStats Stats() const override { return {}; }
+  DraftSourceStats Stats() const override { return stats; }
 
   bool proposes = true;  // false: empty trees (every ask misses)
+  bool models = false;   // true: counts model passes as an assistant would
+  DraftSourceStats stats;
   bool answered = true;
   absl::Status failure;
   DraftCost draft_cost;
@@ -92,8 +98,14 @@ class RecordingObserver : public DraftObserver {
   void OnCostGate(GatedMechanism mechanism, bool ran) override {
     ++gate[static_cast<int>(mechanism)][ran ? 1 : 0];
   }
+  void OnAssistantPasses(double seconds, int64_t passes) override {
+    assistant_seconds += seconds;
+    assistant_passes += passes;
+  }
 
   int64_t verified = 0, accepted = 0;
+  double assistant_seconds = 0;
+  int64_t assistant_passes = 0;
   std::vector<std::array<int, 3>> per_source;  // {tag, verified, accepted}
   std::array<std::array<int, 2>, kNumGatedMechanisms> gate{};  // {off, ran}
 };
@@ -480,6 +492,24 @@ TEST_F(SequenceDrafterTest, CountsDraftTokensPerSourceWhereTheyReachTheOutput) {
   // The first token: no tree, nothing counted.
   drafter->Emitted({kBonus}, {kBonus}, 0, nullptr, {});
   EXPECT_EQ(drafter->draft_tokens(), 4);
+  planner_->Close(drafter.get());
+}
+
+// A source's in-process model (the verifier's assistant) reports its passes
+// and its gate per step through the observer, from its Stats.
+TEST_F(SequenceDrafterTest, InProcessModelPassesReachTheObserver) {
+  NewPlanner(FlatCost());
+  source_.models = true;
+  std::unique_ptr<SequenceDrafter> drafter = Open(Policy(6));
+  Step(drafter.get(), 6);
+  Step(drafter.get(), 6);
+  EXPECT_DOUBLE_EQ(observer_.assistant_seconds, 0.5);
+  EXPECT_EQ(observer_.assistant_passes, 4);
+  EXPECT_EQ(observer_.gate[static_cast<int>(GatedMechanism::kAssistant)][1], 2);
+  // A step it does not run in reports nothing.
+  source_.models = false;
+  Step(drafter.get(), 6);
+  EXPECT_EQ(observer_.assistant_passes, 4);
   planner_->Close(drafter.get());
 }
 

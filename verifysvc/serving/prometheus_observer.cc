@@ -146,7 +146,9 @@ absl::Status AddStepSeries(const Series& s, VerifierMetrics* m) {
                                "One batched forward pass.", latency));
   ASSIGN_OR_RETURN(m->draft_rpc_seconds,
                    s.Histogram("lookahead_draft_rpc_duration_seconds",
-                               "One batched draftsvc Step call.",
+                               "One batched draftsvc Step call (a round "
+                               "trip; asynchronous ones no step waits for "
+                               "included).",
                                metrics::ExponentialBuckets(0.0001, 2, 12)));
   ASSIGN_OR_RETURN(m->draft_rpc_failures,
                    s.Counter("lookahead_draft_rpc_failures_total",
@@ -171,8 +173,18 @@ absl::Status AddStepSeries(const Series& s, VerifierMetrics* m) {
                              "for the emitted tokens (speedup numerator)."));
   ASSIGN_OR_RETURN(m->decode_seconds,
                    s.Counter("lookahead_decode_seconds_total",
-                             "Forward time of decoding steps (speedup "
+                             "Forward time of decoding steps, the verifier's "
+                             "assistant's passes included (speedup "
                              "denominator)."));
+  ASSIGN_OR_RETURN(m->assistant_seconds,
+                   s.Counter("lookahead_assistant_seconds_total",
+                             "Seconds the verifier's own assistant model "
+                             "(--assistant_model) ran its passes, in series "
+                             "with the verify passes."));
+  ASSIGN_OR_RETURN(m->assistant_passes,
+                   s.Counter("lookahead_assistant_passes_total",
+                             "Forward passes of the verifier's assistant "
+                             "model (a catch-up over several tokens is one)."));
   return absl::OkStatus();
 }
 
@@ -303,6 +315,13 @@ void PrometheusObserver::OnDraftCall(double seconds, int64_t new_failures,
   m_->draft_rpc_seconds->Observe(seconds);
   m_->draft_rpc_failures->Increment(static_cast<double>(new_failures));
   m_->draftsvc_up->Set(available ? 1 : 0);
+}
+
+void PrometheusObserver::OnAssistantPasses(double seconds, int64_t passes) {
+  m_->assistant_seconds->Increment(seconds);
+  m_->assistant_passes->Increment(static_cast<double>(passes));
+  // Time decoding paid for its drafts, like the forward pass it precedes.
+  m_->decode_seconds->Increment(seconds);
 }
 
 void PrometheusObserver::OnStep(const StepReport& step) {

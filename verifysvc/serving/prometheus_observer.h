@@ -8,7 +8,8 @@
 // (lookahead_ for vllm:). The speedup estimate is
 //   rate(lookahead_plain_equivalent_seconds_total)
 //     / rate(lookahead_decode_seconds_total)
-// where each step adds its measured forward time to the second and, to the
+// where each step adds its measured forward time (and the passes of the
+// verifier's own assistant, which drafted for it) to the second and, to the
 // first, the time plain decoding would need for the tokens it emitted: the
 // tokens per sequence times the measured cost of a one-token-per-sequence
 // step (StepCostModel). That is tokens per step over the cost ratio of the
@@ -69,6 +70,9 @@ struct VerifierMetrics {
   metrics::Histogram* request_tokens_per_second = nullptr;
   metrics::Counter* plain_equivalent_seconds = nullptr;
   metrics::Counter* decode_seconds = nullptr;
+  // The verifier's own assistant model: its passes and their seconds.
+  metrics::Counter* assistant_seconds = nullptr;
+  metrics::Counter* assistant_passes = nullptr;
   // lookahead_step_cost_seconds{tokens}: the cost model's points.
   metrics::GaugeFamily* step_cost_seconds = nullptr;
   std::string model;
@@ -103,6 +107,7 @@ class PrometheusObserver : public SchedulerObserver {
   void OnCostGate(GatedMechanism mechanism, bool ran) override;
   void OnDraftCall(double seconds, int64_t new_failures,
                    bool available) override;
+  void OnAssistantPasses(double seconds, int64_t passes) override;
   void OnStep(const StepReport& step) override;
   void OnOccupancy(int running, int queued, int64_t kv_tokens) override;
   void OnPrefixLookup(int prompt_tokens, int hit_tokens) override;

@@ -110,5 +110,28 @@ TEST(PrometheusObserverTest, ExportsCostGateDecisions) {
                               "0\n"));
 }
 
+// The verifier's assistant runs in series with the verify passes: its time
+// is its own series and part of the speedup's denominator, beside the
+// decoding steps' forward time.
+TEST(PrometheusObserverTest, ExportsAssistantPassesAndChargesThemToDecode) {
+  metrics::Registry registry;
+  auto m = VerifierMetrics::Create(&registry, "m", 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  PrometheusObserver observer(m->get());
+  StepReport step;
+  step.decoding_sequences = 1;
+  step.forward_seconds = 0.04;
+  observer.OnStep(step);
+  observer.OnAssistantPasses(/*seconds=*/0.03, /*passes=*/3);
+  observer.OnAssistantPasses(0.01, 1);
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("lookahead_assistant_seconds_total{model=\"m\"} "
+                              "0.04\n"));
+  EXPECT_THAT(text,
+              HasSubstr("lookahead_assistant_passes_total{model=\"m\"} 4\n"));
+  EXPECT_THAT(text,
+              HasSubstr("lookahead_decode_seconds_total{model=\"m\"} 0.08\n"));
+}
+
 }  // namespace
 }  // namespace lookahead::verifysvc

@@ -18,6 +18,7 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -30,6 +31,8 @@
 #include "verifysvc/serving/scheduler.h"
 
 namespace lookahead::verifysvc {
+
+class StreamWriter;  // generation_service.cc
 
 // The client's request as the neutral RawRequest that BuildRequest checks.
 RawRequest RawRequestFromProto(const lookahead::v1::GenerateRequest& request);
@@ -53,12 +56,9 @@ class GenerationServiceImpl final : public GenerationServiceBase {
   GenerationServiceImpl(const engine::Tokenizer* tokenizer,
                         Scheduler* scheduler, RequestLimits limits,
                         lookahead::v1::ModelInfoResponse info,
-                        ApiKeys* api_keys = nullptr)
-      : tokenizer_(tokenizer),
-        scheduler_(scheduler),
-        limits_(FitLimitsToTokenizer(limits, *tokenizer)),
-        info_(std::move(info)),
-        api_keys_(api_keys) {}
+                        ApiKeys* api_keys = nullptr);
+  // After the server that serves it has shut down (its calls are done).
+  ~GenerationServiceImpl() override;
 
   // A GenerateRequest in, GenerateResponses out, as wire bytes.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(
@@ -87,6 +87,8 @@ class GenerationServiceImpl final : public GenerationServiceBase {
   const RequestLimits limits_;
   const lookahead::v1::ModelInfoResponse info_;
   ApiKeys* const api_keys_;
+  // Starts Generate's stream writes on a thread of its own.
+  const std::unique_ptr<StreamWriter> writer_;
 
   // The grant of the call's key; nullopt when no keys are configured.
   absl::StatusOr<std::optional<KeyGrant>> Authorize(

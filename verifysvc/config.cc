@@ -419,6 +419,7 @@ absl::StatusOr<VerifysvcConfig> ConfigFromFlags() {
   c.recycled_drafts = absl::GetFlag(FLAGS_recycled_drafts);
   c.draft_cascade = absl::GetFlag(FLAGS_draft_cascade);
   c.assistant_model = absl::GetFlag(FLAGS_assistant_model);
+  c.scheduler.assistant_in_process = !c.assistant_model.empty();
   c.assistant.prompt_tokens = absl::GetFlag(FLAGS_assistant_prompt_tokens);
   c.assistant.max_chain = absl::GetFlag(FLAGS_assistant_max_chain);
   if (c.assistant.prompt_tokens < 1 || c.assistant.max_chain < 1 ||

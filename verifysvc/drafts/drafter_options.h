@@ -63,6 +63,11 @@ struct DrafterOptions {
   // has cores of its own (then only its Step latency counts, through the
   // throughput).
   double assistant_cost_share = 1.0;
+  // The assistant source is the verifier's own (--assistant_model:
+  // AssistantSource, which gates itself and reports its decisions): the
+  // per-sequence gate for draftsvc's assistant then neither decides nor
+  // counts, so each step's decision is counted once.
+  bool assistant_in_process = false;
   // How long a sequence that named its sources holds its first token for
   // the sources' answer to its open (AwaitingOpen), from its admission: a
   // refusal (a named source that is not served) then ends it before any

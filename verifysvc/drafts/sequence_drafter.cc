@@ -144,6 +144,8 @@ DraftAsk SequenceDrafter::Ask(int budget, int cap, const TokenPrice& price) {
 bool SequenceDrafter::AssistantRuns(int ask, int cap, const TokenPrice& price) {
   assistant_runs_ = false;
   if (!policy_.MayUse(engine::DraftSourceTag::kAssistant)) return false;
+  // The verifier's own assistant gates itself (AssistantSource).
+  if (context_->options.assistant_in_process) return true;
   // Its passes' cost as draftsvc measured them says an assistant runs.
   if (price.assistant_seconds_per_token > 0) assistant_seen_ = true;
   // A step that asks for no draft does not start it either: the first
@@ -299,7 +301,10 @@ void SequenceDrafter::AdvanceWindow(const torch::Tensor& logits, int32_t root,
 void SequenceDrafter::RecordAssistant(const engine::DraftTree& tree,
                                       absl::Span<const int32_t> path,
                                       int hits) {
-  if (!policy_.MayUse(engine::DraftSourceTag::kAssistant)) return;
+  if (!policy_.MayUse(engine::DraftSourceTag::kAssistant) ||
+      context_->options.assistant_in_process) {
+    return;
+  }
   const engine::DraftSourceSet alone =
       engine::SourceBit(engine::DraftSourceTag::kAssistant);
   if (!assistant_seen_) {

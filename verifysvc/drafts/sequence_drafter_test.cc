@@ -496,16 +496,25 @@ TEST_F(SequenceDrafterTest, CountsDraftTokensPerSourceWhereTheyReachTheOutput) {
 }
 
 // A source's in-process model (the verifier's assistant) reports its passes
-// and its gate per step through the observer, from its Stats.
+// and its gate per step through the observer, from its Stats; the gate for
+// draftsvc's assistant stands aside (it would withhold an assistant whose
+// reported cost is a second a token, and count its own decisions too).
 TEST_F(SequenceDrafterTest, InProcessModelPassesReachTheObserver) {
-  NewPlanner(FlatCost());
+  DrafterOptions options = Options();
+  options.assistant_in_process = true;
+  NewPlanner(FlatCost(), options);
   source_.models = true;
-  std::unique_ptr<SequenceDrafter> drafter = Open(Policy(6));
+  source_.draft_cost.assistant_seconds_per_token = 1.0;
+  DraftPolicy named = Policy(6);
+  named.sources = engine::SourceBit(DraftSourceTag::kAssistant);
+  std::unique_ptr<SequenceDrafter> drafter = Open(named);
   Step(drafter.get(), 6);
   Step(drafter.get(), 6);
+  EXPECT_EQ(source_.asks.back().withheld, 0);
   EXPECT_DOUBLE_EQ(observer_.assistant_seconds, 0.5);
   EXPECT_EQ(observer_.assistant_passes, 4);
   EXPECT_EQ(observer_.gate[static_cast<int>(GatedMechanism::kAssistant)][1], 2);
+  EXPECT_EQ(observer_.gate[static_cast<int>(GatedMechanism::kAssistant)][0], 0);
   // A step it does not run in reports nothing.
   source_.models = false;
   Step(drafter.get(), 6);

@@ -111,9 +111,7 @@ TEST_F(ServiceAssistantTest, AssistantAloneAndMixedAreLossless) {
       // does in the int8 form on one of these; enough to compare either way.
       ASSERT_GE(plain.tokens.size(), static_cast<size_t>(kNewTokens) / 2);
       ASSERT_LE(plain.tokens.size(), static_cast<size_t>(kNewTokens));
-      EXPECT_EQ(fast.tokens, plain.tokens)
-          << "drafts: " << TokensToString(fast.tokens)
-          << "\ndrafts off: " << TokensToString(plain.tokens);
+      ExpectSameTokens(fast, plain);
       ASSERT_TRUE(fast.has_usage);
       const auto [drafted, accepted] =
           SourceUsage(fast.usage, v1::DRAFT_SOURCE_ASSISTANT);
@@ -211,9 +209,7 @@ TEST_F(ServiceCostGateTest, GatedMixIsLosslessAndCountsEveryDecision) {
     const Generation fast = pair_->Generate(request);
     ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
     ASSERT_TRUE(fast.status.ok()) << fast.status.error_message();
-    EXPECT_EQ(fast.tokens, plain.tokens)
-        << "drafts: " << TokensToString(fast.tokens)
-        << "\ndrafts off: " << TokensToString(plain.tokens);
+    ExpectSameTokens(fast, plain);
     ASSERT_TRUE(fast.has_usage);
   }
   // Both requests decoded with both mechanisms asked for: every sequence
@@ -265,9 +261,7 @@ TEST_F(ServiceLocalAssistantTest, DraftsAreLosslessGreedyAndSeeded) {
     ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
     ASSERT_TRUE(fast.status.ok()) << fast.status.error_message();
     ASSERT_GE(plain.tokens.size(), static_cast<size_t>(kNewTokens) / 2);
-    EXPECT_EQ(fast.tokens, plain.tokens)
-        << "drafts: " << TokensToString(fast.tokens)
-        << "\ndrafts off: " << TokensToString(plain.tokens);
+    ExpectSameTokens(fast, plain);
     ASSERT_TRUE(fast.has_usage);
     const auto [drafted, accepted] =
         SourceUsage(fast.usage, v1::DRAFT_SOURCE_ASSISTANT);

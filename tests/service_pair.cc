@@ -107,6 +107,12 @@ std::string TokensToString(const std::vector<int32_t>& tokens) {
   return absl::StrCat("[", absl::StrJoin(tokens, " "), "]");
 }
 
+void ExpectSameTokens(const Generation& fast, const Generation& plain) {
+  EXPECT_EQ(fast.tokens, plain.tokens)
+      << "drafts: " << TokensToString(fast.tokens)
+      << "\ndrafts off: " << TokensToString(plain.tokens);
+}
+
 ServicePair::ServicePair(PairOptions options)
     : options_(std::move(options)),
       dir_(absl::StrCat(TestTmpDir(), "/", options_.name)) {}

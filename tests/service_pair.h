@@ -72,6 +72,10 @@ struct Generation {
   int messages = 0;
 };
 
+// Lossless: EXPECTs `fast`'s tokens (drafts on) to equal `plain`'s (drafts
+// off), printing both on a difference.
+void ExpectSameTokens(const Generation& fast, const Generation& plain);
+
 // Hooks into one stream, for cancellation and deadline tests.
 struct StreamHooks {
   // > 0: the call's deadline, from now.

@@ -121,9 +121,7 @@ TEST_F(ServiceSourcesTest, EverySourceChoiceIsLosslessAndAccountedFor) {
         const Generation fast = pair_->Generate(request);
         ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
         ASSERT_TRUE(fast.status.ok()) << fast.status.error_message();
-        EXPECT_EQ(fast.tokens, plain.tokens)
-            << "drafts: " << TokensToString(fast.tokens)
-            << "\ndrafts off: " << TokensToString(plain.tokens);
+        ExpectSameTokens(fast, plain);
         const v1::Usage& usage = fast.usage;
         int64_t drafted = 0, accepted = 0;
         std::string line;

@@ -12,22 +12,14 @@
 #include <vector>
 
 #include "engine/model/sampler.h"
-#include "engine/testing/engine_test_util.h"
 #include "gtest/gtest.h"
+#include "verifysvc/drafts/real_model_test_util.h"
 
 namespace lookahead::verifysvc {
 namespace {
 
-class AssistantSourceTest : public ::testing::Test {
+class AssistantSourceTest : public RealModelSourceTest {
  protected:
-  static void SetUpTestSuite() { real_ = engine::SharedRealModel(); }
-  void SetUp() override { ASSERT_NE(real_, nullptr); }
-
-  static std::vector<int32_t> Prompt() {
-    std::vector<engine::ChatMessage> chat = {
-        {"user", "List three uses of a binary search tree, one line each."}};
-    return *real_->tokenizer->EncodeChat(chat, true);
-  }
   // The model's greedy continuation of `context`, n tokens, from a fresh
   // cache: one prefill, then one-token passes.
   static std::vector<int32_t> Greedy(const std::vector<int32_t>& context,
@@ -67,10 +59,7 @@ class AssistantSourceTest : public ::testing::Test {
     EXPECT_FALSE(called);
     return trees.empty() ? engine::DraftTree{} : trees[0];
   }
-
-  static const engine::RealModel* real_;  // process-lifetime
 };
-const engine::RealModel* AssistantSourceTest::real_ = nullptr;
 
 TEST_F(AssistantSourceTest, ChainsAreTheGreedyContinuationAfterAnyTokens) {
   AssistantSourceOptions options;

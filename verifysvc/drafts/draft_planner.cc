@@ -154,24 +154,28 @@ StepDrafts DraftPlanner::Draft(absl::Span<SequenceDrafter* const> drafters,
 
 std::vector<engine::DraftTree> DraftPlanner::Propose(
     absl::Span<const DraftAsk> asks, int* requested) {
-  const DraftSourceStats before = context_.fanout->Stats();
   const absl::Time start = absl::Now();
   bool called = false;
   std::vector<engine::DraftTree> got = context_.fanout->Propose(asks, &called);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const DraftSourceStats after = context_.fanout->Stats();
   // The verifier's assistant: its passes and its gate, per sequence step.
-  if (after.model_passes > before.model_passes) {
+  if (after.model_passes > reported_.model_passes) {
     context_.observer->OnAssistantPasses(
-        after.model_seconds - before.model_seconds,
-        after.model_passes - before.model_passes);
+        after.model_seconds - reported_.model_seconds,
+        after.model_passes - reported_.model_passes);
   }
-  for (int64_t k = before.model_gate_runs; k < after.model_gate_runs; ++k) {
+  for (int64_t k = reported_.model_gate_runs; k < after.model_gate_runs; ++k) {
     context_.observer->OnCostGate(GatedMechanism::kAssistant, true);
   }
-  for (int64_t k = before.model_gate_skips; k < after.model_gate_skips; ++k) {
+  for (int64_t k = reported_.model_gate_skips; k < after.model_gate_skips;
+       ++k) {
     context_.observer->OnCostGate(GatedMechanism::kAssistant, false);
   }
+  reported_.model_seconds = after.model_seconds;
+  reported_.model_passes = after.model_passes;
+  reported_.model_gate_runs = after.model_gate_runs;
+  reported_.model_gate_skips = after.model_gate_skips;
   // Each draft call for the metrics, the sources' new failures with the
   // first: calls no step waited for (asynchronous sources; their round
   // trips never reach the budget), then this step's if it waited for one.
@@ -190,10 +194,10 @@ std::vector<engine::DraftTree> DraftPlanner::Propose(
   }
   for (size_t i = 0; i < calls.size(); ++i) {
     context_.observer->OnDraftCall(
-        calls[i], i == 0 ? after.failures - reported_failures_ : 0,
+        calls[i], i == 0 ? after.failures - reported_.failures : 0,
         after.available);
   }
-  if (!calls.empty()) reported_failures_ = after.failures;
+  if (!calls.empty()) reported_.failures = after.failures;
   got.resize(asks.size());
   return got;
 }

@@ -107,7 +107,10 @@ class DraftPlanner {
   // Moving average of the draft calls that asked for tokens; 0 until one.
   double draft_call_seconds_ = 0;
   // The sources' failures already reported to the observer.
-  int64_t reported_failures_ = 0;
+  // What the observer has been told of the sources' Stats(): their
+  // failures up to the last draft call, the in-process model's counters up
+  // to the last step (it runs only inside Propose).
+  DraftSourceStats reported_;
   std::map<std::string, Verdict> verdicts_;
   // The assistant's gate of the last sequence that ran it, in any
   // namespace: where a sequence's namespace has no verdict yet, it starts

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "verifysvc/drafts/jacobi_decode.h"
 #include "verifysvc/drafts/jacobi_window.h"
+#include "verifysvc/drafts/real_model_test_util.h"
 
 namespace lookahead::verifysvc {
 namespace {
@@ -23,18 +24,7 @@ namespace {
 // same math (as llama_model_real_test's kTol; logits are O(10)).
 constexpr double kTol = 1e-4;
 
-class JacobiWindowRealTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { real_ = engine::SharedRealModel(); }
-  void SetUp() override { ASSERT_NE(real_, nullptr); }
-  static std::vector<int32_t> Prompt() {
-    std::vector<engine::ChatMessage> chat = {
-        {"user", "List three uses of a binary search tree, one line each."}};
-    return *real_->tokenizer->EncodeChat(chat, true);
-  }
-  static const engine::RealModel* real_;  // process-lifetime
-};
-const engine::RealModel* JacobiWindowRealTest::real_ = nullptr;
+class JacobiWindowRealTest : public RealModelSourceTest {};
 
 // One verify pass of [root, 3-node draft] + a (4, 4) window: every window
 // row equals the last logits of its own causal context prefilled alone, and
